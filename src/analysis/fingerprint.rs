@@ -1,0 +1,108 @@
+//! The fingerprint of every head of a model: QK (residual space), OV (token space) and OV
+//! (residual space), serialised in the CLI's JSON contract.
+
+use serde::Serialize;
+use serde::ser::SerializeStruct;
+
+use super::circuits::{Circuits, Grams, Mode};
+use super::spectrum::Fingerprint;
+use super::HeadId;
+use crate::model::{Model, ModelConfig};
+use crate::{Error, Result};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelSummary {
+    pub family: &'static str,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub d_model: usize,
+    pub d_head: usize,
+    pub vocab: usize,
+    pub parameters: u64,
+}
+
+impl ModelSummary {
+    pub fn of(model: &Model) -> Self {
+        let ModelConfig { family, layers, heads, kv_heads, d_model, d_head, vocab, .. } = model.config;
+        ModelSummary { family: family.name(), layers, heads, kv_heads, d_model, d_head, vocab, parameters: model.parameter_count }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HeadFingerprint {
+    pub layer: usize,
+    pub head: usize,
+    pub qk: Fingerprint,
+    pub ov: Fingerprint,
+    pub ov_residual: Fingerprint,
+}
+
+impl HeadFingerprint {
+    pub fn id(&self) -> HeadId {
+        HeadId::new(self.layer, self.head)
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelFingerprint {
+    pub model: ModelSummary,
+    pub mode: &'static str,
+    pub heads: Vec<HeadFingerprint>,
+}
+
+impl ModelFingerprint {
+    pub fn head(&self, id: HeadId) -> Option<&HeadFingerprint> {
+        self.heads.iter().find(|h| h.layer == id.layer && h.head == id.head)
+    }
+}
+
+impl Serialize for Fingerprint {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        let mut s = serializer.serialize_struct("Fingerprint", 7)?;
+        let pairs: Vec<[f64; 2]> = self.eigenvalues.iter().map(|l| [l.re, l.im]).collect();
+        s.serialize_field("eigenvalues", &pairs)?;
+        s.serialize_field("copying_score", &self.copying_score)?;
+        s.serialize_field("imaginary_fraction", &self.imaginary_fraction)?;
+        // JSON has no infinity: a defective matrix is null plus the flag.
+        s.serialize_field("eigenvector_condition", &self.eigenvector_condition)?;
+        s.serialize_field("defective", &self.eigenvector_condition.is_none())?;
+        s.serialize_field("departure_from_normality", &self.departure_from_normality)?;
+        s.serialize_field("scale", &self.scale)?;
+        s.end()
+    }
+}
+
+/// Fingerprints every head. `progress(done, total)` is called after each head and may
+/// return false to cancel (the page's cancel button).
+pub fn fingerprint_model_with_progress(
+    model: &Model,
+    grams: &Grams,
+    mode: Mode,
+    progress: &mut dyn FnMut(usize, usize) -> bool,
+) -> Result<ModelFingerprint> {
+    let circuits = Circuits::new(model, grams, mode);
+    let total = model.config.layers * model.config.heads;
+    let mut heads = Vec::with_capacity(total);
+    for (done, id) in HeadId::all(&model.config).enumerate() {
+        let weights = circuits.head_weights(id);
+        let spectrum = |circuit: &str, factored: super::Factored| {
+            factored.fingerprint().map_err(|reason| Error::Spectrum { head: id.to_string(), circuit: circuit.into(), reason })
+        };
+        heads.push(HeadFingerprint {
+            layer: id.layer,
+            head: id.head,
+            qk: spectrum("QK", circuits.qk(&weights))?,
+            ov: spectrum("OV", circuits.ov_token(&weights))?,
+            ov_residual: spectrum("OV (residual)", circuits.ov_residual(&weights))?,
+        });
+        if !progress(done + 1, total) {
+            return Err(Error::Invalid("cancelled".into()));
+        }
+    }
+    Ok(ModelFingerprint { model: ModelSummary::of(model), mode: mode.name(), heads })
+}
+
+pub fn fingerprint_model(model: &Model, mode: Mode) -> Result<ModelFingerprint> {
+    fingerprint_model_with_progress(model, &Grams::compute(model), mode, &mut |_, _| true)
+}

@@ -1,0 +1,14 @@
+//! Weight-space analysis: circuits of each head, their spectra and fingerprints, and the
+//! OV circuit read as token logits (spec sections 1-3).
+
+pub mod circuits;
+pub mod fingerprint;
+pub mod head;
+pub mod ov_logits;
+pub mod spectrum;
+
+pub use circuits::{Circuits, Mode};
+pub use fingerprint::{HeadFingerprint, ModelFingerprint, ModelSummary, fingerprint_model};
+pub use head::HeadId;
+pub use ov_logits::OvTokenLogits;
+pub use spectrum::{Eigenvalue, Factored, Fingerprint};

@@ -1,0 +1,50 @@
+//! One error type for the whole core: every message names what was wrong and where,
+//! so the CLI can print it as one line and the page can show it verbatim.
+
+use thiserror::Error;
+
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum Error {
+    #[error("{0}")]
+    Io(String),
+    #[error("{file}: not a safetensors file ({reason})")]
+    NotSafetensors { file: String, reason: String },
+    #[error("{file}: truncated: the header says {expected} bytes, the file has {actual}")]
+    Truncated { file: String, expected: u64, actual: u64 },
+    #[error("{file}: header length {claimed} bytes is absurd (limit {limit} bytes)")]
+    HeaderTooLarge { file: String, claimed: u64, limit: u64 },
+    #[error("{file}: header length {claimed} bytes runs past the end of the {actual}-byte file")]
+    HeaderPastEnd { file: String, claimed: u64, actual: u64 },
+    #[error("{file}: bad tensor table: {reason}")]
+    BadOffsets { file: String, reason: String },
+    #[error("{file}: tensor `{tensor}` has dtype {dtype}, which headprint cannot read (f32, f16, bf16 only)")]
+    UnknownDtype { file: String, tensor: String, dtype: String },
+    #[error("missing tensor `{tensor}` for a {family} model")]
+    MissingTensor { family: String, tensor: String },
+    #[error("tensor `{tensor}` has shape {actual:?}, expected {expected}")]
+    BadShape { tensor: String, actual: Vec<usize>, expected: String },
+    #[error("cannot tell which model family this is: {0}")]
+    UnknownFamily(String),
+    #[error("tensor `{tensor}` holds {count} non-finite values (NaN or Inf), e.g. at index {first_index}")]
+    NonFinite { tensor: String, count: usize, first_index: usize },
+    #[error("bad config.json: {0}")]
+    BadConfig(String),
+    #[error("token id {id} is out of range (vocabulary size {vocab})")]
+    TokenOutOfRange { id: usize, vocab: usize },
+    #[error("{0}")]
+    BadTokens(String),
+    #[error("unknown head `{name}`: write L<layer>H<head>, with layer < {layers} and head < {heads}")]
+    UnknownHead { name: String, layers: usize, heads: usize },
+    #[error("head {head}: {circuit} circuit: {reason}")]
+    Spectrum { head: String, circuit: String, reason: String },
+    #[error("sequence of {len} tokens is longer than the model's context of {context}")]
+    TooLong { len: usize, context: usize },
+    #[error("bad suite: {0}")]
+    BadSuite(String),
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

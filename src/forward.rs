@@ -1,0 +1,178 @@
+//! Running the model (spec section 4): the attention pattern of every head and the final
+//! logits, for all four families, in f32 like the reference implementations.
+
+use nalgebra::{DMatrix, DVector};
+
+use crate::model::{Activation, Mlp, Model, Norm, NormKind, Positions};
+use crate::{Error, Result};
+
+pub struct ForwardOutput {
+    /// `patterns[layer][head]` is query x key, causal, rows summing to 1.
+    pub patterns: Vec<Vec<DMatrix<f32>>>,
+    /// position x vocab.
+    pub logits: DMatrix<f32>,
+}
+
+/// Checks a token sequence against the model before running it.
+pub fn check_tokens(model: &Model, tokens: &[usize]) -> Result<()> {
+    if tokens.is_empty() {
+        return Err(Error::BadTokens("no tokens to run".into()));
+    }
+    if let Some(&id) = tokens.iter().find(|&&t| t >= model.config.vocab) {
+        return Err(Error::TokenOutOfRange { id, vocab: model.config.vocab });
+    }
+    if let Some(context) = model.config.context
+        && tokens.len() > context
+    {
+        return Err(Error::TooLong { len: tokens.len(), context });
+    }
+    Ok(())
+}
+
+pub fn run(model: &Model, tokens: &[usize]) -> Result<ForwardOutput> {
+    check_tokens(model, tokens)?;
+    let config = &model.config;
+    let seq = tokens.len();
+    let mut residual = DMatrix::from_fn(seq, config.d_model, |t, j| model.w_e[(tokens[t], j)]);
+    if let Some(w_pos) = &model.w_pos {
+        residual += w_pos.rows(0, seq);
+    }
+    let mut patterns = Vec::with_capacity(config.layers);
+    for layer in &model.layers {
+        let mlp = layer.mlp.as_ref().ok_or_else(|| Error::Invalid("the model was loaded without its MLP weights".into()))?;
+        let normed = normalise(&residual, &layer.ln1, config.norm, config.norm_eps);
+        let (attention_out, layer_patterns) = attend(model, layer, &normed);
+        patterns.push(layer_patterns);
+        if config.parallel_residual {
+            let mlp_out = feed_forward(mlp, config.activation, &normalise(&residual, &layer.ln2, config.norm, config.norm_eps));
+            residual += attention_out + mlp_out;
+        } else {
+            residual += attention_out;
+            let mlp_out = feed_forward(mlp, config.activation, &normalise(&residual, &layer.ln2, config.norm, config.norm_eps));
+            residual += mlp_out;
+        }
+    }
+    let normed = normalise(&residual, &model.ln_final, config.norm, config.norm_eps);
+    let mut logits = match &model.w_u {
+        Some(w_u) => &normed * w_u,
+        None => (&model.w_e * normed.transpose()).transpose(),
+    };
+    if let Some(b_u) = &model.b_u {
+        add_row_bias(&mut logits, b_u);
+    }
+    Ok(ForwardOutput { patterns, logits })
+}
+
+fn attend(model: &Model, layer: &crate::model::Layer, normed: &DMatrix<f32>) -> (DMatrix<f32>, Vec<DMatrix<f32>>) {
+    let config = &model.config;
+    let weights = &layer.attention;
+    let (seq, d_head) = (normed.nrows(), config.d_head);
+    let project = |w: &DMatrix<f32>, b: &DVector<f32>| {
+        let mut out = normed * w;
+        add_row_bias(&mut out, b);
+        out
+    };
+    let mut queries = project(&weights.w_q, &weights.b_q);
+    let mut keys = project(&weights.w_k, &weights.b_k);
+    let values = project(&weights.w_v, &weights.b_v);
+    if let Positions::Rotary { dims, base } = config.positions {
+        rotate(&mut queries, d_head, dims, base);
+        rotate(&mut keys, d_head, dims, base);
+    }
+    let scale = 1.0 / (d_head as f32).sqrt();
+    let mut mixed = DMatrix::zeros(seq, config.heads * d_head);
+    let mut patterns = Vec::with_capacity(config.heads);
+    for head in 0..config.heads {
+        let kv = config.kv_head_of(head) * d_head;
+        let q = queries.columns(head * d_head, d_head);
+        let k = keys.columns(kv, d_head);
+        let mut pattern = q * k.transpose() * scale;
+        for (t, mut row) in pattern.row_iter_mut().enumerate() {
+            let max = row.columns(0, t + 1).max();
+            let mut total = 0.0;
+            for key in 0..seq {
+                let weight = if key <= t { (row[key] - max).exp() } else { 0.0 };
+                row[key] = weight;
+                total += weight;
+            }
+            row /= total;
+        }
+        mixed.columns_mut(head * d_head, d_head).copy_from(&(&pattern * values.columns(kv, d_head)));
+        patterns.push(pattern);
+    }
+    let mut out = mixed * &weights.w_o;
+    add_row_bias(&mut out, &weights.b_o);
+    (out, patterns)
+}
+
+/// Hugging Face's rotate-half rotary embedding on the first `dims` dimensions of each head.
+fn rotate(projected: &mut DMatrix<f32>, d_head: usize, dims: usize, base: f32) {
+    let half = dims / 2;
+    let heads = projected.ncols() / d_head;
+    for t in 0..projected.nrows() {
+        for i in 0..half {
+            let inverse_frequency = 1.0 / base.powf((2 * i) as f32 / dims as f32);
+            let angle = t as f32 * inverse_frequency;
+            let (sin, cos) = angle.sin_cos();
+            for head in 0..heads {
+                let (a, b) = (head * d_head + i, head * d_head + i + half);
+                let (x1, x2) = (projected[(t, a)], projected[(t, b)]);
+                projected[(t, a)] = x1 * cos - x2 * sin;
+                projected[(t, b)] = x2 * cos + x1 * sin;
+            }
+        }
+    }
+}
+
+fn feed_forward(mlp: &Mlp, activation: Activation, normed: &DMatrix<f32>) -> DMatrix<f32> {
+    let mut hidden = normed * &mlp.w_in;
+    add_row_bias(&mut hidden, &mlp.b_in);
+    match &mlp.w_gate {
+        Some(w_gate) => {
+            let gate = (normed * w_gate).map(|g| activate(activation, g));
+            hidden.component_mul_assign(&gate);
+        }
+        None => hidden.apply(|h| *h = activate(activation, *h)),
+    }
+    let mut out = hidden * &mlp.w_out;
+    add_row_bias(&mut out, &mlp.b_out);
+    out
+}
+
+fn activate(activation: Activation, x: f32) -> f32 {
+    match activation {
+        Activation::Relu => x.max(0.0),
+        Activation::GeluTanh => 0.5 * x * (1.0 + ((2.0 / std::f32::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh()),
+        Activation::GeluErf => 0.5 * x * (1.0 + libm::erff(x / std::f32::consts::SQRT_2)),
+        Activation::Silu => x / (1.0 + (-x).exp()),
+    }
+}
+
+fn normalise(x: &DMatrix<f32>, norm: &Norm, kind: NormKind, eps: f32) -> DMatrix<f32> {
+    let mut out = x.clone();
+    let d = x.ncols() as f32;
+    for mut row in out.row_iter_mut() {
+        match kind {
+            NormKind::LayerNorm => {
+                let mean = row.sum() / d;
+                row.add_scalar_mut(-mean);
+                let variance = row.norm_squared() / d;
+                row /= (variance + eps).sqrt();
+            }
+            NormKind::RmsNorm => {
+                let mean_square = row.norm_squared() / d;
+                row /= (mean_square + eps).sqrt();
+            }
+        }
+        for (j, value) in row.iter_mut().enumerate() {
+            *value = *value * norm.weight[j] + norm.bias.as_ref().map_or(0.0, |b| b[j]);
+        }
+    }
+    out
+}
+
+fn add_row_bias(m: &mut DMatrix<f32>, bias: &DVector<f32>) {
+    for mut row in m.row_iter_mut() {
+        row += bias.transpose();
+    }
+}

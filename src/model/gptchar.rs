@@ -1,0 +1,115 @@
+//! Karpathy's "Let's build GPT" gpt.py character model: no config file, so every
+//! hyperparameter comes from tensor shapes and key names; the characters travel in the
+//! file's metadata under `vocab`.
+
+use nalgebra::{DMatrix, DVector};
+
+use super::{
+    Activation, Attention, Family, Layer, LoadParts, Mlp, Model, ModelConfig, NormKind, Positions, Reader, check_dimensions,
+    count_indexed,
+};
+use crate::{Error, Result};
+
+pub(super) fn load(reader: &mut Reader, parts: LoadParts) -> Result<Model> {
+    let names = reader.names();
+    let embedding = reader.shape("token_embedding_table.weight")?;
+    let [vocab, d_model] = embedding[..] else {
+        return Err(Error::BadShape { tensor: "token_embedding_table.weight".into(), actual: embedding, expected: "[vocab, n_embd]".into() });
+    };
+    let positions = reader.shape("position_embedding_table.weight")?;
+    let context = positions[0];
+    let layers = count_indexed(&names, "blocks.");
+    let heads = count_indexed(&names, "blocks.0.sa.heads.");
+    let query0 = reader.shape("blocks.0.sa.heads.0.query.weight")?;
+    let d_head = query0[0];
+    let d_mlp = reader.shape("blocks.0.ffwd.net.0.weight")?[0];
+    let config = ModelConfig {
+        family: Family::GptChar,
+        layers,
+        heads,
+        kv_heads: heads,
+        d_model,
+        d_head,
+        d_mlp,
+        vocab,
+        context: Some(context),
+        norm: NormKind::LayerNorm,
+        norm_eps: 1e-5,
+        positions: Positions::Learned,
+        activation: Activation::Relu,
+        parallel_residual: false,
+    };
+    check_dimensions(&config)?;
+
+    let vocab_strings = match reader.metadata("vocab") {
+        Some(text) => {
+            let list: Vec<String> = serde_json::from_str(&text)
+                .map_err(|e| Error::BadConfig(format!("metadata `vocab` is not a JSON list of strings: {e}")))?;
+            if list.len() != vocab {
+                return Err(Error::BadConfig(format!("metadata `vocab` has {} entries, the embedding has {vocab} rows", list.len())));
+            }
+            Some(list)
+        }
+        None => None,
+    };
+
+    let w_e = reader.matrix("token_embedding_table.weight", vocab, d_model)?;
+    let w_pos = reader.matrix("position_embedding_table.weight", context, d_model)?;
+    let mut layer_list = Vec::with_capacity(layers);
+    for l in 0..layers {
+        let prefix = format!("blocks.{l}");
+        let mut per_head = |kind: &str| -> Result<DMatrix<f32>> {
+            let mut stacked = DMatrix::zeros(d_model, heads * d_head);
+            for h in 0..heads {
+                let w = reader.linear(&format!("{prefix}.sa.heads.{h}.{kind}.weight"), d_model, d_head)?;
+                stacked.columns_mut(h * d_head, d_head).copy_from(&w);
+            }
+            Ok(stacked)
+        };
+        let w_q = per_head("query")?;
+        let w_k = per_head("key")?;
+        let w_v = per_head("value")?;
+        let attention = Attention {
+            w_q,
+            b_q: DVector::zeros(heads * d_head),
+            w_k,
+            b_k: DVector::zeros(heads * d_head),
+            w_v,
+            b_v: DVector::zeros(heads * d_head),
+            w_o: reader.linear(&format!("{prefix}.sa.proj.weight"), heads * d_head, d_model)?,
+            b_o: reader.optional_vector(&format!("{prefix}.sa.proj.bias"), d_model)?,
+        };
+        let mlp = match parts {
+            LoadParts::Circuits => None,
+            LoadParts::Everything => Some(Mlp {
+                w_in: reader.linear(&format!("{prefix}.ffwd.net.0.weight"), d_model, d_mlp)?,
+                b_in: reader.optional_vector(&format!("{prefix}.ffwd.net.0.bias"), d_mlp)?,
+                w_gate: None,
+                w_out: reader.linear(&format!("{prefix}.ffwd.net.2.weight"), d_mlp, d_model)?,
+                b_out: reader.optional_vector(&format!("{prefix}.ffwd.net.2.bias"), d_model)?,
+            }),
+        };
+        layer_list.push(Layer {
+            ln1: reader.norm(&format!("{prefix}.ln1"), d_model, NormKind::LayerNorm)?,
+            attention,
+            ln2: reader.norm(&format!("{prefix}.ln2"), d_model, NormKind::LayerNorm)?,
+            mlp,
+        });
+    }
+    let facts = ["steps", "tokens_seen", "val_loss", "seed", "trained_with"]
+        .iter()
+        .filter_map(|k| reader.metadata(k).map(|v| (k.to_string(), v)))
+        .collect();
+    Ok(Model {
+        w_e,
+        w_pos: Some(w_pos),
+        layers: layer_list,
+        ln_final: reader.norm("ln_f", d_model, NormKind::LayerNorm)?,
+        w_u: Some(reader.linear("lm_head.weight", d_model, vocab)?),
+        b_u: Some(reader.optional_vector("lm_head.bias", vocab)?),
+        vocab_strings,
+        facts,
+        parameter_count: reader.parameter_count(),
+        config,
+    })
+}

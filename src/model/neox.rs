@@ -1,0 +1,106 @@
+//! GPT-NeoX / Pythia: fused QKV interleaved per head ([head][q,k,v][d_head] along the output
+//! dimension), partial rotary, parallel attention + MLP, untied `embed_out`.
+
+use nalgebra::{DMatrix, DVector};
+
+use super::{
+    Activation, Attention, Family, Layer, LoadParts, Mlp, Model, ModelConfig, NormKind, Positions, Reader, check_dimensions,
+    config_f32, config_usize, count_indexed,
+};
+use crate::{Error, Result};
+
+/// A value that newer transformers keep under `rope_parameters` and older ones at top level.
+fn rope_setting(config: &serde_json::Value, nested: &str, flat: &str) -> Option<f64> {
+    config.get("rope_parameters").and_then(|r| r.get(nested)).and_then(|v| v.as_f64()).or_else(|| config.get(flat).and_then(|v| v.as_f64()))
+}
+
+pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>, parts: LoadParts) -> Result<Model> {
+    let config_json = config_json.ok_or_else(|| Error::BadConfig("a GPT-NeoX model needs its config.json".into()))?;
+    let names = reader.names();
+    let d_model = config_usize(config_json, &["hidden_size"])?;
+    let heads = config_usize(config_json, &["num_attention_heads"])?;
+    let d_head = d_model / heads.max(1);
+    let rotary_fraction = rope_setting(config_json, "partial_rotary_factor", "rotary_pct").unwrap_or(1.0);
+    let rotary_base = rope_setting(config_json, "rope_theta", "rotary_emb_base").unwrap_or(10000.0);
+    let vocab = reader.shape("gpt_neox.embed_in.weight")?[0];
+    let config = ModelConfig {
+        family: Family::Neox,
+        layers: count_indexed(&names, "gpt_neox.layers."),
+        heads,
+        kv_heads: heads,
+        d_model,
+        d_head,
+        d_mlp: config_usize(config_json, &["intermediate_size"]).unwrap_or(4 * d_model),
+        vocab,
+        context: None,
+        norm: NormKind::LayerNorm,
+        norm_eps: config_f32(config_json, "layer_norm_eps", 1e-5),
+        positions: Positions::Rotary { dims: (d_head as f64 * rotary_fraction) as usize, base: rotary_base as f32 },
+        activation: if config_json.get("hidden_act").and_then(|v| v.as_str()) == Some("gelu_new") {
+            Activation::GeluTanh
+        } else {
+            Activation::GeluErf
+        },
+        parallel_residual: config_json.get("use_parallel_residual").and_then(|v| v.as_bool()).unwrap_or(true),
+    };
+    check_dimensions(&config)?;
+    let d_mlp = config.d_mlp;
+
+    let w_e = reader.matrix("gpt_neox.embed_in.weight", vocab, d_model)?;
+    let mut layer_list = Vec::with_capacity(config.layers);
+    for l in 0..config.layers {
+        let p = format!("gpt_neox.layers.{l}");
+        let qkv = reader.linear(&format!("{p}.attention.query_key_value.weight"), d_model, 3 * d_model)?;
+        let qkv_bias = reader.optional_vector(&format!("{p}.attention.query_key_value.bias"), 3 * d_model)?;
+        // Un-interleave: head h's q, k, v are columns (3h + 0|1|2) * d_head of the fused map.
+        let split = |which: usize| {
+            let mut w = DMatrix::zeros(d_model, d_model);
+            let mut b = DVector::zeros(d_model);
+            for h in 0..heads {
+                let source = (3 * h + which) * d_head;
+                w.columns_mut(h * d_head, d_head).copy_from(&qkv.columns(source, d_head));
+                b.rows_mut(h * d_head, d_head).copy_from(&qkv_bias.rows(source, d_head));
+            }
+            (w, b)
+        };
+        let ((w_q, b_q), (w_k, b_k), (w_v, b_v)) = (split(0), split(1), split(2));
+        let attention = Attention {
+            w_q,
+            b_q,
+            w_k,
+            b_k,
+            w_v,
+            b_v,
+            w_o: reader.linear(&format!("{p}.attention.dense.weight"), d_model, d_model)?,
+            b_o: reader.optional_vector(&format!("{p}.attention.dense.bias"), d_model)?,
+        };
+        let mlp = match parts {
+            LoadParts::Circuits => None,
+            LoadParts::Everything => Some(Mlp {
+                w_in: reader.linear(&format!("{p}.mlp.dense_h_to_4h.weight"), d_model, d_mlp)?,
+                b_in: reader.optional_vector(&format!("{p}.mlp.dense_h_to_4h.bias"), d_mlp)?,
+                w_gate: None,
+                w_out: reader.linear(&format!("{p}.mlp.dense_4h_to_h.weight"), d_mlp, d_model)?,
+                b_out: reader.optional_vector(&format!("{p}.mlp.dense_4h_to_h.bias"), d_model)?,
+            }),
+        };
+        layer_list.push(Layer {
+            ln1: reader.norm(&format!("{p}.input_layernorm"), d_model, NormKind::LayerNorm)?,
+            attention,
+            ln2: reader.norm(&format!("{p}.post_attention_layernorm"), d_model, NormKind::LayerNorm)?,
+            mlp,
+        });
+    }
+    Ok(Model {
+        w_e,
+        w_pos: None,
+        layers: layer_list,
+        ln_final: reader.norm("gpt_neox.final_layer_norm", d_model, NormKind::LayerNorm)?,
+        w_u: Some(reader.linear("embed_out.weight", d_model, vocab)?),
+        b_u: None,
+        vocab_strings: None,
+        facts: Vec::new(),
+        parameter_count: reader.parameter_count(),
+        config,
+    })
+}

@@ -1,0 +1,126 @@
+//! The header of one safetensors file, parsed with the `safetensors` crate but read through a
+//! `ByteSource`, so only the header is in memory until a tensor is asked for.
+
+use std::collections::HashMap;
+
+use safetensors::{Dtype, SafeTensorError, tensor::Metadata};
+
+use super::{ByteSource, Tensor};
+use crate::{Error, Result};
+
+/// The safetensors reference implementation refuses headers over 100 MB; so do we, before
+/// allocating anything for them.
+pub const MAX_HEADER_BYTES: u64 = 100_000_000;
+
+/// Where one tensor lives in its file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorEntry {
+    pub dtype: Dtype,
+    pub shape: Vec<usize>,
+    /// Absolute byte range in the file.
+    pub start: u64,
+    pub end: u64,
+}
+
+pub struct SafetensorsFile<'a> {
+    source: &'a dyn ByteSource,
+    tensors: HashMap<String, TensorEntry>,
+    metadata: HashMap<String, String>,
+}
+
+impl<'a> SafetensorsFile<'a> {
+    pub fn open(source: &'a dyn ByteSource) -> Result<Self> {
+        let file = source.name().to_string();
+        let file_len = source.len();
+        let not_safetensors = |reason: &str| Error::NotSafetensors { file: file.clone(), reason: reason.into() };
+        if file_len < 8 {
+            return Err(not_safetensors("shorter than the 8-byte header length"));
+        }
+        let length_bytes = source.read_range(0, 8)?;
+        let header_len = u64::from_le_bytes(length_bytes.try_into().expect("8 bytes"));
+        if header_len > MAX_HEADER_BYTES {
+            // A 10 GB claim is far more likely a foreign file than a real header.
+            return Err(Error::HeaderTooLarge { file, claimed: header_len, limit: MAX_HEADER_BYTES });
+        }
+        if 8 + header_len > file_len {
+            return Err(Error::HeaderPastEnd { file, claimed: header_len, actual: file_len });
+        }
+        let header = source.read_range(8, header_len as usize)?;
+        if header.first() != Some(&b'{') {
+            return Err(not_safetensors("the header is not a JSON object"));
+        }
+        let header_text = std::str::from_utf8(&header).map_err(|_| not_safetensors("the header is not UTF-8"))?;
+        let parsed: Metadata = serde_json::from_str(header_text).map_err(|e| describe_header_error(&file, &e.to_string()))?;
+        let data_start = 8 + header_len;
+        let expected_len = data_start + parsed.data_len() as u64;
+        if expected_len > file_len {
+            return Err(Error::Truncated { file, expected: expected_len, actual: file_len });
+        }
+        let tensors = parsed
+            .tensors()
+            .into_iter()
+            .map(|(name, info)| {
+                let entry = TensorEntry {
+                    dtype: info.dtype,
+                    shape: info.shape.clone(),
+                    start: data_start + info.data_offsets.0 as u64,
+                    end: data_start + info.data_offsets.1 as u64,
+                };
+                (name, entry)
+            })
+            .collect();
+        let metadata = parsed.metadata().clone().unwrap_or_default();
+        Ok(Self { source, tensors, metadata })
+    }
+
+    pub fn name(&self) -> &str {
+        self.source.name()
+    }
+
+    pub fn metadata(&self) -> &HashMap<String, String> {
+        &self.metadata
+    }
+
+    pub fn entries(&self) -> &HashMap<String, TensorEntry> {
+        &self.tensors
+    }
+
+    /// Reads one tensor and converts it to f32 (f16 and bf16 are widened exactly).
+    pub fn read(&self, name: &str) -> Result<Option<Tensor>> {
+        let Some(entry) = self.tensors.get(name) else { return Ok(None) };
+        let bytes = self.source.read_range(entry.start, (entry.end - entry.start) as usize)?;
+        let data: Vec<f32> = match entry.dtype {
+            Dtype::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+            Dtype::F16 => bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+            Dtype::BF16 => bytes.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+            other => {
+                return Err(Error::UnknownDtype { file: self.name().into(), tensor: name.into(), dtype: format!("{other:?}") });
+            }
+        };
+        if let Some(first_index) = data.iter().position(|v| !v.is_finite()) {
+            let count = data.iter().filter(|v| !v.is_finite()).count();
+            return Err(Error::NonFinite { tensor: name.into(), count, first_index });
+        }
+        Ok(Some(Tensor { name: name.into(), shape: entry.shape.clone(), data }))
+    }
+}
+
+/// The safetensors crate reports table problems through serde; turn them into our messages.
+fn describe_header_error(file: &str, message: &str) -> Error {
+    let bad = |reason: String| Error::BadOffsets { file: file.into(), reason };
+    if message.contains("unknown variant") {
+        return Error::NotSafetensors { file: file.into(), reason: format!("unknown dtype in header: {message}") };
+    }
+    for (error, reason) in [
+        (SafeTensorError::TensorInvalidInfo.to_string(), "a tensor's byte range does not match its shape and dtype"),
+        (SafeTensorError::ValidationOverflow.to_string(), "a tensor's size overflows"),
+    ] {
+        if message.contains(&error) {
+            return bad(reason.into());
+        }
+    }
+    if message.contains("offset") {
+        return bad(format!("tensor byte ranges overlap or leave gaps ({message})"));
+    }
+    Error::NotSafetensors { file: file.into(), reason: format!("the header is not a safetensors table ({message})") }
+}
