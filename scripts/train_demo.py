@@ -357,6 +357,7 @@ class ThreadChooser:
     busy elsewhere a 2-thread step takes 4-5 s (threads wait on each other at every op's
     barrier) against ~2 s single-threaded; with both cores free 2 threads take ~1.2 s.
     Decided every 10 steps from /proc/stat (all CPUs) minus this process's own CPU time.
+    The first 10 steps after a (re)start run with 2 threads.
     Changing the thread count only changes floating-point summation order."""
 
     def __init__(self, max_threads=2):
@@ -364,6 +365,7 @@ class ThreadChooser:
         self.tick = os.sysconf("SC_CLK_TCK")
         self.prev = self._sample()
         self.n = max_threads
+        self.quiet = 0
 
     def _sample(self):
         with open("/proc/stat") as f:
@@ -377,7 +379,10 @@ class ThreadChooser:
         wall = now[0] - self.prev[0]
         others = ((now[1] - self.prev[1]) - (now[2] - self.prev[2])) / max(wall, 1e-6)
         self.prev = now
-        n = 1 if others > 0.35 else self.max
+        # hysteresis: drop to 1 thread as soon as others use > 0.15 core; go back to 2 only
+        # after three quiet windows (30 steps) in a row, so intermittent builds do not flap it
+        self.quiet = self.quiet + 1 if others < 0.1 else 0
+        n = 1 if others > 0.15 else (self.max if self.quiet >= 3 or self.n == self.max else self.n)
         if n != self.n:
             self.n = n
             torch.set_num_threads(n)

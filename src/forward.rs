@@ -39,16 +39,19 @@ pub fn run(model: &Model, tokens: &[usize]) -> Result<ForwardOutput> {
     }
     let mut patterns = Vec::with_capacity(config.layers);
     for layer in &model.layers {
-        let mlp = layer.mlp.as_ref().ok_or_else(|| Error::Invalid("the model was loaded without its MLP weights".into()))?;
+        let mlp =
+            layer.mlp.as_ref().ok_or_else(|| Error::Invalid("the model was loaded without its MLP weights".into()))?;
         let normed = normalise(&residual, &layer.ln1, config.norm, config.norm_eps);
         let (attention_out, layer_patterns) = attend(model, layer, &normed);
         patterns.push(layer_patterns);
         if config.parallel_residual {
-            let mlp_out = feed_forward(mlp, config.activation, &normalise(&residual, &layer.ln2, config.norm, config.norm_eps));
+            let mlp_out =
+                feed_forward(mlp, config.activation, &normalise(&residual, &layer.ln2, config.norm, config.norm_eps));
             residual += attention_out + mlp_out;
         } else {
             residual += attention_out;
-            let mlp_out = feed_forward(mlp, config.activation, &normalise(&residual, &layer.ln2, config.norm, config.norm_eps));
+            let mlp_out =
+                feed_forward(mlp, config.activation, &normalise(&residual, &layer.ln2, config.norm, config.norm_eps));
             residual += mlp_out;
         }
     }
@@ -142,7 +145,9 @@ fn feed_forward(mlp: &Mlp, activation: Activation, normed: &DMatrix<f32>) -> DMa
 fn activate(activation: Activation, x: f32) -> f32 {
     match activation {
         Activation::Relu => x.max(0.0),
-        Activation::GeluTanh => 0.5 * x * (1.0 + ((2.0 / std::f32::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh()),
+        Activation::GeluTanh => {
+            0.5 * x * (1.0 + ((2.0 / std::f32::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+        }
         Activation::GeluErf => 0.5 * x * (1.0 + libm::erff(x / std::f32::consts::SQRT_2)),
         Activation::Silu => x / (1.0 + (-x).exp()),
     }

@@ -12,3 +12,7 @@ pub mod tokens;
 pub mod weights;
 
 pub use error::{Error, Result};
+
+/// The page (Leptos, client-side rendering): views over the core above. Browser-only.
+#[cfg(target_arch = "wasm32")]
+pub mod ui;

@@ -28,21 +28,23 @@ impl Tokenizer {
 
     pub fn encode(&self, text: &str) -> Result<Vec<usize>> {
         match self {
-            Tokenizer::Chars(chars) => text
-                .chars()
-                .map(|c| {
-                    let s = c.to_string();
-                    chars.iter().position(|v| *v == s).ok_or_else(|| {
-                        Error::BadTokens(format!("character {c:?} is not in the model's vocabulary"))
+            Tokenizer::Chars(chars) => {
+                text.chars()
+                    .map(|c| {
+                        let s = c.to_string();
+                        chars.iter().position(|v| *v == s).ok_or_else(|| {
+                            Error::BadTokens(format!("character {c:?} is not in the model's vocabulary"))
+                        })
                     })
-                })
-                .collect(),
+                    .collect()
+            }
             Tokenizer::Hugging(tokenizer) => {
                 let encoding = tokenizer.encode(text, false).map_err(|e| Error::Tokenizer(e.to_string()))?;
                 Ok(encoding.get_ids().iter().map(|&i| i as usize).collect())
             }
             Tokenizer::IdsOnly { .. } => Err(Error::BadTokens(
-                "this model has no vocabulary (no tokenizer.json, no `vocab` metadata): give token ids, e.g. 3,1,4".into(),
+                "this model has no vocabulary (no tokenizer.json, no `vocab` metadata): give token ids, e.g. 3,1,4"
+                    .into(),
             )),
         }
     }
@@ -70,16 +72,22 @@ impl Tokenizer {
         };
         match ids[..] {
             [id] => Ok(id),
-            _ => Err(Error::BadTokens(format!("{written:?} is {} tokens, not one (write #id for a token id)", ids.len()))),
+            _ => Err(Error::BadTokens(format!(
+                "{written:?} is {} tokens, not one (write #id for a token id)",
+                ids.len()
+            ))),
         }
     }
 
     /// Ids the tokenizer marks special (excluded from random probe sequences).
     pub fn special_ids(&self) -> Vec<usize> {
         match self {
-            Tokenizer::Hugging(tokenizer) => {
-                tokenizer.get_added_tokens_decoder().iter().filter(|(_, t)| t.special).map(|(&id, _)| id as usize).collect()
-            }
+            Tokenizer::Hugging(tokenizer) => tokenizer
+                .get_added_tokens_decoder()
+                .iter()
+                .filter(|(_, t)| t.special)
+                .map(|(&id, _)| id as usize)
+                .collect(),
             _ => Vec::new(),
         }
     }

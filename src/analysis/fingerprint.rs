@@ -4,9 +4,9 @@
 use serde::Serialize;
 use serde::ser::SerializeStruct;
 
+use super::HeadId;
 use super::circuits::{Circuits, Grams, Mode};
 use super::spectrum::Fingerprint;
-use super::HeadId;
 use crate::model::{Model, ModelConfig};
 use crate::{Error, Result};
 
@@ -25,7 +25,16 @@ pub struct ModelSummary {
 impl ModelSummary {
     pub fn of(model: &Model) -> Self {
         let ModelConfig { family, layers, heads, kv_heads, d_model, d_head, vocab, .. } = model.config;
-        ModelSummary { family: family.name(), layers, heads, kv_heads, d_model, d_head, vocab, parameters: model.parameter_count }
+        ModelSummary {
+            family: family.name(),
+            layers,
+            heads,
+            kv_heads,
+            d_model,
+            d_head,
+            vocab,
+            parameters: model.parameter_count,
+        }
     }
 }
 
@@ -73,8 +82,27 @@ impl Serialize for Fingerprint {
     }
 }
 
-/// Fingerprints every head. `progress(done, total)` is called after each head and may
-/// return false to cancel (the page's cancel button).
+/// The three fingerprints of one head.
+pub fn fingerprint_head(circuits: &Circuits, id: HeadId) -> Result<HeadFingerprint> {
+    let weights = circuits.head_weights(id);
+    let spectrum = |circuit: &str, factored: super::Factored| {
+        factored.fingerprint().map_err(|reason| Error::Spectrum {
+            head: id.to_string(),
+            circuit: circuit.into(),
+            reason,
+        })
+    };
+    Ok(HeadFingerprint {
+        layer: id.layer,
+        head: id.head,
+        qk: spectrum("QK", circuits.qk(&weights))?,
+        ov: spectrum("OV", circuits.ov_token(&weights))?,
+        ov_residual: spectrum("OV (residual)", circuits.ov_residual(&weights))?,
+    })
+}
+
+/// Fingerprints every head, one after another. `progress(done, total)` is called after each
+/// head and may return false to cancel (the page's cancel button).
 pub fn fingerprint_model_with_progress(
     model: &Model,
     grams: &Grams,
@@ -85,17 +113,7 @@ pub fn fingerprint_model_with_progress(
     let total = model.config.layers * model.config.heads;
     let mut heads = Vec::with_capacity(total);
     for (done, id) in HeadId::all(&model.config).enumerate() {
-        let weights = circuits.head_weights(id);
-        let spectrum = |circuit: &str, factored: super::Factored| {
-            factored.fingerprint().map_err(|reason| Error::Spectrum { head: id.to_string(), circuit: circuit.into(), reason })
-        };
-        heads.push(HeadFingerprint {
-            layer: id.layer,
-            head: id.head,
-            qk: spectrum("QK", circuits.qk(&weights))?,
-            ov: spectrum("OV", circuits.ov_token(&weights))?,
-            ov_residual: spectrum("OV (residual)", circuits.ov_residual(&weights))?,
-        });
+        heads.push(fingerprint_head(&circuits, id)?);
         if !progress(done + 1, total) {
             return Err(Error::Invalid("cancelled".into()));
         }
@@ -103,6 +121,29 @@ pub fn fingerprint_model_with_progress(
     Ok(ModelFingerprint { model: ModelSummary::of(model), mode: mode.name(), heads })
 }
 
+/// Fingerprints every head, on all cores where there are threads (native), else in turn.
 pub fn fingerprint_model(model: &Model, mode: Mode) -> Result<ModelFingerprint> {
-    fingerprint_model_with_progress(model, &Grams::compute(model), mode, &mut |_, _| true)
+    let grams = Grams::compute(model);
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let circuits = Circuits::new(model, &grams, mode);
+        let ids: Vec<HeadId> = HeadId::all(&model.config).collect();
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(ids.len().max(1));
+        let chunk = ids.len().div_ceil(workers).max(1);
+        let heads: Result<Vec<Vec<HeadFingerprint>>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = ids
+                .chunks(chunk)
+                .map(|part| {
+                    let circuits = &circuits;
+                    scope.spawn(move || {
+                        part.iter().map(|&id| fingerprint_head(circuits, id)).collect::<Result<Vec<_>>>()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("fingerprint worker panicked")).collect()
+        });
+        Ok(ModelFingerprint { model: ModelSummary::of(model), mode: mode.name(), heads: heads?.concat() })
+    }
+    #[cfg(target_arch = "wasm32")]
+    fingerprint_model_with_progress(model, &grams, mode, &mut |_, _| true)
 }

@@ -5,8 +5,8 @@
 
 use nalgebra::DMatrix;
 
-use super::circuits::{Circuits, fold_reading};
 use super::HeadId;
+use super::circuits::{Circuits, fold_reading};
 use crate::{Error, Result};
 
 pub struct OvTokenLogits {
@@ -26,11 +26,7 @@ impl OvTokenLogits {
         let weights = circuits.head_weights(id);
         let embed_side = &model.w_e * weights.w_v.cast::<f32>();
         // B = (W_O T) W_U, where T folds ln_final (identity in raw mode).
-        let mut o_t = weights.w_o.transpose();
-        if circuits.mode == super::Mode::Folded {
-            fold_reading(&model.ln_final, model.config.norm, &mut o_t);
-        }
-        let o_t = o_t.transpose().cast::<f32>();
+        let o_t = weights.w_o_unembed.cast::<f32>();
         let unembed_side = match &model.w_u {
             Some(w_u) => &o_t * w_u,
             None => (&model.w_e * o_t.transpose()).transpose(),
@@ -64,7 +60,13 @@ impl OvTokenLogits {
     pub fn entry(&self, from: usize, to: usize) -> Result<f64> {
         self.check(from)?;
         self.check(to)?;
-        Ok(self.embed_side.row(from).iter().zip(self.unembed_side.column(to).iter()).map(|(a, b)| *a as f64 * *b as f64).sum())
+        Ok(self
+            .embed_side
+            .row(from)
+            .iter()
+            .zip(self.unembed_side.column(to).iter())
+            .map(|(a, b)| *a as f64 * *b as f64)
+            .sum())
     }
 
     /// Self-copy logits (the diagonal).

@@ -64,7 +64,9 @@ impl Factored {
         // restricted = R (B A) R^+. Its eigenvalues are M's non-zero ones, its eigenvectors
         // M's own (in that basis), so κ does not depend on how W_V/W_O split the circuit.
         let gram = to_faer(&self.gram_left);
-        let sym = gram.self_adjoint_eigen(faer::Side::Lower).map_err(|_| "A^T A: eigendecomposition did not converge".to_string())?;
+        let sym = gram
+            .self_adjoint_eigen(faer::Side::Lower)
+            .map_err(|_| "A^T A: eigendecomposition did not converge".to_string())?;
         let values: Vec<f64> = sym.S().column_vector().iter().copied().collect();
         let largest = values.iter().cloned().fold(0.0, f64::max);
         let kept: Vec<usize> = (0..r).filter(|&i| values[i] > largest * RANK_TOLERANCE).collect();
@@ -93,7 +95,8 @@ impl Factored {
             copying_score: eigenvalues.iter().map(|l| l.re).sum::<f64>() / scale,
             imaginary_fraction: eigenvalues.iter().map(|l| l.im.abs()).sum::<f64>() / scale,
             eigenvector_condition: eigenvector_condition(eigen.U())?,
-            departure_from_normality: (frobenius_squared - eigenvalue_energy).max(0.0).sqrt() / frobenius_squared.sqrt(),
+            departure_from_normality: (frobenius_squared - eigenvalue_energy).max(0.0).sqrt()
+                / frobenius_squared.sqrt(),
             scale,
             eigenvalues,
         })

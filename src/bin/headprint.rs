@@ -100,6 +100,7 @@ struct ProbeArgs {
     head: Option<String>,
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli.command) {
@@ -138,7 +139,10 @@ fn run(command: Command) -> Result<()> {
             }
             print_summary(&report.model);
             println!("mode: {}\n", report.mode);
-            println!("{:<7} {:>9} {:>9} {:>9} {:>9} {:>10}   {:>9} {:>9} {:>10}", "head", "OV copy", "OV imag", "OV κ", "OV dep", "OV scale", "QK copy", "QK imag", "QK κ");
+            println!(
+                "{:<7} {:>9} {:>9} {:>9} {:>9} {:>10}   {:>9} {:>9} {:>10}",
+                "head", "OV copy", "OV imag", "OV κ", "OV dep", "OV scale", "QK copy", "QK imag", "QK κ"
+            );
             for h in &report.heads {
                 println!(
                     "{:<7} {:>9.4} {:>9.4} {:>9} {:>9.4} {:>10.4}   {:>9.4} {:>9.4} {:>10}",
@@ -166,7 +170,9 @@ fn run(command: Command) -> Result<()> {
             let patterns: Vec<Vec<Vec<Vec<f32>>>> = output
                 .patterns
                 .iter()
-                .map(|heads| heads.iter().map(|p| p.row_iter().map(|r| r.iter().copied().collect()).collect()).collect())
+                .map(|heads| {
+                    heads.iter().map(|p| p.row_iter().map(|r| r.iter().copied().collect()).collect()).collect()
+                })
                 .collect();
             if common.json {
                 return print_json(&json!({"tokens": ids, "patterns": patterns}));
@@ -193,7 +199,8 @@ fn run(command: Command) -> Result<()> {
             let logits = OvTokenLogits::new(&Circuits::new(model, &grams, mode), id);
             let diagonal = logits.diagonal();
             let normalised = logits.normalised_diagonal();
-            let entry = |i: usize, values: &[f64]| json!({"token": tokenizer.token_text(i), "id": i, "value": values[i]});
+            let entry =
+                |i: usize, values: &[f64]| json!({"token": tokenizer.token_text(i), "id": i, "value": values[i]});
             let mut report = json!({
                 "head": id.to_string(),
                 "mode": mode.name(),
@@ -218,19 +225,36 @@ fn run(command: Command) -> Result<()> {
             }
             println!("{id} OV self-copy logits ({} mode)", mode.name());
             println!("{:<14} {:>10}   {:<14} {:>10}", "raw", "", "normalised", "");
-            let (raw_rows, norm_rows) = (report["top_raw"].as_array().unwrap(), report["top_normalised"].as_array().unwrap());
+            let (raw_rows, norm_rows) =
+                (report["top_raw"].as_array().unwrap(), report["top_normalised"].as_array().unwrap());
             for (a, b) in raw_rows.iter().zip(norm_rows) {
-                println!("{:<14} {:>10.4}   {:<14} {:>10.4}", show(a["token"].as_str().unwrap()), a["value"].as_f64().unwrap(), show(b["token"].as_str().unwrap()), b["value"].as_f64().unwrap());
+                println!(
+                    "{:<14} {:>10.4}   {:<14} {:>10.4}",
+                    show(a["token"].as_str().unwrap()),
+                    a["value"].as_f64().unwrap(),
+                    show(b["token"].as_str().unwrap()),
+                    b["value"].as_f64().unwrap()
+                );
             }
             if let Some(p) = report.get("pair") {
                 let value = p["value"].as_f64().unwrap();
                 let verb = if value >= 0.0 { "raises" } else { "lowers" };
-                println!("\nattending {} {verb} {} by {:+.4}", show(p["from"].as_str().unwrap()), show(p["to"].as_str().unwrap()), value);
+                println!(
+                    "\nattending {} {verb} {} by {:+.4}",
+                    show(p["from"].as_str().unwrap()),
+                    show(p["to"].as_str().unwrap()),
+                    value
+                );
             }
             if let Some(r) = report.get("row") {
                 println!("\nattending {}:", show(r["from"].as_str().unwrap()));
                 for (label, key) in [("promotes", "promotes"), ("suppresses", "suppresses")] {
-                    let list: Vec<String> = r[key].as_array().unwrap().iter().map(|e| format!("{} {:+.3}", show(e["token"].as_str().unwrap()), e["value"].as_f64().unwrap())).collect();
+                    let list: Vec<String> = r[key]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|e| format!("{} {:+.3}", show(e["token"].as_str().unwrap()), e["value"].as_f64().unwrap()))
+                        .collect();
                     println!("  {label}: {}", list.join(", "));
                 }
             }
@@ -246,11 +270,13 @@ fn probe(args: ProbeArgs) -> Result<()> {
         let suite = match Suite::builtin(suite_name) {
             Some(suite) => suite,
             None => {
-                let text = std::fs::read_to_string(suite_name).map_err(|e| Error::BadSuite(format!("{suite_name}: {e}")))?;
+                let text =
+                    std::fs::read_to_string(suite_name).map_err(|e| Error::BadSuite(format!("{suite_name}: {e}")))?;
                 Suite::from_json(&text)?
             }
         };
-        let head_name = args.head.as_deref().or(suite.head.as_deref()).ok_or_else(|| Error::BadSuite("give --head L5H0".into()))?;
+        let head_name =
+            args.head.as_deref().or(suite.head.as_deref()).ok_or_else(|| Error::BadSuite("give --head L5H0".into()))?;
         let head = HeadId::parse(head_name, &model.config)?;
         let rows = verdict_table(model, tokenizer, &suite, head)?;
         if args.common.json {
@@ -259,7 +285,9 @@ fn probe(args: ProbeArgs) -> Result<()> {
         println!("suite {} on {head}", suite.name);
         println!("{:<6} {:<28} {:>4}  {:<30} {:<30}", "id", "prompt", "q", "top (pos tok weight)", "runner-up");
         for row in &rows {
-            let cell = |a: &headprint::probes::suite::Attended| format!("{} {} {:.4} {}", a.position, show(&a.token), a.weight, a.verdict.label());
+            let cell = |a: &headprint::probes::suite::Attended| {
+                format!("{} {} {:.4} {}", a.position, show(&a.token), a.weight, a.verdict.label())
+            };
             println!(
                 "{:<6} {:<28} {:>4}  {:<30} {:<30}",
                 row.id,
@@ -278,7 +306,10 @@ fn probe(args: ProbeArgs) -> Result<()> {
         (Some(ids), _) => (parse_ids(ids)?, RepeatSource::Given),
         (None, Some(path)) => {
             let text = std::fs::read_to_string(path).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
-            (text_window_first_copy(&tokenizer.encode(&text)?, args.len, args.seed)?, RepeatSource::TextWindow { seed: args.seed })
+            (
+                text_window_first_copy(&tokenizer.encode(&text)?, args.len, args.seed)?,
+                RepeatSource::TextWindow { seed: args.seed },
+            )
         }
         (None, None) => (
             random_first_copy(model.config.vocab, args.len, args.seed, &tokenizer.special_ids())?,
@@ -293,7 +324,13 @@ fn probe(args: ProbeArgs) -> Result<()> {
     println!("prefix-copy accuracy: {:.4}\n", report.prefix_copy_accuracy);
     println!("{:<7} {:>10} {:>10} {:>10}", "head", "induction", "previous", "duplicate");
     for h in &report.heads {
-        println!("{:<7} {:>10.4} {:>10.4} {:>10.4}", format!("L{}H{}", h.layer, h.head), h.induction_score, h.previous_token_score, h.duplicate_token_score);
+        println!(
+            "{:<7} {:>10.4} {:>10.4} {:>10.4}",
+            format!("L{}H{}", h.layer, h.head),
+            h.induction_score,
+            h.previous_token_score,
+            h.duplicate_token_score
+        );
     }
     Ok(())
 }
@@ -313,3 +350,7 @@ fn kappa(value: Option<f64>) -> String {
 fn show(token: &str) -> String {
     token.replace('\n', "\\n").replace(' ', "␣")
 }
+
+/// The CLI is native-only; wasm builds of the crate skip it.
+#[cfg(target_arch = "wasm32")]
+fn main() {}

@@ -2,8 +2,8 @@
 //! to `wte`) and nanoGPT's nn.Linear variant (out x in), told apart by the fused QKV shape.
 
 use super::{
-    Activation, Attention, Family, Layer, LoadParts, Mlp, Model, ModelConfig, NormKind, Positions, Reader, check_dimensions,
-    config_f32, config_usize, count_indexed,
+    Activation, Attention, Family, Layer, LoadParts, Mlp, Model, ModelConfig, NormKind, Positions, Reader,
+    check_dimensions, config_f32, config_usize, count_indexed,
 };
 use crate::{Error, Result};
 
@@ -12,10 +12,17 @@ pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>,
     let prefix = if reader.has("transformer.wte.weight") { "transformer." } else { "" };
     let embedding = reader.shape(&format!("{prefix}wte.weight"))?;
     let [vocab, d_model] = embedding[..] else {
-        return Err(Error::BadShape { tensor: format!("{prefix}wte.weight"), actual: embedding, expected: "[vocab, n_embd]".into() });
+        return Err(Error::BadShape {
+            tensor: format!("{prefix}wte.weight"),
+            actual: embedding,
+            expected: "[vocab, n_embd]".into(),
+        });
     };
     let config_json = config_json.ok_or_else(|| {
-        Error::BadConfig("a GPT-2 model needs its config.json beside the weights (the head count is not in the tensor shapes)".into())
+        Error::BadConfig(
+            "a GPT-2 model needs its config.json beside the weights (the head count is not in the tensor shapes)"
+                .into(),
+        )
     })?;
     let heads = config_usize(config_json, &["n_head", "num_attention_heads"])?;
     let layers = count_indexed(&names, &format!("{prefix}h."));
@@ -28,7 +35,11 @@ pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>,
     // Conv1D stores c_attn as [d_model, 3 d_model]; nn.Linear as [3 d_model, d_model].
     let qkv_shape = reader.shape(&format!("{prefix}h.0.attn.c_attn.weight"))?;
     let linear_layout = qkv_shape == [3 * d_model, d_model];
-    let d_mlp = reader.shape(&format!("{prefix}h.0.mlp.c_fc.weight"))?.into_iter().find(|&d| d != d_model).unwrap_or(4 * d_model);
+    let d_mlp = reader
+        .shape(&format!("{prefix}h.0.mlp.c_fc.weight"))?
+        .into_iter()
+        .find(|&d| d != d_model)
+        .unwrap_or(4 * d_model);
     let config = ModelConfig {
         family: Family::Gpt2,
         layers,

@@ -5,8 +5,8 @@
 use nalgebra::{DMatrix, DVector};
 
 use super::{
-    Activation, Attention, Family, Layer, LoadParts, Mlp, Model, ModelConfig, NormKind, Positions, Reader, check_dimensions,
-    count_indexed,
+    Activation, Attention, Family, Layer, LoadParts, Mlp, Model, ModelConfig, NormKind, Positions, Reader,
+    check_dimensions, count_indexed,
 };
 use crate::{Error, Result};
 
@@ -14,7 +14,11 @@ pub(super) fn load(reader: &mut Reader, parts: LoadParts) -> Result<Model> {
     let names = reader.names();
     let embedding = reader.shape("token_embedding_table.weight")?;
     let [vocab, d_model] = embedding[..] else {
-        return Err(Error::BadShape { tensor: "token_embedding_table.weight".into(), actual: embedding, expected: "[vocab, n_embd]".into() });
+        return Err(Error::BadShape {
+            tensor: "token_embedding_table.weight".into(),
+            actual: embedding,
+            expected: "[vocab, n_embd]".into(),
+        });
     };
     let positions = reader.shape("position_embedding_table.weight")?;
     let context = positions[0];
@@ -46,7 +50,10 @@ pub(super) fn load(reader: &mut Reader, parts: LoadParts) -> Result<Model> {
             let list: Vec<String> = serde_json::from_str(&text)
                 .map_err(|e| Error::BadConfig(format!("metadata `vocab` is not a JSON list of strings: {e}")))?;
             if list.len() != vocab {
-                return Err(Error::BadConfig(format!("metadata `vocab` has {} entries, the embedding has {vocab} rows", list.len())));
+                return Err(Error::BadConfig(format!(
+                    "metadata `vocab` has {} entries, the embedding has {vocab} rows",
+                    list.len()
+                )));
             }
             Some(list)
         }

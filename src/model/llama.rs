@@ -2,8 +2,8 @@
 //! key/value head h / (heads / kv_heads)), SwiGLU MLP, often sharded.
 
 use super::{
-    Activation, Attention, Family, Layer, LoadParts, Mlp, Model, ModelConfig, NormKind, Positions, Reader, check_dimensions,
-    config_f32, config_usize, count_indexed,
+    Activation, Attention, Family, Layer, LoadParts, Mlp, Model, ModelConfig, NormKind, Positions, Reader,
+    check_dimensions, config_f32, config_usize, count_indexed,
 };
 use crate::{Error, Result};
 

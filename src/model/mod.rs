@@ -160,7 +160,9 @@ impl Model {
     pub fn load(files: &ModelFiles, parts: LoadParts) -> Result<Model> {
         let store = TensorStore::open(files)?;
         let config_json = match &files.config_json {
-            Some(text) => Some(serde_json::from_str::<serde_json::Value>(text).map_err(|e| Error::BadConfig(e.to_string()))?),
+            Some(text) => {
+                Some(serde_json::from_str::<serde_json::Value>(text).map_err(|e| Error::BadConfig(e.to_string()))?)
+            }
             None => None,
         };
         let family = detect_family(&store, config_json.as_ref())?;
@@ -193,7 +195,9 @@ fn detect_family(store: &TensorStore, config: Option<&serde_json::Value>) -> Res
             "gpt2" => Ok(Family::Gpt2),
             "gpt_neox" => Ok(Family::Neox),
             "llama" | "mistral" => Ok(Family::Llama),
-            other => Err(Error::UnknownFamily(format!("config.json says model_type \"{other}\"; headprint reads gptchar, gpt2, gpt_neox and llama"))),
+            other => Err(Error::UnknownFamily(format!(
+                "config.json says model_type \"{other}\"; headprint reads gptchar, gpt2, gpt_neox and llama"
+            ))),
         };
     }
     let has = |name: &str| store.contains(name);
@@ -275,7 +279,9 @@ impl Reader<'_> {
 
     pub fn parameter_count(&self) -> u64 {
         // Buffers that some files carry (causal masks, rotary tables) are not parameters.
-        let buffer = |n: &str| n.ends_with(".tril") || n.ends_with(".attn.bias") || n.ends_with("masked_bias") || n.ends_with("inv_freq");
+        let buffer = |n: &str| {
+            n.ends_with(".tril") || n.ends_with(".attn.bias") || n.ends_with("masked_bias") || n.ends_with("inv_freq")
+        };
         self.store
             .names()
             .filter(|n| !buffer(n))
@@ -309,7 +315,10 @@ pub(crate) fn check_dimensions(config: &ModelConfig) -> Result<()> {
         )));
     }
     if config.kv_heads == 0 || config.heads % config.kv_heads != 0 {
-        return Err(Error::BadConfig(format!("{} heads cannot share {} key/value heads", config.heads, config.kv_heads)));
+        return Err(Error::BadConfig(format!(
+            "{} heads cannot share {} key/value heads",
+            config.heads, config.kv_heads
+        )));
     }
     Ok(())
 }

@@ -4,14 +4,18 @@
 use nalgebra::{DMatrix, DVector};
 
 use super::{
-    Activation, Attention, Family, Layer, LoadParts, Mlp, Model, ModelConfig, NormKind, Positions, Reader, check_dimensions,
-    config_f32, config_usize, count_indexed,
+    Activation, Attention, Family, Layer, LoadParts, Mlp, Model, ModelConfig, NormKind, Positions, Reader,
+    check_dimensions, config_f32, config_usize, count_indexed,
 };
 use crate::{Error, Result};
 
 /// A value that newer transformers keep under `rope_parameters` and older ones at top level.
 fn rope_setting(config: &serde_json::Value, nested: &str, flat: &str) -> Option<f64> {
-    config.get("rope_parameters").and_then(|r| r.get(nested)).and_then(|v| v.as_f64()).or_else(|| config.get(flat).and_then(|v| v.as_f64()))
+    config
+        .get("rope_parameters")
+        .and_then(|r| r.get(nested))
+        .and_then(|v| v.as_f64())
+        .or_else(|| config.get(flat).and_then(|v| v.as_f64()))
 }
 
 pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>, parts: LoadParts) -> Result<Model> {

@@ -64,7 +64,12 @@ pub fn induction_probe(model: &Model, first_copy: &[usize], source: RepeatSource
     }
     let tokens: Vec<usize> = first_copy.iter().chain(first_copy).copied().collect();
     let output = forward::run(model, &tokens)?;
-    Ok(InductionReport { source, prefix_copy_accuracy: prefix_copy_accuracy(&output, &tokens, n), heads: head_scores(&output, n), tokens })
+    Ok(InductionReport {
+        source,
+        prefix_copy_accuracy: prefix_copy_accuracy(&output, &tokens, n),
+        heads: head_scores(&output, n),
+        tokens,
+    })
 }
 
 /// Per head, means over the second copy's query positions t = n .. 2n-1.

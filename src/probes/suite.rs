@@ -162,10 +162,15 @@ pub fn verdict_table(model: &Model, tokenizer: &Tokenizer, suite: &Suite, head: 
         .prompts
         .iter()
         .map(|prompt| {
-            let ids = tokenizer.encode(&prompt.text).map_err(|e| Error::BadSuite(format!("prompt {}: {e}", prompt.id)))?;
+            let ids =
+                tokenizer.encode(&prompt.text).map_err(|e| Error::BadSuite(format!("prompt {}: {e}", prompt.id)))?;
             let query = prompt.query.unwrap_or(ids.len().saturating_sub(1));
             if query >= ids.len() {
-                return Err(Error::BadSuite(format!("prompt {}: query position {query} is past its {} tokens", prompt.id, ids.len())));
+                return Err(Error::BadSuite(format!(
+                    "prompt {}: query position {query} is past its {} tokens",
+                    prompt.id,
+                    ids.len()
+                )));
             }
             let output = forward::run(model, &ids)?;
             let pattern = &output.patterns[head.layer][head.head];

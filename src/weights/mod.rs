@@ -6,9 +6,9 @@ mod source;
 mod store;
 
 pub use safetensors_file::{MAX_HEADER_BYTES, SafetensorsFile, TensorEntry};
-pub use source::{ByteSource, MemorySource};
 #[cfg(not(target_arch = "wasm32"))]
 pub use source::FileSource;
+pub use source::{ByteSource, MemorySource};
 pub use store::{ModelFiles, TensorStore};
 
 /// A tensor converted to f32, row-major as stored.

@@ -50,7 +50,8 @@ impl<'a> SafetensorsFile<'a> {
             return Err(not_safetensors("the header is not a JSON object"));
         }
         let header_text = std::str::from_utf8(&header).map_err(|_| not_safetensors("the header is not UTF-8"))?;
-        let parsed: Metadata = serde_json::from_str(header_text).map_err(|e| describe_header_error(&file, &e.to_string()))?;
+        let parsed: Metadata =
+            serde_json::from_str(header_text).map_err(|e| describe_header_error(&file, &e.to_string()))?;
         let data_start = 8 + header_len;
         let expected_len = data_start + parsed.data_len() as u64;
         if expected_len > file_len {
@@ -94,7 +95,11 @@ impl<'a> SafetensorsFile<'a> {
             Dtype::F16 => bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
             Dtype::BF16 => bytes.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
             other => {
-                return Err(Error::UnknownDtype { file: self.name().into(), tensor: name.into(), dtype: format!("{other:?}") });
+                return Err(Error::UnknownDtype {
+                    file: self.name().into(),
+                    tensor: name.into(),
+                    dtype: format!("{other:?}"),
+                });
             }
         };
         if let Some(first_index) = data.iter().position(|v| !v.is_finite()) {

@@ -73,9 +73,7 @@ impl ByteSource for FileSource {
     fn read_range(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
         use std::os::unix::fs::FileExt;
         let mut buffer = vec![0u8; len];
-        self.file
-            .read_exact_at(&mut buffer, offset)
-            .map_err(|e| Error::Io(format!("{}: {e}", self.name)))?;
+        self.file.read_exact_at(&mut buffer, offset).map_err(|e| Error::Io(format!("{}: {e}", self.name)))?;
         Ok(buffer)
     }
 }

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark: headprint vs TransformerLens 3.9 on a GPT-2-Small-shaped model.
+
+    .venv/bin/python scripts/bench.py            # prints a Markdown table for the README
+
+Both sides start from the same files (bench-data/gpt2-small: config.json + model.safetensors,
+random weights from `scripts/make_fixtures.py --gpt2-small`, made here if missing) and do the
+same work:
+  * fingerprint: load, fold LayerNorm, then the eigenvalues of QK, OV (residual) and the
+    token-space OV circuit W_E OV W_U for all 144 heads (headprint also computes copying score,
+    imaginary fraction, κ and departure from normality for each, which TL does not);
+  * probe: load, run the model on a 50-token random sequence repeated once (100 tokens) and
+    read every head's attention (TL: run_with_cache).
+One thread each (OMP_NUM_THREADS=1; headprint is single-threaded), wall time, best of N runs.
+"""
+import os
+
+os.environ["OMP_NUM_THREADS"] = "1"
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+torch.set_num_threads(1)
+REPO = Path(__file__).resolve().parent.parent
+MODEL = REPO / "bench-data" / "gpt2-small"
+BINARY = REPO / "target" / "release" / "headprint"
+RUNS = 3
+
+
+def best_of(fn, runs=RUNS):
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def load_tl():
+    from safetensors.torch import load_file
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    from transformer_lens.pretrained.weight_conversions import convert_gpt2_weights
+
+    config = GPT2Config(**json.loads((MODEL / "config.json").read_text()))
+    hf = GPT2LMHeadModel(config)
+    hf.load_state_dict(load_file(str(MODEL / "model.safetensors")), strict=False)
+    hf.tie_weights()
+    cfg = HookedTransformerConfig(
+        n_layers=config.n_layer, d_model=config.n_embd, n_ctx=config.n_positions,
+        d_head=config.n_embd // config.n_head, n_heads=config.n_head, d_mlp=4 * config.n_embd,
+        d_vocab=config.vocab_size, act_fn="gelu_new", normalization_type="LN",
+        eps=config.layer_norm_epsilon, original_architecture="GPT2LMHeadModel",
+        default_prepend_bos=False, device="cpu")
+    model = HookedTransformer(cfg)
+    model.load_and_process_state_dict(convert_gpt2_weights(hf, cfg), fold_ln=True,
+                                      center_writing_weights=False, center_unembed=False)
+    return model
+
+
+def tl_fingerprint():
+    model = load_tl()
+    model.QK.eigenvalues
+    model.OV.eigenvalues
+    (model.W_E @ model.OV @ model.W_U).eigenvalues
+
+
+def tl_probe():
+    model = load_tl()
+    generator = torch.Generator().manual_seed(0)
+    first = torch.randint(1000, 10000, (1, 50), generator=generator)
+    model.run_with_cache(torch.cat([first, first], dim=1))
+
+
+def headprint(*args):
+    subprocess.run([str(BINARY), *args, str(MODEL), "--json"], check=True, stdout=subprocess.DEVNULL)
+
+
+def main():
+    if not (MODEL / "model.safetensors").exists():
+        subprocess.run([sys.executable, str(REPO / "scripts" / "make_fixtures.py"), "--gpt2-small", str(MODEL)], check=True)
+    subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=REPO, check=True)
+    rows = [
+        ("fingerprint, 144 heads (load + QK, OV, OV-token spectra)",
+         best_of(lambda: headprint("fingerprint")), best_of(tl_fingerprint, runs=1)),
+        ("forward + induction probe, 2 x 50 tokens (load included)",
+         best_of(lambda: headprint("probe", "--induction", "--len", "50", "--seed", "0")), best_of(tl_probe, runs=1)),
+    ]
+    print("| task | headprint (s) | TransformerLens 3.9 (s) | speed-up |")
+    print("|---|---|---|---|")
+    for task, ours, theirs in rows:
+        print(f"| {task} | {ours:.2f} | {theirs:.2f} | {theirs / ours:.1f}x |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs all of headprint's tests. Does its own set-up first (scripts/setup.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+page_tests=$( [ -x scripts/e2e.sh ] && echo yes || echo no )
+scripts/setup.sh $( [ "$page_tests" = yes ] && echo --page )
+
+cargo fmt --all -- --check
+cargo clippy --all-targets -- -D warnings
+cargo clippy --target wasm32-unknown-unknown --lib -- -D warnings
+cargo build --target wasm32-unknown-unknown --lib
+cargo test --release
+if [ "$page_tests" = yes ]; then
+  scripts/e2e.sh
+fi

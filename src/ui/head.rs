@@ -1,0 +1,309 @@
+//! One head: QK and OV spectra in the complex plane, every fingerprint metric explained,
+//! OV self-copy logits (raw and normalised), pair lookup and what a token promotes.
+
+use std::sync::Arc;
+
+use leptos::prelude::*;
+
+use super::state::{Ctx, Loaded};
+use super::svg::{complex_plane, num, signed, visible};
+use crate::analysis::ov_logits::{bottom_k, top_k};
+use crate::analysis::{Fingerprint, HeadId, Mode, OvTokenLogits};
+use crate::model::Positions;
+
+const TOP: usize = 15;
+const ROW_TOP: usize = 8;
+
+type Key = (u64, Mode, HeadId);
+
+/// One entry of a bar list: token, value, bar length in [0, 1].
+fn bar_list(items: Vec<(String, f64)>, id: &'static str) -> impl IntoView {
+    let max = items.iter().map(|(_, v)| v.abs()).filter(|v| v.is_finite()).fold(0.0, f64::max);
+    let rows = items
+        .into_iter()
+        .map(|(token, v)| {
+            let width = if max > 0.0 { 100.0 * v.abs() / max } else { 0.0 };
+            let class = if v >= 0.0 { "bar pos" } else { "bar neg" };
+            view! {
+                <li title=format!("{}: {v:.6}", visible(&token))>
+                    <span class="tok">{visible(&token)}</span>
+                    <span class="bar-track">
+                        <span class=class style=format!("width:{width:.1}%")></span>
+                    </span>
+                    <span class="val">{signed(v)}</span>
+                </li>
+            }
+        })
+        .collect_view();
+    view! { <ol class="bar-list" id=id>{rows}</ol> }
+}
+
+fn kappa(f: &Fingerprint) -> String {
+    match f.eigenvector_condition {
+        Some(k) => num(k),
+        None => "∞ (defective)".into(),
+    }
+}
+
+/// Picks the page's current head (shared by the head and probes views).
+#[component]
+pub fn HeadSelect(id: &'static str) -> impl IntoView {
+    let ctx = expect_context::<Ctx>();
+    move || {
+        let loaded = ctx.loaded.get()?;
+        let current = ctx.head.get();
+        let options = loaded
+            .heads()
+            .into_iter()
+            .map(|h| view! { <option value=h.to_string() selected=h == current>{h.to_string()}</option> })
+            .collect_view();
+        Some(view! {
+            <label>
+                "Head "
+                <select
+                    id=id
+                    on:change=move |ev| {
+                        if let Some(l) = ctx.loaded.get_untracked()
+                            && let Ok(h) = HeadId::parse(&event_target_value(&ev), &l.model.config)
+                        {
+                            ctx.head.set(h);
+                        }
+                    }
+                >
+                    {options}
+                </select>
+            </label>
+        })
+    }
+}
+
+#[component]
+pub fn HeadView() -> impl IntoView {
+    let ctx = expect_context::<Ctx>();
+    let cache: StoredValue<Option<(Key, Arc<OvTokenLogits>)>> = StoredValue::new(None);
+    let logits = move |l: &Loaded, mode: Mode, id: HeadId| -> Arc<OvTokenLogits> {
+        let key = (l.id, mode, id);
+        if let Some(hit) = cache.with_value(|c| c.as_ref().filter(|(k, _)| *k == key).map(|(_, v)| v.clone())) {
+            return hit;
+        }
+        let fresh = Arc::new(l.logits(mode, id));
+        cache.set_value(Some((key, fresh.clone())));
+        fresh
+    };
+    let pair_from = RwSignal::new("(".to_string());
+    let pair_to = RwSignal::new(")".to_string());
+    let row_token = RwSignal::new("(".to_string());
+
+    let spectra = move || {
+        let loaded = ctx.loaded.get()?;
+        let mode = ctx.mode.get();
+        let id = ctx.head.get();
+        let fp = loaded.head(mode, id)?.clone();
+        let rotary = matches!(loaded.model.config.positions, Positions::Rotary { .. });
+        let qk_plot = complex_plane(&fp.qk.eigenvalues, "#2166ac", &format!("{id} QK eigenvalues"));
+        let ov_plot = complex_plane(&fp.ov.eigenvalues, "#e66101", &format!("{id} OV eigenvalues"));
+        let explain: [(&str, &str, Box<dyn Fn(&Fingerprint) -> String>); 5] = [
+            (
+                "copying score",
+                "Σ Re λ / Σ |λ|: +1 = maps every direction to a positive multiple of itself (copying); 0 = rotation; negative = suppression.",
+                Box::new(|f: &Fingerprint| signed(f.copying_score)),
+            ),
+            (
+                "imaginary fraction",
+                "Σ |Im λ| / Σ |λ|: how much of the circuit rotates rather than scales (0 to 1).",
+                Box::new(|f: &Fingerprint| num(f.imaginary_fraction)),
+            ),
+            (
+                "eigenvector condition κ",
+                "How skewed the eigenvectors are: 1 for a normal circuit, large when they nearly coincide, ∞ when defective.",
+                Box::new(kappa),
+            ),
+            (
+                "departure from normality",
+                "Henrici's measure, 0 (normal) to 1: the skew that eigenvalues do not show, without needing eigenvectors.",
+                Box::new(|f: &Fingerprint| num(f.departure_from_normality)),
+            ),
+            (
+                "scale",
+                "Σ |λ|: the circuit's overall strength, to compare heads.",
+                Box::new(|f: &Fingerprint| num(f.scale)),
+            ),
+        ];
+        let rows = explain
+            .iter()
+            .map(|(name, text, get)| {
+                view! {
+                    <tr>
+                        <th scope="row">{*name}</th>
+                        <td class="num">{get(&fp.qk)}</td>
+                        <td class="num">{get(&fp.ov)}</td>
+                        <td class="num">{get(&fp.ov_residual)}</td>
+                        <td class="explain">{*text}</td>
+                    </tr>
+                }
+            })
+            .collect_view();
+        let behaviour = match (loaded.scores(id), &loaded.induction) {
+            (Some(s), _) => format!(
+                "Running the model on {} random tokens repeated twice: induction score {:.3}, previous-token score {:.3}, duplicate-token score {:.3}.",
+                loaded.induction_len, s.induction_score, s.previous_token_score, s.duplicate_token_score
+            ),
+            (None, Err(e)) => format!("The induction probe failed: {e}"),
+            (None, Ok(_)) => String::new(),
+        };
+        Some(view! {
+            <div class="planes">
+                <figure id="qk-plane">
+                    <div inner_html=qk_plot></div>
+                    <figcaption>
+                        {format!("QK: eigenvalues of W_Q W_Kᵀ ({} mode)", mode.name())}
+                        {rotary.then(|| view! { <br /><em>"Rotary model: this is QK at relative offset 0, without biases."</em> })}
+                    </figcaption>
+                </figure>
+                <figure id="ov-plane">
+                    <div inner_html=ov_plot></div>
+                    <figcaption>"OV: eigenvalues of W_E W_V W_O W_U (token space)"</figcaption>
+                </figure>
+            </div>
+            <table class="metrics" id="metrics-table">
+                <thead>
+                    <tr>
+                        <th></th>
+                        <th>"QK"</th>
+                        <th>"OV (tokens)"</th>
+                        <th>"OV (residual)"</th>
+                        <th>"what it means"</th>
+                    </tr>
+                </thead>
+                <tbody>{rows}</tbody>
+            </table>
+            <p class="behaviour">{behaviour}</p>
+        })
+    };
+
+    let self_copy = move || {
+        let loaded = ctx.loaded.get()?;
+        let (mode, id) = (ctx.mode.get(), ctx.head.get());
+        let logits = logits(&loaded, mode, id);
+        let diagonal = logits.diagonal();
+        let normalised = logits.normalised_diagonal();
+        let k = TOP.min(diagonal.len());
+        let named = |values: &[f64]| -> Vec<(String, f64)> {
+            top_k(values, k).into_iter().map(|i| (loaded.tokenizer.token_text(i), values[i])).collect()
+        };
+        Some(view! {
+            <div class="side-by-side">
+                <div>
+                    <h4>"raw self-copy logit"</h4>
+                    {bar_list(named(&diagonal), "self-copy-raw")}
+                </div>
+                <div>
+                    <h4>"normalised by ‖W_E[i]‖ · ‖W_U[:, i]‖"</h4>
+                    {bar_list(named(&normalised), "self-copy-normalised")}
+                </div>
+            </div>
+        })
+    };
+
+    let pair = move || {
+        let loaded = ctx.loaded.get()?;
+        let (mode, id) = (ctx.mode.get(), ctx.head.get());
+        let (from, to) = (pair_from.get(), pair_to.get());
+        let result = (|| -> crate::Result<String> {
+            let i = loaded.tokenizer.single(&from)?;
+            let j = loaded.tokenizer.single(&to)?;
+            let v = logits(&loaded, mode, id).entry(i, j)?;
+            let verb = if v >= 0.0 { "raises" } else { "lowers" };
+            Ok(format!(
+                "attending `{}` {verb} `{}` by {}",
+                visible(&loaded.tokenizer.token_text(i)),
+                visible(&loaded.tokenizer.token_text(j)),
+                if v >= 0.0 { signed(v) } else { num(-v) }
+            ))
+        })();
+        Some(match result {
+            Ok(text) => view! { <p class="pair-result" id="pair-result">{text}</p> }.into_any(),
+            Err(e) => view! { <p class="pair-result error-inline" id="pair-result">{e.to_string()}</p> }.into_any(),
+        })
+    };
+
+    let row = move || {
+        let loaded = ctx.loaded.get()?;
+        let (mode, id) = (ctx.mode.get(), ctx.head.get());
+        let written = row_token.get();
+        let result = (|| -> crate::Result<(String, Vec<f64>)> {
+            let i = loaded.tokenizer.single(&written)?;
+            Ok((loaded.tokenizer.token_text(i), logits(&loaded, mode, id).row(i)?))
+        })();
+        Some(match result {
+            Ok((token, values)) => {
+                let k = ROW_TOP.min(values.len());
+                let name = |i: usize| (loaded.tokenizer.token_text(i), values[i]);
+                let up = top_k(&values, k).into_iter().map(name).collect();
+                let down = bottom_k(&values, k).into_iter().map(name).collect();
+                view! {
+                    <div class="side-by-side">
+                        <div>
+                            <h4>{format!("attending `{}` promotes", visible(&token))}</h4>
+                            {bar_list(up, "row-promotes")}
+                        </div>
+                        <div>
+                            <h4>{format!("attending `{}` suppresses", visible(&token))}</h4>
+                            {bar_list(down, "row-suppresses")}
+                        </div>
+                    </div>
+                }
+                .into_any()
+            }
+            Err(e) => view! { <p class="error-inline">{e.to_string()}</p> }.into_any(),
+        })
+    };
+
+    view! {
+        <section class="head-view">
+            <div class="controls">
+                <HeadSelect id="head-select" />
+                <h2 id="head-title">{move || ctx.head.get().to_string()}</h2>
+            </div>
+            {spectra}
+            <h3>"OV circuit as token logits"</h3>
+            <p class="note">
+                "Entry (i, j) of W_E W_V W_O W_U: how much attending to token i raises the logit of token j. Self-copy: i = j."
+            </p>
+            {self_copy}
+            <h3>"Pair lookup"</h3>
+            <div class="pair-inputs">
+                "attending "
+                <input
+                    id="pair-from"
+                    size="8"
+                    prop:value=move || pair_from.get()
+                    on:input=move |ev| pair_from.set(event_target_value(&ev))
+                    aria-label="attended token"
+                />
+                " → logit of "
+                <input
+                    id="pair-to"
+                    size="8"
+                    prop:value=move || pair_to.get()
+                    on:input=move |ev| pair_to.set(event_target_value(&ev))
+                    aria-label="promoted token"
+                />
+                <span class="hint">" (a token as text, or #id)"</span>
+            </div>
+            {pair}
+            <h3>"What attending a token does"</h3>
+            <div class="pair-inputs">
+                "token "
+                <input
+                    id="row-token"
+                    size="8"
+                    prop:value=move || row_token.get()
+                    on:input=move |ev| row_token.set(event_target_value(&ev))
+                    aria-label="attended token"
+                />
+            </div>
+            {row}
+        </section>
+    }
+}

@@ -1,0 +1,207 @@
+//! The layer x head grid coloured by one metric, the same metric as a bar chart.
+
+use leptos::prelude::*;
+
+use super::browser::{data_head_of, focus_id};
+use super::state::{ColourScale, Ctx, Metric, Tab};
+use super::svg::{Bar, bar_chart, legend, num};
+use crate::analysis::HeadId;
+
+fn cell_id(id: HeadId) -> String {
+    format!("cell-{id}")
+}
+
+#[component]
+pub fn Overview() -> impl IntoView {
+    let ctx = expect_context::<Ctx>();
+    let focused = RwSignal::new(ctx.head.get_untracked());
+    let open = move |id: HeadId| {
+        ctx.head.set(id);
+        ctx.tab.set(Tab::Head);
+    };
+
+    let on_key = move |ev: web_sys::KeyboardEvent| {
+        let Some(loaded) = ctx.loaded.get_untracked() else { return };
+        let (layers, heads) = (loaded.model.config.layers, loaded.model.config.heads);
+        let current = focused.get_untracked();
+        let next = match ev.key().as_str() {
+            "ArrowRight" => HeadId::new(current.layer, (current.head + 1).min(heads - 1)),
+            "ArrowLeft" => HeadId::new(current.layer, current.head.saturating_sub(1)),
+            "ArrowDown" => HeadId::new((current.layer + 1).min(layers - 1), current.head),
+            "ArrowUp" => HeadId::new(current.layer.saturating_sub(1), current.head),
+            "Home" => HeadId::new(current.layer, 0),
+            "End" => HeadId::new(current.layer, heads - 1),
+            _ => return,
+        };
+        ev.prevent_default();
+        focused.set(next);
+        focus_id(&cell_id(next));
+    };
+
+    view! {
+        <section class="overview">
+            <div class="controls">
+                <label>
+                    "Colour by "
+                    <select
+                        id="metric-select"
+                        on:change=move |ev| {
+                            if let Some(m) = Metric::from_key(&event_target_value(&ev)) {
+                                ctx.metric.set(m);
+                            }
+                        }
+                    >
+                        {Metric::ALL
+                            .into_iter()
+                            .map(|m| {
+                                view! {
+                                    <option value=m.key() selected=move || ctx.metric.get() == m>
+                                        {m.label()}
+                                    </option>
+                                }
+                            })
+                            .collect_view()}
+                    </select>
+                </label>
+                <span class="note">
+                    {move || {
+                        let m = ctx.metric.get();
+                        if m.behavioural() {
+                            ctx.loaded
+                                .get()
+                                .map(|l| match &l.induction {
+                                    Ok(_) => {
+                                        format!(
+                                            "Measured by running the model on {} uniformly random tokens repeated twice (seed 0); the same in raw and folded mode.",
+                                            l.induction_len,
+                                        )
+                                    }
+                                    Err(e) => format!("The induction probe failed: {e}"),
+                                })
+                                .unwrap_or_default()
+                        } else {
+                            format!(
+                                "From the weights alone ({} mode).",
+                                ctx.mode.get().name(),
+                            )
+                        }
+                    }}
+                </span>
+            </div>
+            {move || {
+                let loaded = ctx.loaded.get()?;
+                let metric = ctx.metric.get();
+                let mode = ctx.mode.get();
+                let selected = ctx.head.get();
+                let config = &loaded.model.config;
+                let fingerprint = loaded.fingerprint(mode);
+                let values: Vec<(HeadId, Option<f64>)> = fingerprint
+                    .heads
+                    .iter()
+                    .map(|h| (h.id(), metric.value(h, loaded.scores(h.id()))))
+                    .collect();
+                let finite: Vec<f64> = values.iter().filter_map(|(_, v)| *v).collect();
+                let scale = ColourScale::new(metric.scale(), &finite);
+                let (stops, lo, hi) = scale.legend();
+                let heads = config.heads;
+                let header = (0..heads)
+                    .map(|h| view! { <div class="grid-head">{format!("H{h}")}</div> })
+                    .collect_view();
+                let rows = (0..config.layers)
+                    .map(|layer| {
+                        let cells = (0..heads)
+                            .map(|head| {
+                                let id = HeadId::new(layer, head);
+                                let value = values.get(layer * heads + head).and_then(|(_, v)| *v);
+                                let (fill, ink, text) = match value {
+                                    Some(v) => {
+                                        let s = scale.swatch(v);
+                                        (s.fill, s.ink, num(v))
+                                    }
+                                    None => ("#ddd".to_string(), "#333", "–".to_string()),
+                                };
+                                let title = format!("{id} {}: {text}", metric.label());
+                                let short = if text.len() > 6 { text.chars().take(6).collect() } else { text.clone() };
+                                view! {
+                                    <button
+                                        class="cell"
+                                        class:selected=id == selected
+                                        id=cell_id(id)
+                                        data-head=id.to_string()
+                                        data-value=text.clone()
+                                        title=title.clone()
+                                        aria-label=title
+                                        tabindex=move || if focused.get() == id { "0" } else { "-1" }
+                                        style=format!("background:{fill};color:{ink}")
+                                        on:focus=move |_| focused.set(id)
+                                        on:click=move |_| open(id)
+                                    >
+                                        {short}
+                                    </button>
+                                }
+                            })
+                            .collect_view();
+                        view! {
+                            <div class="grid-label">{format!("L{layer}")}</div>
+                            {cells}
+                        }
+                    })
+                    .collect_view();
+                let bars: Vec<Bar> = values
+                    .iter()
+                    .map(|(id, v)| {
+                        let v = v.unwrap_or(f64::NAN);
+                        Bar {
+                            label: format!("{id} {}: {}", metric.label(), num(v)),
+                            value: if v.is_nan() { 0.0 } else { scale.plotted(v) },
+                            fill: if v.is_nan() { "#ddd".into() } else { scale.swatch(v).fill },
+                            head: id.to_string(),
+                            selected: *id == selected,
+                        }
+                    })
+                    .collect();
+                let (axis_lo, axis_hi) = scale.axis();
+                let axis_name = if matches!(metric, Metric::QkKappa | Metric::OvKappa) {
+                    format!("log10 {}", metric.label())
+                } else {
+                    metric.label().to_string()
+                };
+                let chart = bar_chart(&bars, heads, axis_lo, axis_hi, &axis_name);
+                Some(
+                    view! {
+                        <div class="grid-wrap">
+                            <div
+                                class="grid"
+                                id="head-grid"
+                                role="grid"
+                                aria-label=format!("{} per head; arrow keys move, Enter opens", metric.label())
+                                style=format!("grid-template-columns: 3em repeat({heads}, minmax(2.6em, 4.2em))")
+                                on:keydown=on_key
+                            >
+                                <div class="grid-corner"></div>
+                                {header}
+                                {rows}
+                            </div>
+                            <div class="legend-wrap" inner_html=legend(&stops, &lo, &hi)></div>
+                        </div>
+                        <h3>{axis_name}</h3>
+                        <div
+                            class="chart-scroll"
+                            id="bar-chart"
+                            inner_html=chart
+                            on:click=move |ev| {
+                                if let Some(name) = data_head_of(&ev)
+                                    && let Some(l) = ctx.loaded.get_untracked()
+                                    && let Ok(id) = HeadId::parse(&name, &l.model.config)
+                                {
+                                    open(id);
+                                }
+                            }
+                        ></div>
+                        <p class="note">"Click a head (or a bar) to open it; in the grid, arrow keys move and Enter opens."</p>
+                    },
+                )
+            }}
+        </section>
+    }
+}

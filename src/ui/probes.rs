@@ -1,0 +1,308 @@
+//! Running the model: a prompt's attention pattern for one head (induction cells marked),
+//! verdict tables for prompt suites, swap pairs side by side, suites loaded and saved as JSON.
+
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+
+use super::browser::{download_text, file_list, read_file};
+use super::head::HeadSelect;
+use super::state::{Ctx, Loaded};
+use super::svg::{heatmap, induction_cells, visible};
+use crate::analysis::HeadId;
+use crate::forward;
+use crate::probes::suite::Attended;
+use crate::probes::{Suite, verdict_table};
+
+/// The full pattern of one head on a text, with its tokens and induction cells.
+struct Pattern {
+    tokens: Vec<String>,
+    rows: Vec<Vec<f64>>,
+    marks: Vec<(usize, usize)>,
+}
+
+fn pattern(loaded: &Loaded, text: &str, head: HeadId) -> crate::Result<Pattern> {
+    let ids = loaded.encode(text)?;
+    let output = forward::run(&loaded.model, &ids)?;
+    let matrix = &output.patterns[head.layer][head.head];
+    let rows = (0..ids.len()).map(|q| (0..ids.len()).map(|k| matrix[(q, k)] as f64).collect()).collect();
+    let tokens = ids.iter().map(|&i| loaded.tokenizer.token_text(i)).collect();
+    Ok(Pattern { tokens, rows, marks: induction_cells(&ids) })
+}
+
+fn attended(a: &Attended) -> String {
+    format!("{} `{}`", a.position, visible(&a.token))
+}
+
+#[component]
+pub fn Probes() -> impl IntoView {
+    let ctx = expect_context::<Ctx>();
+    let draft = RwSignal::new(ctx.prompt.get_untracked());
+    let suite_error = RwSignal::new(None::<String>);
+
+    let run_prompt = move || ctx.prompt.set(draft.get_untracked());
+
+    let prompt_view = move || {
+        let loaded = ctx.loaded.get()?;
+        let head = ctx.head.get();
+        let text = ctx.prompt.get();
+        Some(match pattern(&loaded, &text, head) {
+            Ok(p) => {
+                let on_marks: f64 = p.marks.iter().map(|&(q, k)| p.rows[q][k]).sum();
+                let queries = p.marks.iter().map(|m| m.0).collect::<std::collections::BTreeSet<_>>().len();
+                let summary = if queries > 0 {
+                    format!(
+                        "{} tokens; induction cells (outlined) hold {:.1}% of the attention of the {queries} queries that have one.",
+                        p.tokens.len(),
+                        100.0 * on_marks / queries as f64
+                    )
+                } else {
+                    format!("{} tokens; no token repeats, so there are no induction cells.", p.tokens.len())
+                };
+                let svg = heatmap(&p.rows, &p.tokens, &p.marks, None, &format!("{head} attention pattern"));
+                view! {
+                    <p class="note" id="pattern-summary">{summary}</p>
+                    <div class="chart-scroll" id="prompt-heatmap" inner_html=svg></div>
+                }
+                .into_any()
+            }
+            Err(e) => view! { <p class="error-inline" id="prompt-error">{e.to_string()}</p> }.into_any(),
+        })
+    };
+
+    let verdicts = move || {
+        let loaded = ctx.loaded.get()?;
+        let head = ctx.head.get();
+        let suite = ctx.suite.get();
+        Some(match verdict_table(&loaded.model, &loaded.tokenizer, &suite, head) {
+            Ok(rows) => {
+                let body = rows
+                    .into_iter()
+                    .map(|r| {
+                        let query = format!("{} `{}`", r.query_position, visible(&r.query_token));
+                        let runner = r.runner_up.as_ref().map(attended).unwrap_or_default();
+                        let runner_weight =
+                            r.runner_up.as_ref().map(|a| format!("{:.4}", a.weight)).unwrap_or_default();
+                        let runner_verdict = r.runner_up.as_ref().map(|a| a.verdict.label()).unwrap_or_default();
+                        view! {
+                            <tr>
+                                <td>{r.id.clone()}</td>
+                                <td class="prompt-text" title=r.note.clone()>{visible(&r.text)}</td>
+                                <td>{query}</td>
+                                <td>{attended(&r.top)}</td>
+                                <td class="num">{format!("{:.4}", r.top.weight)}</td>
+                                <td>{runner}</td>
+                                <td class="num">{runner_weight}</td>
+                                <td class="verdict" data-verdict=r.verdict.label()>
+                                    {r.verdict.label()}
+                                    <span class="runner-verdict">{format!(" (runner-up: {runner_verdict})")}</span>
+                                </td>
+                            </tr>
+                        }
+                    })
+                    .collect_view();
+                view! {
+                    <table class="verdicts" id="verdict-table">
+                        <thead>
+                            <tr>
+                                <th>"id"</th>
+                                <th>"prompt"</th>
+                                <th>"query"</th>
+                                <th>"top key"</th>
+                                <th>"weight"</th>
+                                <th>"runner-up"</th>
+                                <th>"weight"</th>
+                                <th>"verdict"</th>
+                            </tr>
+                        </thead>
+                        <tbody>{body}</tbody>
+                    </table>
+                }
+                .into_any()
+            }
+            Err(e) => view! { <p class="error-inline" id="verdict-error">{e.to_string()}</p> }.into_any(),
+        })
+    };
+
+    let pairs = move || {
+        let loaded = ctx.loaded.get()?;
+        let head = ctx.head.get();
+        let suite = ctx.suite.get();
+        if suite.pairs.is_empty() {
+            return None;
+        }
+        let text_of = |id: &str| suite.prompts.iter().find(|p| p.id == id).map(|p| p.text.clone()).unwrap_or_default();
+        let figures = suite
+            .pairs
+            .iter()
+            .map(|(a, b)| {
+                let side = |id: &String| match pattern(&loaded, &text_of(id), head) {
+                    Ok(p) => {
+                        let svg = heatmap(&p.rows, &p.tokens, &p.marks, None, &format!("{id}: {head}"));
+                        view! {
+                            <figure>
+                                <div inner_html=svg></div>
+                                <figcaption>{format!("{id}: {}", text_of(id))}</figcaption>
+                            </figure>
+                        }
+                        .into_any()
+                    }
+                    Err(e) => view! { <p class="error-inline">{format!("{id}: {e}")}</p> }.into_any(),
+                };
+                view! { <div class="pair">{side(a)} {side(b)}</div> }
+            })
+            .collect_view();
+        Some(view! {
+            <h3>"Swap pairs"</h3>
+            <p class="note">"Each pair differs only by swapped words; outlined cells are induction cells."</p>
+            <div id="swap-pairs">{figures}</div>
+        })
+    };
+
+    let choose_builtin = move |name: String| {
+        if let Some(suite) = Suite::builtin(&name) {
+            ctx.suite.set(suite);
+            suite_error.set(None);
+        }
+    };
+
+    let load_suite = move |ev: leptos::ev::Event| {
+        let input: web_sys::HtmlInputElement = event_target(&ev);
+        let files = file_list(input.files());
+        input.set_value("");
+        let Some(file) = files.into_iter().next() else { return };
+        spawn_local(async move {
+            let result = read_file(&file).await.and_then(|bytes| {
+                let text = String::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8 text", file.name()))?;
+                Suite::from_json(&text).map_err(|e| format!("{}: {e}", file.name()))
+            });
+            match result {
+                Ok(suite) => {
+                    ctx.suite.set(suite);
+                    suite_error.set(None);
+                }
+                Err(e) => suite_error.set(Some(e)),
+            }
+        });
+    };
+
+    let save_suite = move |_| {
+        let suite = ctx.suite.get_untracked();
+        let result = serde_json::to_string_pretty(&suite)
+            .map_err(|e| e.to_string())
+            .and_then(|json| download_text(&format!("{}.json", suite.name), &json));
+        if let Err(e) = result {
+            suite_error.set(Some(e));
+        }
+    };
+
+    let add_prompt = move |_| {
+        let text = draft.get_untracked();
+        if text.is_empty() {
+            return;
+        }
+        ctx.suite.update(|suite| {
+            let n = suite.prompts.len() + 1;
+            let mut id = format!("P{n}");
+            let mut bump = n;
+            while suite.prompts.iter().any(|p| p.id == id) {
+                bump += 1;
+                id = format!("P{bump}");
+            }
+            suite.prompts.push(crate::probes::suite::Prompt { id, text, query: None, note: String::new() });
+        });
+    };
+
+    let written_for = move || {
+        let suite = ctx.suite.get();
+        let loaded = ctx.loaded.get()?;
+        let name = suite.head?;
+        let id = HeadId::parse(&name, &loaded.model.config).ok();
+        Some(view! {
+            <span class="note">
+                {format!("Written for {name}. ")}
+                {id
+                    .map(|id| {
+                        view! {
+                            <button class="link" on:click=move |_| ctx.head.set(id)>
+                                {format!("Use {id}")}
+                            </button>
+                        }
+                    })}
+            </span>
+        })
+    };
+
+    view! {
+        <section class="probes">
+            <div class="controls">
+                <HeadSelect id="probe-head-select" />
+            </div>
+            <h3>"Prompt"</h3>
+            <div class="prompt-editor">
+                <textarea
+                    id="prompt-input"
+                    rows="3"
+                    prop:value=move || draft.get()
+                    on:input=move |ev| draft.set(event_target_value(&ev))
+                    on:keydown=move |ev| {
+                        if ev.key() == "Enter" && (ev.ctrl_key() || ev.meta_key()) {
+                            ev.prevent_default();
+                            run_prompt();
+                        }
+                    }
+                ></textarea>
+                <div>
+                    <button id="run-prompt" class="primary" on:click=move |_| run_prompt()>
+                        "Run"
+                    </button>
+                    <button id="add-prompt" on:click=add_prompt title="Append this prompt to the suite below">
+                        "Add to suite"
+                    </button>
+                </div>
+            </div>
+            {prompt_view}
+            <h3>"Verdict table"</h3>
+            <div class="controls">
+                <label>
+                    "Suite "
+                    <select id="suite-select" on:change=move |ev| choose_builtin(event_target_value(&ev))>
+                        {move || {
+                            let current = ctx.suite.get().name;
+                            let builtin = Suite::BUILTIN.iter().any(|b| *b == current);
+                            let mut options: Vec<_> = Suite::BUILTIN
+                                .iter()
+                                .map(|b| {
+                                    view! { <option value=*b selected=current == *b>{*b}</option> }.into_any()
+                                })
+                                .collect();
+                            if !builtin {
+                                options
+                                    .push(
+                                        view! {
+                                            <option value="" selected=true>
+                                                {format!("{current} (loaded)")}
+                                            </option>
+                                        }
+                                            .into_any(),
+                                    );
+                            }
+                            options
+                        }}
+                    </select>
+                </label>
+                <label class="file-button small">
+                    "Load suite JSON…"
+                    <input id="suite-file" type="file" accept=".json,application/json" on:change=load_suite />
+                </label>
+                <button id="save-suite" on:click=save_suite>
+                    "Save suite JSON"
+                </button>
+                {written_for}
+            </div>
+            <p class="note">{move || ctx.suite.get().description}</p>
+            {move || suite_error.get().map(|e| view! { <p class="error-inline" id="suite-error">{e}</p> })}
+            {verdicts}
+            {pairs}
+        </section>
+    }
+}

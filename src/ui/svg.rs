@@ -1,0 +1,355 @@
+//! Colour maps (colour-blind safe) and charts drawn as inline SVG strings. Every mark
+//! carries a `<title>` with its exact value, shown on hover.
+
+use std::fmt::Write;
+
+use crate::analysis::Eigenvalue;
+
+/// matplotlib's viridis, 11 anchors.
+const VIRIDIS: [[f64; 3]; 11] = [
+    [68.0, 1.0, 84.0],
+    [72.0, 36.0, 117.0],
+    [65.0, 68.0, 135.0],
+    [53.0, 95.0, 141.0],
+    [42.0, 120.0, 142.0],
+    [33.0, 145.0, 140.0],
+    [34.0, 168.0, 132.0],
+    [68.0, 190.0, 112.0],
+    [122.0, 209.0, 81.0],
+    [189.0, 223.0, 38.0],
+    [253.0, 231.0, 37.0],
+];
+
+/// Blue - white - orange (ColorBrewer RdBu blues and PuOr oranges), for signed values.
+const DIVERGING: [[f64; 3]; 5] =
+    [[33.0, 102.0, 172.0], [146.0, 197.0, 222.0], [247.0, 247.0, 247.0], [253.0, 184.0, 99.0], [230.0, 97.0, 1.0]];
+
+fn interpolate(table: &[[f64; 3]], t: f64) -> [f64; 3] {
+    let t = if t.is_finite() { t.clamp(0.0, 1.0) } else { 1.0 };
+    let scaled = t * (table.len() - 1) as f64;
+    let i = (scaled.floor() as usize).min(table.len() - 2);
+    let f = scaled - i as f64;
+    let (a, b) = (table[i], table[i + 1]);
+    [a[0] + (b[0] - a[0]) * f, a[1] + (b[1] - a[1]) * f, a[2] + (b[2] - a[2]) * f]
+}
+
+fn css([r, g, b]: [f64; 3]) -> String {
+    format!("rgb({},{},{})", r.round() as u8, g.round() as u8, b.round() as u8)
+}
+
+/// A colour and a text colour readable on it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Swatch {
+    pub fill: String,
+    pub ink: &'static str,
+}
+
+fn swatch(rgb: [f64; 3]) -> Swatch {
+    let luminance = (0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2]) / 255.0;
+    Swatch { fill: css(rgb), ink: if luminance > 0.5 { "#111" } else { "#fff" } }
+}
+
+/// Sequential: t in [0, 1].
+pub fn viridis(t: f64) -> Swatch {
+    swatch(interpolate(&VIRIDIS, t))
+}
+
+/// Diverging: v in [-1, 1], 0 is white.
+pub fn diverging(v: f64) -> Swatch {
+    swatch(interpolate(&DIVERGING, (v + 1.0) / 2.0))
+}
+
+/// Escapes text for SVG/XML.
+pub fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c if c.is_control() => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// How a token is shown in labels: visible whitespace.
+pub fn visible(token: &str) -> String {
+    token
+        .chars()
+        .map(|c| match c {
+            ' ' => '\u{2423}',
+            '\n' => '\u{23ce}',
+            '\t' => '\u{21e5}',
+            'Ġ' => '\u{2423}',
+            'Ċ' => '\u{23ce}',
+            c => c,
+        })
+        .collect()
+}
+
+/// A number for display: short, with ∞ for infinity.
+pub fn num(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "∞".into() } else { "-∞".into() }
+    } else if v != 0.0 && (v.abs() >= 1e4 || v.abs() < 1e-3) {
+        format!("{v:.2e}")
+    } else if v.abs() >= 100.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// Like [`num`] with a sign.
+pub fn signed(v: f64) -> String {
+    if v >= 0.0 { format!("+{}", num(v)) } else { num(v) }
+}
+
+/// One bar of a bar chart.
+pub struct Bar {
+    pub label: String,
+    pub value: f64,
+    pub fill: String,
+    pub head: String,
+    pub selected: bool,
+}
+
+/// Bars in order, grouped by `group` (layers): a value axis from `lo` to `hi`.
+pub fn bar_chart(bars: &[Bar], group: usize, lo: f64, hi: f64, title: &str) -> String {
+    let n = bars.len().max(1);
+    let (left, top, height) = (44.0, 14.0, 180.0);
+    let bar_w = (1000.0 / n as f64).clamp(3.0, 26.0);
+    let width = left + bar_w * n as f64 + 10.0;
+    let span = if hi > lo { hi - lo } else { 1.0 };
+    let y = |v: f64| top + height * (1.0 - ((v.clamp(lo, hi) - lo) / span));
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<svg class="bars" viewBox="0 0 {width:.0} {h:.0}" width="{width:.0}" height="{h:.0}" role="img" aria-label="{t}">"#,
+        h = top + height + 34.0,
+        t = esc(title)
+    );
+    for tick in [lo, (lo + hi) / 2.0, hi] {
+        let _ = write!(
+            s,
+            r##"<line x1="{left}" x2="{x2:.1}" y1="{yy:.1}" y2="{yy:.1}" stroke="#ccc" stroke-width="0.5"/><text x="{tx}" y="{ty:.1}" font-size="10" text-anchor="end" fill="#444">{v}</text>"##,
+            x2 = width - 10.0,
+            yy = y(tick),
+            tx = left - 4.0,
+            ty = y(tick) + 3.0,
+            v = esc(&num(tick))
+        );
+    }
+    let base = y(0.0_f64.clamp(lo, hi));
+    for (i, bar) in bars.iter().enumerate() {
+        let x = left + bar_w * i as f64;
+        let v = if bar.value.is_finite() { bar.value } else { hi };
+        let (y0, y1) = if y(v) < base { (y(v), base) } else { (base, y(v)) };
+        let stroke = if bar.selected { r##" stroke="#000" stroke-width="1.5""## } else { "" };
+        let _ = write!(
+            s,
+            r#"<rect data-head="{head}" x="{x:.1}" y="{y0:.1}" width="{w:.1}" height="{hh:.1}" fill="{fill}"{stroke}><title>{label}</title></rect>"#,
+            head = esc(&bar.head),
+            w = (bar_w - 1.0).max(1.0),
+            hh = (y1 - y0).max(0.5),
+            fill = bar.fill,
+            label = esc(&bar.label)
+        );
+        if group > 0 && i % group == 0 {
+            let _ = write!(
+                s,
+                r##"<line x1="{x:.1}" x2="{x:.1}" y1="{top}" y2="{yb:.1}" stroke="#999" stroke-width="0.5"/><text x="{x:.1}" y="{ty:.1}" font-size="10" fill="#444">L{layer}</text>"##,
+                yb = top + height + 4.0,
+                ty = top + height + 16.0,
+                layer = i / group
+            );
+        }
+    }
+    let _ = write!(
+        s,
+        r##"<line x1="{left}" x2="{x2:.1}" y1="{base:.1}" y2="{base:.1}" stroke="#333" stroke-width="0.8"/></svg>"##,
+        x2 = width - 10.0
+    );
+    s
+}
+
+/// Eigenvalues in the complex plane with the unit circle.
+pub fn complex_plane(eigenvalues: &[Eigenvalue], colour: &str, title: &str) -> String {
+    let size = 300.0;
+    let pad = 26.0;
+    let max_abs = eigenvalues.iter().map(|l| l.abs()).filter(|v| v.is_finite()).fold(0.0, f64::max);
+    let range = (max_abs * 1.1).max(1.15);
+    let scale = (size / 2.0 - pad) / range;
+    let c = size / 2.0;
+    let px = |re: f64| c + re * scale;
+    let py = |im: f64| c - im * scale;
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r##"<svg class="plane" viewBox="0 0 {size} {size}" width="{size}" height="{size}" role="img" aria-label="{t}"><rect x="0" y="0" width="{size}" height="{size}" fill="#fcfcfc" stroke="#ddd"/>"##,
+        t = esc(title)
+    );
+    let _ = write!(
+        s,
+        r##"<line x1="{pad}" x2="{e}" y1="{c}" y2="{c}" stroke="#aaa"/><line x1="{c}" x2="{c}" y1="{pad}" y2="{e}" stroke="#aaa"/><text x="{e}" y="{ty}" font-size="10" text-anchor="end" fill="#555">Re</text><text x="{tx}" y="{tp}" font-size="10" fill="#555">Im</text>"##,
+        e = size - pad,
+        ty = c - 4.0,
+        tx = c + 4.0,
+        tp = pad + 8.0
+    );
+    let _ = write!(
+        s,
+        r##"<circle cx="{c}" cy="{c}" r="{r:.2}" fill="none" stroke="#888" stroke-dasharray="4 3"><title>unit circle |λ| = 1</title></circle>"##,
+        r = scale
+    );
+    let _ = write!(
+        s,
+        r##"<text x="{x:.1}" y="{y:.1}" font-size="10" fill="#555">±{v}</text>"##,
+        x = px(range) - 30.0,
+        y = c + 14.0,
+        v = esc(&num(range))
+    );
+    for (i, l) in eigenvalues.iter().enumerate() {
+        if !(l.re.is_finite() && l.im.is_finite()) {
+            continue;
+        }
+        let _ = write!(
+            s,
+            r##"<circle class="eig" cx="{x:.2}" cy="{y:.2}" r="4.5" fill="{colour}" fill-opacity="0.8" stroke="#222" stroke-width="0.6"><title>λ{n} = {re} {sign} {im}i   |λ| = {abs}</title></circle>"##,
+            x = px(l.re),
+            y = py(l.im),
+            n = i + 1,
+            re = num(l.re),
+            sign = if l.im < 0.0 { "−" } else { "+" },
+            im = num(l.im.abs()),
+            abs = num(l.abs())
+        );
+    }
+    s.push_str("</svg>");
+    s
+}
+
+/// An attention pattern (query rows x key columns) with token labels; `marks` are
+/// (query, key) cells outlined (induction cells), `highlight_row` a query row to box.
+pub fn heatmap(
+    pattern: &[Vec<f64>],
+    tokens: &[String],
+    marks: &[(usize, usize)],
+    highlight_row: Option<usize>,
+    title: &str,
+) -> String {
+    let n = tokens.len();
+    let cell = (560.0 / n.max(1) as f64).clamp(5.0, 22.0);
+    let label = 56.0;
+    let size = label + cell * n as f64 + 4.0;
+    let font = (cell * 0.7).clamp(6.0, 12.0);
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<svg class="heatmap" viewBox="0 0 {size:.0} {size:.0}" width="{size:.0}" height="{size:.0}" role="img" aria-label="{t}">"#,
+        t = esc(title)
+    );
+    let show_labels = cell >= 7.0;
+    for (i, token) in tokens.iter().enumerate() {
+        if !show_labels {
+            break;
+        }
+        let text = esc(&visible(token));
+        let mid = label + cell * (i as f64 + 0.5);
+        let _ = write!(
+            s,
+            r##"<text x="{x:.1}" y="{y:.1}" font-size="{font:.1}" text-anchor="end" fill="#333" font-family="monospace">{text}<title>query {i}: {text}</title></text>"##,
+            x = label - 3.0,
+            y = mid + font * 0.35
+        );
+        let _ = write!(
+            s,
+            r##"<text x="{x:.1}" y="{y:.1}" font-size="{font:.1}" text-anchor="start" fill="#333" font-family="monospace" transform="rotate(-90 {x:.1} {y:.1})">{text}<title>key {i}: {text}</title></text>"##,
+            x = mid + font * 0.35,
+            y = label - 3.0
+        );
+    }
+    for (q, row) in pattern.iter().enumerate() {
+        for (k, &w) in row.iter().enumerate().take(q + 1) {
+            let x = label + cell * k as f64;
+            let y = label + cell * q as f64;
+            let _ = write!(
+                s,
+                r#"<rect x="{x:.1}" y="{y:.1}" width="{c:.2}" height="{c:.2}" fill="{fill}"><title>query {q} {qt} → key {k} {kt}: {w:.4}</title></rect>"#,
+                c = cell,
+                fill = viridis(w).fill,
+                qt = esc(&visible(tokens.get(q).map_or("", String::as_str))),
+                kt = esc(&visible(tokens.get(k).map_or("", String::as_str))),
+            );
+        }
+    }
+    for &(q, k) in marks {
+        let _ = write!(
+            s,
+            r##"<rect class="induction-cell" x="{x:.1}" y="{y:.1}" width="{c:.2}" height="{c:.2}" fill="none" stroke="#ff2d8a" stroke-width="{sw:.1}"><title>induction cell: query {q} → key {k}</title></rect>"##,
+            x = label + cell * k as f64 + 0.5,
+            y = label + cell * q as f64 + 0.5,
+            c = cell - 1.0,
+            sw = (cell / 8.0).clamp(1.0, 2.0)
+        );
+    }
+    if let Some(q) = highlight_row {
+        let _ = write!(
+            s,
+            r##"<rect x="{label}" y="{y:.1}" width="{w:.1}" height="{c:.2}" fill="none" stroke="#000" stroke-width="1.5"/>"##,
+            y = label + cell * q as f64,
+            w = cell * n as f64,
+            c = cell
+        );
+    }
+    s.push_str("</svg>");
+    s
+}
+
+/// Cells (query t, key k) where key k follows an earlier occurrence of token t.
+pub fn induction_cells(ids: &[usize]) -> Vec<(usize, usize)> {
+    let mut cells = Vec::new();
+    for t in 0..ids.len() {
+        for k in 1..=t {
+            if ids[k - 1] == ids[t] && k - 1 < t {
+                cells.push((t, k));
+            }
+        }
+    }
+    cells
+}
+
+/// A horizontal colour bar legend.
+pub fn legend(stops: &[(f64, String)], lo: &str, hi: &str) -> String {
+    let mut s = String::from(
+        r#"<svg class="legend" viewBox="0 0 240 30" width="240" height="30" role="img" aria-label="colour scale"><defs><linearGradient id="lg">"#,
+    );
+    for (offset, colour) in stops {
+        let _ = write!(s, r#"<stop offset="{:.3}" stop-color="{colour}"/>"#, offset);
+    }
+    let _ = write!(
+        s,
+        r##"</linearGradient></defs><rect x="0" y="0" width="240" height="12" fill="url(#lg)" stroke="#999" stroke-width="0.5"/><text x="0" y="26" font-size="11" fill="#333">{}</text><text x="240" y="26" font-size="11" text-anchor="end" fill="#333">{}</text></svg>"##,
+        esc(lo),
+        esc(hi)
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colours_are_clamped() {
+        assert_eq!(viridis(-1.0).fill, "rgb(68,1,84)");
+        assert_eq!(viridis(2.0).fill, "rgb(253,231,37)");
+        assert_eq!(diverging(0.0).fill, "rgb(247,247,247)");
+    }
+}

@@ -1,0 +1,186 @@
+//! Bad input gets a specific error, never a panic or a hang.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::fixture;
+use headprint::Error;
+use headprint::analysis::HeadId;
+use headprint::model::{LoadParts, Model};
+use headprint::weights::{ByteSource, MemorySource, ModelFiles};
+use safetensors::tensor::TensorView;
+use safetensors::{Dtype, SafeTensors};
+
+fn gptchar_bytes() -> Vec<u8> {
+    std::fs::read(fixture("gptchar/model.safetensors")).unwrap()
+}
+
+fn load_bytes(bytes: Vec<u8>) -> Result<Model, Error> {
+    let files = ModelFiles::from_named(vec![(
+        "model.safetensors".into(),
+        Box::new(MemorySource::new("model.safetensors", bytes)) as Box<dyn ByteSource>,
+    )])?;
+    Model::load(&files, LoadParts::Everything)
+}
+
+/// Rewrites the gptchar fixture through `edit`, which may drop, rename or replace tensors.
+fn edited(edit: impl Fn(&mut Vec<(String, Dtype, Vec<usize>, Vec<u8>)>)) -> Vec<u8> {
+    let bytes = gptchar_bytes();
+    let file = SafeTensors::deserialize(&bytes).unwrap();
+    let (_, metadata) = SafeTensors::read_metadata(&bytes).unwrap();
+    let mut tensors: Vec<_> =
+        file.tensors().into_iter().map(|(n, t)| (n, t.dtype(), t.shape().to_vec(), t.data().to_vec())).collect();
+    edit(&mut tensors);
+    let views: Vec<(String, TensorView)> =
+        tensors.iter().map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap())).collect();
+    let meta: Option<HashMap<String, String>> = metadata.metadata().clone();
+    safetensors::serialize(views, meta).unwrap()
+}
+
+/// A file with a hand-written header and `data_len` zero bytes of data.
+fn with_header(header: &str, data_len: usize) -> Vec<u8> {
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend(std::iter::repeat_n(0u8, data_len));
+    bytes
+}
+
+fn message(result: Result<Model, Error>) -> String {
+    result.err().expect("an error").to_string()
+}
+
+#[test]
+fn not_a_safetensors_file() {
+    let text = b"PREFACE\n\n\nSUPPOSING that Truth is a woman--what then?".to_vec();
+    let m = message(load_bytes(text));
+    assert!(m.contains("not a safetensors file") || m.contains("absurd"), "{m}");
+    assert!(message(load_bytes(b"tiny".to_vec())).contains("shorter than the 8-byte header length"));
+    let m = message(load_bytes(with_header("[1, 2, 3]", 0)));
+    assert!(m.contains("not a JSON object"), "{m}");
+}
+
+#[test]
+fn truncated_file() {
+    let mut bytes = gptchar_bytes();
+    bytes.truncate(bytes.len() - 100);
+    let m = message(load_bytes(bytes));
+    assert!(m.contains("truncated"), "{m}");
+}
+
+#[test]
+fn header_past_the_end_and_absurd_header() {
+    let mut bytes = 5_000u64.to_le_bytes().to_vec();
+    bytes.extend_from_slice(b"{}");
+    assert!(message(load_bytes(bytes)).contains("runs past the end"));
+    let mut bytes = 10_000_000_000u64.to_le_bytes().to_vec();
+    bytes.extend_from_slice(b"{}");
+    let m = message(load_bytes(bytes));
+    assert!(m.contains("absurd") && m.contains("10000000000"), "{m}");
+}
+
+#[test]
+fn overlapping_and_out_of_range_offsets() {
+    let overlapping = r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}"#;
+    let m = message(load_bytes(with_header(overlapping, 12)));
+    assert!(m.contains("bad tensor table") && m.contains("overlap"), "{m}");
+    let out_of_range = r#"{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}"#;
+    let m = message(load_bytes(with_header(out_of_range, 8)));
+    assert!(m.contains("truncated"), "{m}");
+    let mismatched = r#"{"a":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}}"#;
+    let m = message(load_bytes(with_header(mismatched, 16)));
+    assert!(m.contains("does not match its shape"), "{m}");
+}
+
+#[test]
+fn unknown_dtype() {
+    let unknown = r#"{"token_embedding_table.weight":{"dtype":"F99","shape":[2],"data_offsets":[0,8]}}"#;
+    let m = message(load_bytes(with_header(unknown, 8)));
+    assert!(m.contains("unknown dtype"), "{m}");
+    let integer = edited(|t| {
+        let lm = t.iter_mut().find(|x| x.0 == "lm_head.bias").unwrap();
+        lm.1 = Dtype::I32;
+    });
+    let m = message(load_bytes(integer));
+    assert!(m.contains("lm_head.bias") && m.contains("I32") && m.contains("cannot read"), "{m}");
+}
+
+#[test]
+fn missing_tensor_and_bad_shape() {
+    let m = message(load_bytes(edited(|t| t.retain(|x| x.0 != "blocks.1.ln2.weight"))));
+    assert_eq!(m, "missing tensor `blocks.1.ln2.weight` for a gptchar model");
+    let m = message(load_bytes(edited(|t| {
+        let x = t.iter_mut().find(|x| x.0 == "lm_head.weight").unwrap();
+        x.2 = vec![x.2[1], x.2[0]];
+    })));
+    assert!(m.contains("lm_head.weight") && m.contains("has shape [16, 13]"), "{m}");
+}
+
+#[test]
+fn unknown_family() {
+    let m = message(load_bytes(edited(|t| {
+        for x in t.iter_mut() {
+            x.0 = format!("encoder.{}", x.0.replace("token_embedding_table", "tok"));
+        }
+    })));
+    assert!(m.contains("cannot tell which model family"), "{m}");
+}
+
+#[test]
+fn non_finite_weights() {
+    let m = message(load_bytes(edited(|t| {
+        let x = t.iter_mut().find(|x| x.0 == "blocks.0.sa.heads.1.value.weight").unwrap();
+        x.3[8..12].copy_from_slice(&f32::NAN.to_le_bytes());
+        x.3[20..24].copy_from_slice(&f32::INFINITY.to_le_bytes());
+    })));
+    assert_eq!(m, "tensor `blocks.0.sa.heads.1.value.weight` holds 2 non-finite values (NaN or Inf), e.g. at index 2");
+}
+
+#[test]
+fn zero_head_is_a_spectrum_error() {
+    let model = load_bytes(edited(|t| {
+        let x = t.iter_mut().find(|x| x.0 == "blocks.1.sa.heads.0.value.weight").unwrap();
+        x.3.iter_mut().for_each(|b| *b = 0);
+    }))
+    .unwrap();
+    let m = headprint::analysis::fingerprint_model(&model, headprint::analysis::Mode::Folded).unwrap_err().to_string();
+    assert!(m.starts_with("head L1H0: OV circuit") && m.contains("zero"), "{m}");
+}
+
+#[test]
+fn tokens_out_of_range_and_unknown_heads() {
+    let model = load_bytes(gptchar_bytes()).unwrap();
+    let m = headprint::forward::run(&model, &[1, 2, 13]).err().unwrap().to_string();
+    assert_eq!(m, "token id 13 is out of range (vocabulary size 13)");
+    let too_long: Vec<usize> = vec![1; 25];
+    assert!(
+        headprint::forward::run(&model, &too_long)
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("longer than the model's context of 24")
+    );
+    for bad in ["L2H0", "L0H2", "head3", "L-1H0", ""] {
+        let m = HeadId::parse(bad, &model.config).unwrap_err().to_string();
+        assert!(m.starts_with("unknown head") && m.contains("layer < 2"), "{bad}: {m}");
+    }
+    let tokenizer = headprint::tokens::Tokenizer::for_model(&model, None).unwrap();
+    assert!(tokenizer.encode("Zarathustra").unwrap_err().to_string().contains("'Z' is not in the model's vocabulary"));
+}
+
+#[test]
+fn shards_named_by_the_index_must_be_present() {
+    let dir = fixture("llama");
+    let mut files: Vec<(String, Box<dyn ByteSource>)> = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap().to_str().unwrap().contains("00003") {
+            continue;
+        }
+        let bytes = std::fs::read(&path).unwrap();
+        files.push((path.display().to_string(), Box::new(MemorySource::new(path.display().to_string(), bytes))));
+    }
+    let files = ModelFiles::from_named(files).unwrap();
+    let m = Model::load(&files, LoadParts::Circuits).unwrap_err().to_string();
+    assert!(m.contains("shard `model-00003-of-00004.safetensors` named by the index is missing"), "{m}");
+}

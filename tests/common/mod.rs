@@ -1,0 +1,56 @@
+//! Helpers shared by the integration tests: fixture paths and tolerant comparisons.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use headprint::model::{LoadParts, Model};
+use headprint::weights::ModelFiles;
+
+pub const FAMILIES: [&str; 5] = ["gptchar", "gpt2", "gpt2-nanogpt", "pythia", "llama"];
+
+/// Relative tolerance of every comparison against the Python references.
+pub const TOLERANCE: f64 = 1e-4;
+
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+pub fn expected(name: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(fixture(name).join("expected.json")).expect("expected.json");
+    serde_json::from_str(&text).expect("valid JSON")
+}
+
+pub fn load(name: &str, parts: LoadParts) -> Model {
+    Model::load(&ModelFiles::from_path(&fixture(name)).expect("files"), parts).expect("model loads")
+}
+
+/// |actual - expected| <= TOLERANCE * max(|expected|, floor).
+pub fn assert_close(actual: f64, expected: f64, floor: f64, what: &str) {
+    let allowed = TOLERANCE * expected.abs().max(floor);
+    assert!((actual - expected).abs() <= allowed, "{what}: got {actual}, expected {expected} (allowed ±{allowed:e})");
+}
+
+/// Eigenvalues as multisets: every expected value has its own actual value within tolerance
+/// of the spectrum's largest magnitude.
+pub fn assert_same_spectrum(actual: &[[f64; 2]], expected: &[[f64; 2]], what: &str) {
+    assert_eq!(actual.len(), expected.len(), "{what}: eigenvalue count");
+    let largest = expected.iter().map(|e| e[0].hypot(e[1])).fold(0.0, f64::max);
+    let mut unused: Vec<[f64; 2]> = actual.to_vec();
+    for e in expected {
+        let (index, distance) = unused
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (i, (a[0] - e[0]).hypot(a[1] - e[1])))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .expect("an unused eigenvalue");
+        assert!(
+            distance <= TOLERANCE * largest,
+            "{what}: expected eigenvalue {e:?} has no match (nearest off by {distance:e}); got {actual:?}"
+        );
+        unused.remove(index);
+    }
+}
+
+pub fn floats(value: &serde_json::Value) -> Vec<f64> {
+    value.as_array().expect("array").iter().map(|v| v.as_f64().expect("number")).collect()
+}
