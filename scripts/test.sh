@@ -6,7 +6,7 @@ page_tests=$( [ -x scripts/e2e.sh ] && echo yes || echo no )
 scripts/setup.sh $( [ "$page_tests" = yes ] && echo --page )
 
 cargo fmt --all -- --check
-cargo clippy --all-targets -- -D warnings
+cargo clippy --all-targets --release -- -D warnings
 cargo clippy --target wasm32-unknown-unknown --lib -- -D warnings
 cargo build --target wasm32-unknown-unknown --lib
 cargo test --release

@@ -47,7 +47,7 @@ fn with_header(header: &str, data_len: usize) -> Vec<u8> {
 }
 
 fn message(result: Result<Model, Error>) -> String {
-    result.err().expect("an error").to_string()
+    result.expect_err("an error").to_string()
 }
 
 #[test]

@@ -314,7 +314,7 @@ pub(crate) fn check_dimensions(config: &ModelConfig) -> Result<()> {
             config.heads, config.d_head, config.d_model
         )));
     }
-    if config.kv_heads == 0 || config.heads % config.kv_heads != 0 {
+    if config.kv_heads == 0 || !config.heads.is_multiple_of(config.kv_heads) {
         return Err(Error::BadConfig(format!(
             "{} heads cannot share {} key/value heads",
             config.heads, config.kv_heads

@@ -126,9 +126,9 @@ pub fn classify(tokens: &[String], query: usize, key: usize) -> Verdict {
         return Verdict::InductionSuccessor;
     }
     let quotes: Vec<usize> = (0..=query).filter(|&i| is(i, "\"")).collect();
-    let quote_partner = if is(query, "\"") && quotes.len() % 2 == 0 {
+    let quote_partner = if is(query, "\"") && quotes.len().is_multiple_of(2) {
         quotes.len().checked_sub(2).map(|i| quotes[i])
-    } else if quotes.len() % 2 == 1 {
+    } else if !quotes.len().is_multiple_of(2) {
         quotes.last().copied().filter(|&p| p != query)
     } else {
         None
