@@ -175,18 +175,6 @@ impl Model {
         };
         Ok(model)
     }
-
-    pub fn unembed_column_count(&self) -> usize {
-        self.config.vocab
-    }
-
-    /// W_U as a matrix, materialising the transpose for tied models only when asked.
-    pub fn w_u(&self) -> std::borrow::Cow<'_, DMatrix<f32>> {
-        match &self.w_u {
-            Some(w_u) => std::borrow::Cow::Borrowed(w_u),
-            None => std::borrow::Cow::Owned(self.w_e.transpose()),
-        }
-    }
 }
 
 fn detect_family(store: &TensorStore, config: Option<&serde_json::Value>) -> Result<Family> {

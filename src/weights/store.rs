@@ -133,11 +133,6 @@ impl<'a> TensorStore<'a> {
         self.files.iter().find_map(|f| f.metadata().get(key).map(String::as_str))
     }
 
-    /// Total bytes of tensor data, for parameter counts and progress.
-    pub fn total_bytes(&self) -> u64 {
-        self.files.iter().flat_map(|f| f.entries().values()).map(|e| e.end - e.start).sum()
-    }
-
     pub fn read(&self, name: &str, family: &str) -> Result<Tensor> {
         let missing = || Error::MissingTensor { family: family.into(), tensor: name.into() };
         let &file_index = self.location.get(name).ok_or_else(missing)?;
