@@ -11,5 +11,8 @@ cargo clippy --target wasm32-unknown-unknown --lib -- -D warnings
 cargo build --target wasm32-unknown-unknown --lib
 cargo test --release
 if [ "$page_tests" = yes ]; then
+  # The core compiled to wasm, in headless Chromium (wasm-bindgen-test).
+  CHROMEDRIVER=/usr/bin/chromedriver cargo test --target wasm32-unknown-unknown --no-default-features --test wasm_ui
+  # The built page, end to end (Playwright driving Debian's Chromium).
   scripts/e2e.sh
 fi

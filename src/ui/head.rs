@@ -16,6 +16,9 @@ const ROW_TOP: usize = 8;
 
 type Key = (u64, Mode, HeadId);
 
+/// A metric's name, its one-line explanation and how to read it from a fingerprint.
+type MetricRow = (&'static str, &'static str, Box<dyn Fn(&Fingerprint) -> String>);
+
 /// One entry of a bar list: token, value, bar length in [0, 1].
 fn bar_list(items: Vec<(String, f64)>, id: &'static str) -> impl IntoView {
     let max = items.iter().map(|(_, v)| v.abs()).filter(|v| v.is_finite()).fold(0.0, f64::max);
@@ -93,6 +96,7 @@ pub fn HeadView() -> impl IntoView {
     let pair_from = RwSignal::new("(".to_string());
     let pair_to = RwSignal::new(")".to_string());
     let row_token = RwSignal::new("(".to_string());
+    let fit = RwSignal::new(false);
 
     let spectra = move || {
         let loaded = ctx.loaded.get()?;
@@ -100,9 +104,10 @@ pub fn HeadView() -> impl IntoView {
         let id = ctx.head.get();
         let fp = loaded.head(mode, id)?.clone();
         let rotary = matches!(loaded.model.config.positions, Positions::Rotary { .. });
-        let qk_plot = complex_plane(&fp.qk.eigenvalues, "#2166ac", &format!("{id} QK eigenvalues"));
-        let ov_plot = complex_plane(&fp.ov.eigenvalues, "#e66101", &format!("{id} OV eigenvalues"));
-        let explain: [(&str, &str, Box<dyn Fn(&Fingerprint) -> String>); 5] = [
+        let zoom = fit.get();
+        let qk_plot = complex_plane(&fp.qk.eigenvalues, "#2166ac", zoom, &format!("{id} QK eigenvalues"));
+        let ov_plot = complex_plane(&fp.ov.eigenvalues, "#e66101", zoom, &format!("{id} OV eigenvalues"));
+        let explain: [MetricRow; 5] = [
             (
                 "copying score",
                 "Σ Re λ / Σ |λ|: +1 = maps every direction to a positive multiple of itself (copying); 0 = rotation; negative = suppression.",
@@ -264,6 +269,15 @@ pub fn HeadView() -> impl IntoView {
             <div class="controls">
                 <HeadSelect id="head-select" />
                 <h2 id="head-title">{move || ctx.head.get().to_string()}</h2>
+                <label>
+                    <input
+                        type="checkbox"
+                        id="zoom-spectra"
+                        prop:checked=move || fit.get()
+                        on:change=move |ev| fit.set(event_target_checked(&ev))
+                    />
+                    " zoom the planes to the eigenvalues (the dashed unit circle may fall outside)"
+                </label>
             </div>
             {spectra}
             <h3>"OV circuit as token logits"</h3>

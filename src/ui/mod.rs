@@ -65,7 +65,7 @@ fn load_default(ctx: Ctx) {
 
 #[component]
 fn App() -> impl IntoView {
-    let ctx = Ctx::new();
+    let ctx = Ctx::default();
     provide_context(ctx);
     load_default(ctx);
     let dragging = RwSignal::new(false);

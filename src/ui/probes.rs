@@ -58,7 +58,7 @@ pub fn Probes() -> impl IntoView {
                 } else {
                     format!("{} tokens; no token repeats, so there are no induction cells.", p.tokens.len())
                 };
-                let svg = heatmap(&p.rows, &p.tokens, &p.marks, None, &format!("{head} attention pattern"));
+                let svg = heatmap(&p.rows, &p.tokens, &p.marks, None, 620.0, &format!("{head} attention pattern"));
                 view! {
                     <p class="note" id="pattern-summary">{summary}</p>
                     <div class="chart-scroll" id="prompt-heatmap" inner_html=svg></div>
@@ -137,7 +137,7 @@ pub fn Probes() -> impl IntoView {
             .map(|(a, b)| {
                 let side = |id: &String| match pattern(&loaded, &text_of(id), head) {
                     Ok(p) => {
-                        let svg = heatmap(&p.rows, &p.tokens, &p.marks, None, &format!("{id}: {head}"));
+                        let svg = heatmap(&p.rows, &p.tokens, &p.marks, None, 480.0, &format!("{id}: {head}"));
                         view! {
                             <figure>
                                 <div inner_html=svg></div>

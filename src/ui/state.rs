@@ -16,7 +16,7 @@ use crate::tokens::Tokenizer;
 use crate::weights::{ByteSource, MemorySource, ModelFiles};
 
 /// The model the page opens with (one of its own static files).
-pub const DEFAULT_MODEL_URL: &str = "models/dev-gptchar.safetensors";
+pub const DEFAULT_MODEL_URL: &str = "models/nietzsche-char.safetensors";
 
 /// Seed and length cap of the overview's induction probe (uniform random tokens).
 pub const INDUCTION_SEED: u64 = 0;
@@ -103,8 +103,8 @@ pub struct Ctx {
     pub prompt: RwSignal<String>,
 }
 
-impl Ctx {
-    pub fn new() -> Self {
+impl Default for Ctx {
+    fn default() -> Self {
         Ctx {
             loaded: RwSignal::new(None),
             mode: RwSignal::new(Mode::Folded),

@@ -180,11 +180,12 @@ pub fn bar_chart(bars: &[Bar], group: usize, lo: f64, hi: f64, title: &str) -> S
 }
 
 /// Eigenvalues in the complex plane with the unit circle.
-pub fn complex_plane(eigenvalues: &[Eigenvalue], colour: &str, title: &str) -> String {
+/// `fit`: zoom to the eigenvalues (the unit circle may then lie outside the plot).
+pub fn complex_plane(eigenvalues: &[Eigenvalue], colour: &str, fit: bool, title: &str) -> String {
     let size = 300.0;
     let pad = 26.0;
     let max_abs = eigenvalues.iter().map(|l| l.abs()).filter(|v| v.is_finite()).fold(0.0, f64::max);
-    let range = (max_abs * 1.1).max(1.15);
+    let range = if fit && max_abs > 0.0 { max_abs * 1.1 } else { (max_abs * 1.1).max(1.15) };
     let scale = (size / 2.0 - pad) / range;
     let c = size / 2.0;
     let px = |re: f64| c + re * scale;
@@ -242,10 +243,11 @@ pub fn heatmap(
     tokens: &[String],
     marks: &[(usize, usize)],
     highlight_row: Option<usize>,
+    max_px: f64,
     title: &str,
 ) -> String {
     let n = tokens.len();
-    let cell = (560.0 / n.max(1) as f64).clamp(5.0, 22.0);
+    let cell = (max_px / n.max(1) as f64).clamp(4.0, 22.0);
     let label = 56.0;
     let size = label + cell * n as f64 + 4.0;
     let font = (cell * 0.7).clamp(6.0, 12.0);
@@ -312,17 +314,9 @@ pub fn heatmap(
     s
 }
 
-/// Cells (query t, key k) where key k follows an earlier occurrence of token t.
+/// Induction cells: (query t, key j + 1) where j < t is the previous occurrence of token t.
 pub fn induction_cells(ids: &[usize]) -> Vec<(usize, usize)> {
-    let mut cells = Vec::new();
-    for t in 0..ids.len() {
-        for k in 1..=t {
-            if ids[k - 1] == ids[t] && k - 1 < t {
-                cells.push((t, k));
-            }
-        }
-    }
-    cells
+    (0..ids.len()).filter_map(|t| (0..t).rev().find(|&j| ids[j] == ids[t]).map(|j| (t, j + 1))).collect()
 }
 
 /// A horizontal colour bar legend.
