@@ -75,6 +75,15 @@ def verdict_section(lines, suite, head):
     return table["rows"]
 
 
+def figure(lines, shot, caption):
+    """A picture drawn by headprint's own page, as its browser tests saved it."""
+    if (REPO / "tests" / "e2e" / "screenshots" / shot).exists():
+        lines.append(f"![{caption}](../tests/e2e/screenshots/{shot})")
+        lines.append("")
+        lines.append(f"*{caption} (drawn by the page; screenshot saved by `scripts/e2e.sh`).*")
+        lines.append("")
+
+
 def main():
     if not BINARY.exists():
         sys.exit("build first: cargo build --release")
@@ -114,6 +123,7 @@ def main():
              f"(ratio {gap:.2f}; seed 003: L5H0 0.615 vs 0.35, ratio 1.76). Other heads above 0.5: "
              + ", ".join(f"{k} {copying[k]:.3f}" for k in ranked[1:] if copying[k] > 0.5) + ".")
     L.append("")
+    figure(L, "overview.png", "The page's overview: OV copying score grid and bar chart of the demo model")
     L.append(f"**Claim: one head stands far above the rest — {'holds' if holds else 'does not hold'}** on this model "
              f"({'a single copying head' if holds else 'several heads copy; the leader is ahead, not alone'}).")
     L.append("")
@@ -147,6 +157,7 @@ def main():
              f"raw, {contrast['top_normalised']:.2f} normalised; {overlap} of the 10 top tokens are the same.")
     L.append("")
 
+    figure(L, "head.png", "The page's head view: QK and OV spectra, metrics, raw vs normalised self-copy logits, pair lookup")
     L.append(f"## Bracket pair lookups on {lead}")
     L.append("")
     pairs = [cli("ov-logits", MODEL, "--head", lead, "--pair", a, b, "--top", 1)["pair"] for a, b in (("(", ")"), (")", "("), ("(", "("), (")", ")"))]
@@ -186,6 +197,7 @@ def main():
         shares.append(share)
         L.append(f"| {row['id']} | {show(row['text'])} | {share:.2f} ({hits}/{total}) |")
     L.append("")
+    figure(L, "probes-swap.png", "The page's swap pairs side by side, induction cells outlined")
     L.append(f"**Claim: the bright cells follow the swapped tokens (an induction head) — "
              f"{'holds' if min(shares) >= 0.5 else 'does not hold'}** (lowest share {min(shares):.2f}).")
     L.append("")
@@ -204,6 +216,7 @@ def main():
              + "; ".join(f"{r['id']}: {r['verdict']} ({r['top']['weight']:.4f})" for r in quote_rows if r["id"] in ("P3-A", "P3-B", "P5-B")) + ".")
     L.append("")
 
+    figure(L, "verdict-table.png", "The page's verdict table with runner-up and weights")
     L.append(f"## Figure 5: bracket verdicts on {lead}")
     L.append("")
     bracket_rows = verdict_section(L, "bracket", lead)
