@@ -1,15 +1,20 @@
 //! headprint: the spectral fingerprint of every attention head, next to what the head does.
 //!
 //! Data flows one way: files -> [`weights`] -> [`model`] -> [`analysis`] (circuits, spectra,
-//! OV token logits) and [`forward`] -> [`probes`]. Nothing here knows about the browser.
+//! OV token logits) and [`forward`] -> [`probes`] -> [`compare`]. Nothing here knows about the
+//! browser except [`worker`]'s host and [`ui`] (both wasm-only); [`worker`]'s session answers the
+//! page's requests from the core.
 
 pub mod analysis;
+pub mod compare;
 pub mod error;
 pub mod forward;
 pub mod model;
 pub mod probes;
 pub mod tokens;
 pub mod weights;
+
+pub mod worker;
 
 pub use error::{Error, Result};
 

@@ -9,7 +9,8 @@ use super::HeadId;
 use super::spectrum::Factored;
 use crate::model::{Model, Norm, NormKind};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Norm weights folded into the reading weights (and centred for LayerNorm models).
     #[default]

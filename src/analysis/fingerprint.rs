@@ -1,8 +1,8 @@
 //! The fingerprint of every head of a model: QK (residual space), OV (token space) and OV
 //! (residual space), serialised in the CLI's JSON contract.
 
-use serde::Serialize;
 use serde::ser::SerializeStruct;
+use serde::{Deserialize, Serialize};
 
 use super::HeadId;
 use super::circuits::{Circuits, Grams, Mode};
@@ -10,9 +10,9 @@ use super::spectrum::Fingerprint;
 use crate::model::{Model, ModelConfig};
 use crate::{Error, Result};
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ModelSummary {
-    pub family: &'static str,
+    pub family: String,
     pub layers: usize,
     pub heads: usize,
     pub kv_heads: usize,
@@ -26,7 +26,7 @@ impl ModelSummary {
     pub fn of(model: &Model) -> Self {
         let ModelConfig { family, layers, heads, kv_heads, d_model, d_head, vocab, .. } = model.config;
         ModelSummary {
-            family: family.name(),
+            family: family.name().into(),
             layers,
             heads,
             kv_heads,
@@ -38,7 +38,7 @@ impl ModelSummary {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HeadFingerprint {
     pub layer: usize,
     pub head: usize,
@@ -53,10 +53,10 @@ impl HeadFingerprint {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ModelFingerprint {
     pub model: ModelSummary,
-    pub mode: &'static str,
+    pub mode: String,
     pub heads: Vec<HeadFingerprint>,
 }
 
@@ -79,6 +79,31 @@ impl Serialize for Fingerprint {
         s.serialize_field("departure_from_normality", &self.departure_from_normality)?;
         s.serialize_field("scale", &self.scale)?;
         s.end()
+    }
+}
+
+/// The wire form of a fingerprint (what `Serialize` above writes), read back by the page.
+#[derive(Deserialize)]
+struct FingerprintWire {
+    eigenvalues: Vec<[f64; 2]>,
+    copying_score: f64,
+    imaginary_fraction: f64,
+    eigenvector_condition: Option<f64>,
+    departure_from_normality: f64,
+    scale: f64,
+}
+
+impl<'de> Deserialize<'de> for Fingerprint {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        let wire = FingerprintWire::deserialize(deserializer)?;
+        Ok(Fingerprint {
+            eigenvalues: wire.eigenvalues.into_iter().map(|[re, im]| super::spectrum::Eigenvalue { re, im }).collect(),
+            copying_score: wire.copying_score,
+            imaginary_fraction: wire.imaginary_fraction,
+            eigenvector_condition: wire.eigenvector_condition,
+            departure_from_normality: wire.departure_from_normality,
+            scale: wire.scale,
+        })
     }
 }
 
@@ -118,7 +143,7 @@ pub fn fingerprint_model_with_progress(
             return Err(Error::Invalid("cancelled".into()));
         }
     }
-    Ok(ModelFingerprint { model: ModelSummary::of(model), mode: mode.name(), heads })
+    Ok(ModelFingerprint { model: ModelSummary::of(model), mode: mode.name().into(), heads })
 }
 
 /// Fingerprints every head, on all cores where there are threads (native), else in turn.
@@ -142,7 +167,7 @@ pub fn fingerprint_model(model: &Model, mode: Mode) -> Result<ModelFingerprint> 
                 .collect();
             handles.into_iter().map(|h| h.join().expect("fingerprint worker panicked")).collect()
         });
-        Ok(ModelFingerprint { model: ModelSummary::of(model), mode: mode.name(), heads: heads?.concat() })
+        Ok(ModelFingerprint { model: ModelSummary::of(model), mode: mode.name().into(), heads: heads?.concat() })
     }
     #[cfg(target_arch = "wasm32")]
     fingerprint_model_with_progress(model, &grams, mode, &mut |_, _| true)

@@ -5,7 +5,7 @@ use std::fmt;
 use crate::model::ModelConfig;
 use crate::{Error, Result};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct HeadId {
     pub layer: usize,
     pub head: usize,

@@ -7,12 +7,12 @@ mod llama;
 mod neox;
 
 use nalgebra::{DMatrix, DVector};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::weights::{ModelFiles, Tensor, TensorStore};
 use crate::{Error, Result};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Family {
     /// Karpathy's "Let's build GPT" gpt.py character model.
@@ -33,13 +33,13 @@ impl Family {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum NormKind {
     LayerNorm,
     RmsNorm,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum Activation {
     Relu,
     /// GPT-2's tanh approximation.
@@ -50,7 +50,7 @@ pub enum Activation {
     Silu,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum Positions {
     /// A learned table added to the token embedding.
     Learned,
@@ -58,7 +58,8 @@ pub enum Positions {
     Rotary { dims: usize, base: f32 },
 }
 
-#[derive(Debug, Clone, PartialEq)]
+// Serde: the page's worker sends the configuration to the page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelConfig {
     pub family: Family,
     pub layers: usize,

@@ -3,14 +3,14 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::forward::{self, ForwardOutput};
 use crate::model::Model;
 use crate::{Error, Result};
 
 /// Where the first copy came from, so every score says which sequence it was measured on.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RepeatSource {
     Given,
@@ -18,7 +18,7 @@ pub enum RepeatSource {
     TextWindow { seed: u64 },
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HeadScores {
     pub layer: usize,
     pub head: usize,
@@ -27,7 +27,7 @@ pub struct HeadScores {
     pub duplicate_token_score: f64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct InductionReport {
     pub source: RepeatSource,
     /// The whole repeated sequence (2n tokens).
@@ -103,4 +103,9 @@ pub fn prefix_copy_accuracy(output: &ForwardOutput, tokens: &[usize], n: usize) 
         })
         .count();
     hits as f64 / (n - 1) as f64
+}
+
+/// Induction cells: (query t, key j + 1) where j < t is the previous occurrence of token t.
+pub fn induction_cells(ids: &[usize]) -> Vec<(usize, usize)> {
+    (0..ids.len()).filter_map(|t| (0..t).rev().find(|&j| ids[j] == ids[t]).map(|j| (t, j + 1))).collect()
 }

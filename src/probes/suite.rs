@@ -65,7 +65,7 @@ impl Suite {
     pub const BUILTIN: [&'static str; 3] = ["quote", "bracket", "swap"];
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Verdict {
     #[serde(rename = "induction successor")]
     InductionSuccessor,
@@ -94,7 +94,7 @@ impl Verdict {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Attended {
     pub position: usize,
     pub token: String,
@@ -102,7 +102,7 @@ pub struct Attended {
     pub verdict: Verdict,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct VerdictRow {
     pub id: String,
     pub text: String,
@@ -115,7 +115,7 @@ pub struct VerdictRow {
     pub verdict: Verdict,
     /// The whole attention row of the query, for heatmaps.
     pub attention: Vec<f64>,
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub note: String,
 }
 

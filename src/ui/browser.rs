@@ -1,5 +1,5 @@
 //! Thin wrappers over browser APIs: fetching the page's own files, reading user files,
-//! downloading text, yielding to the event loop. Every failure is a message, never a panic.
+//! downloads (text, SVG drawn to PNG), focus. Every failure is a message, never a panic.
 
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
@@ -13,7 +13,7 @@ pub fn js_message(value: &JsValue) -> String {
 }
 
 /// Fetches one of the page's own static files.
-pub async fn fetch_bytes(url: &str) -> Result<Vec<u8>, String> {
+async fn fetch_response(url: &str) -> Result<web_sys::Response, String> {
     let window = web_sys::window().ok_or("no window")?;
     let response =
         JsFuture::from(window.fetch_with_str(url)).await.map_err(|e| format!("{url}: {}", js_message(&e)))?;
@@ -21,9 +21,21 @@ pub async fn fetch_bytes(url: &str) -> Result<Vec<u8>, String> {
     if !response.ok() {
         return Err(format!("{url}: HTTP {} {}", response.status(), response.status_text()));
     }
-    let buffer = response.array_buffer().map_err(|e| format!("{url}: {}", js_message(&e)))?;
-    let buffer = JsFuture::from(buffer).await.map_err(|e| format!("{url}: {}", js_message(&e)))?;
-    Ok(js_sys::Uint8Array::new(&buffer).to_vec())
+    Ok(response)
+}
+
+/// One of the page's own files as a `Blob` (the worker reads it by byte range).
+pub async fn fetch_blob(url: &str) -> Result<web_sys::Blob, String> {
+    let promise = fetch_response(url).await?.blob().map_err(|e| format!("{url}: {}", js_message(&e)))?;
+    let blob = JsFuture::from(promise).await.map_err(|e| format!("{url}: {}", js_message(&e)))?;
+    blob.dyn_into().map_err(|_| format!("{url}: not a blob"))
+}
+
+/// One of the page's own text files.
+pub async fn fetch_text(url: &str) -> Result<String, String> {
+    let promise = fetch_response(url).await?.text().map_err(|e| format!("{url}: {}", js_message(&e)))?;
+    let text = JsFuture::from(promise).await.map_err(|e| format!("{url}: {}", js_message(&e)))?;
+    text.as_string().ok_or_else(|| format!("{url}: not text"))
 }
 
 /// Reads a user's file fully into memory.
@@ -39,25 +51,9 @@ pub fn file_list(list: Option<web_sys::FileList>) -> Vec<web_sys::File> {
     list.map(|list| (0..list.length()).filter_map(|i| list.get(i)).collect()).unwrap_or_default()
 }
 
-/// Lets the browser paint (a status line) before a long synchronous step.
-pub async fn next_tick() {
-    let promise = js_sys::Promise::new(&mut |resolve, _reject| {
-        if let Some(window) = web_sys::window() {
-            let _ = window.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 0);
-        } else {
-            let _ = resolve.call0(&JsValue::NULL);
-        }
-    });
-    let _ = JsFuture::from(promise).await;
-}
-
-/// Offers `text` as a file download (a `blob:` URL; nothing leaves the page).
-pub fn download_text(file_name: &str, text: &str) -> Result<(), String> {
-    let parts = js_sys::Array::of1(&JsValue::from_str(text));
-    let options = web_sys::BlobPropertyBag::new();
-    options.set_type("application/json");
-    let blob = web_sys::Blob::new_with_str_sequence_and_options(&parts, &options).map_err(|e| js_message(&e))?;
-    let url = web_sys::Url::create_object_url_with_blob(&blob).map_err(|e| js_message(&e))?;
+/// Offers a blob as a file download (a `blob:` URL; nothing leaves the page).
+fn download_blob(file_name: &str, blob: &web_sys::Blob) -> Result<(), String> {
+    let url = web_sys::Url::create_object_url_with_blob(blob).map_err(|e| js_message(&e))?;
     let document = web_sys::window().and_then(|w| w.document()).ok_or("no document")?;
     let anchor: web_sys::HtmlAnchorElement =
         document.create_element("a").map_err(|e| js_message(&e))?.dyn_into().map_err(|_| "not an anchor")?;
@@ -65,6 +61,57 @@ pub fn download_text(file_name: &str, text: &str) -> Result<(), String> {
     anchor.set_download(file_name);
     anchor.click();
     let _ = web_sys::Url::revoke_object_url(&url);
+    Ok(())
+}
+
+fn text_blob(text: &str, mime: &str) -> Result<web_sys::Blob, String> {
+    let parts = js_sys::Array::of1(&JsValue::from_str(text));
+    let options = web_sys::BlobPropertyBag::new();
+    options.set_type(mime);
+    web_sys::Blob::new_with_str_sequence_and_options(&parts, &options).map_err(|e| js_message(&e))
+}
+
+/// Offers `text` as a file download, with its MIME type.
+pub fn download_text(file_name: &str, text: &str, mime: &str) -> Result<(), String> {
+    download_blob(file_name, &text_blob(text, mime)?)
+}
+
+/// Draws an SVG chart on a canvas at `scale`x and offers it as a PNG download.
+pub async fn download_png(file_name: &str, svg: &str, scale: f64) -> Result<(), String> {
+    let document = web_sys::window().and_then(|w| w.document()).ok_or("no document")?;
+    let url =
+        web_sys::Url::create_object_url_with_blob(&text_blob(svg, "image/svg+xml")?).map_err(|e| js_message(&e))?;
+    let image = web_sys::HtmlImageElement::new().map_err(|e| js_message(&e))?;
+    let loaded = js_sys::Promise::new(&mut |resolve, reject| {
+        image.set_onload(Some(&resolve));
+        image.set_onerror(Some(&reject));
+    });
+    image.set_src(&url);
+    let decoded = JsFuture::from(loaded).await;
+    let _ = web_sys::Url::revoke_object_url(&url);
+    decoded.map_err(|_| "the chart could not be drawn as an image".to_string())?;
+    let canvas: web_sys::HtmlCanvasElement =
+        document.create_element("canvas").map_err(|e| js_message(&e))?.dyn_into().map_err(|_| "not a canvas")?;
+    let (width, height) = (image.natural_width() as f64 * scale, image.natural_height() as f64 * scale);
+    canvas.set_width(width as u32);
+    canvas.set_height(height as u32);
+    let context: web_sys::CanvasRenderingContext2d = canvas
+        .get_context("2d")
+        .map_err(|e| js_message(&e))?
+        .ok_or("no 2d canvas")?
+        .dyn_into()
+        .map_err(|_| "not a 2d context")?;
+    context.set_fill_style_str("#ffffff");
+    context.fill_rect(0.0, 0.0, width, height);
+    context
+        .draw_image_with_html_image_element_and_dw_and_dh(&image, 0.0, 0.0, width, height)
+        .map_err(|e| js_message(&e))?;
+    let data_url = canvas.to_data_url_with_type("image/png").map_err(|e| js_message(&e))?;
+    let anchor: web_sys::HtmlAnchorElement =
+        document.create_element("a").map_err(|e| js_message(&e))?.dyn_into().map_err(|_| "not an anchor")?;
+    anchor.set_href(&data_url);
+    anchor.set_download(file_name);
+    anchor.click();
     Ok(())
 }
 

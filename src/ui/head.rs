@@ -1,26 +1,24 @@
 //! One head: QK and OV spectra in the complex plane, every fingerprint metric explained,
 //! OV self-copy logits (raw and normalised), pair lookup and what a token promotes.
 
-use std::sync::Arc;
-
 use leptos::prelude::*;
 
-use super::state::{Ctx, Loaded};
+use super::export::ChartExport;
+use super::requested::requested;
+use super::state::Ctx;
 use super::svg::{complex_plane, num, signed, visible};
-use crate::analysis::ov_logits::{bottom_k, top_k};
-use crate::analysis::{Fingerprint, HeadId, Mode, OvTokenLogits};
+use crate::analysis::{Fingerprint, HeadId};
 use crate::model::Positions;
+use crate::worker::protocol::{Reply, Request, Scored};
 
 const TOP: usize = 15;
 const ROW_TOP: usize = 8;
-
-type Key = (u64, Mode, HeadId);
 
 /// A metric's name, its one-line explanation and how to read it from a fingerprint.
 type MetricRow = (&'static str, &'static str, Box<dyn Fn(&Fingerprint) -> String>);
 
 /// One entry of a bar list: token, value, bar length in [0, 1].
-fn bar_list(items: Vec<(String, f64)>, id: &'static str) -> impl IntoView {
+fn bar_list(items: Vec<Scored>, id: &'static str) -> impl IntoView {
     let max = items.iter().map(|(_, v)| v.abs()).filter(|v| v.is_finite()).fold(0.0, f64::max);
     let rows = items
         .into_iter()
@@ -67,7 +65,7 @@ pub fn HeadSelect(id: &'static str) -> impl IntoView {
                     id=id
                     on:change=move |ev| {
                         if let Some(l) = ctx.loaded.get_untracked()
-                            && let Ok(h) = HeadId::parse(&event_target_value(&ev), &l.model.config)
+                            && let Ok(h) = HeadId::parse(&event_target_value(&ev), &l.info.config)
                         {
                             ctx.head.set(h);
                         }
@@ -83,16 +81,6 @@ pub fn HeadSelect(id: &'static str) -> impl IntoView {
 #[component]
 pub fn HeadView() -> impl IntoView {
     let ctx = expect_context::<Ctx>();
-    let cache: StoredValue<Option<(Key, Arc<OvTokenLogits>)>> = StoredValue::new(None);
-    let logits = move |l: &Loaded, mode: Mode, id: HeadId| -> Arc<OvTokenLogits> {
-        let key = (l.id, mode, id);
-        if let Some(hit) = cache.with_value(|c| c.as_ref().filter(|(k, _)| *k == key).map(|(_, v)| v.clone())) {
-            return hit;
-        }
-        let fresh = Arc::new(l.logits(mode, id));
-        cache.set_value(Some((key, fresh.clone())));
-        fresh
-    };
     let pair_from = RwSignal::new("(".to_string());
     let pair_to = RwSignal::new(")".to_string());
     let row_token = RwSignal::new("(".to_string());
@@ -103,7 +91,7 @@ pub fn HeadView() -> impl IntoView {
         let mode = ctx.mode.get();
         let id = ctx.head.get();
         let fp = loaded.head(mode, id)?.clone();
-        let rotary = matches!(loaded.model.config.positions, Positions::Rotary { .. });
+        let rotary = matches!(loaded.info.config.positions, Positions::Rotary { .. });
         let zoom = fit.get();
         let qk_plot = complex_plane(&fp.qk.eigenvalues, "#2166ac", zoom, &format!("{id} QK eigenvalues"));
         let ov_plot = complex_plane(&fp.ov.eigenvalues, "#e66101", zoom, &format!("{id} OV eigenvalues"));
@@ -148,25 +136,30 @@ pub fn HeadView() -> impl IntoView {
                 }
             })
             .collect_view();
-        let behaviour = match (loaded.scores(id), &loaded.induction) {
-            (Some(s), _) => format!(
-                "Running the model on {} random tokens repeated twice: induction score {:.3}, previous-token score {:.3}, duplicate-token score {:.3}.",
-                loaded.induction_len, s.induction_score, s.previous_token_score, s.duplicate_token_score
-            ),
-            (None, Err(e)) => format!("The induction probe failed: {e}"),
-            (None, Ok(_)) => String::new(),
+        let behaviour = match loaded.run(ctx.sequence.get()) {
+            Some(run) => match (&run.report, loaded.scores(ctx.sequence.get(), id)) {
+                (Ok(_), Some(s)) => format!(
+                    "Running the model on {}: induction score {:.3}, previous-token score {:.3}, duplicate-token score {:.3}.",
+                    run.sequence, s.induction_score, s.previous_token_score, s.duplicate_token_score
+                ),
+                (Err(e), _) => format!("The induction probe on {} failed: {e}", run.sequence),
+                (Ok(_), None) => String::new(),
+            },
+            None => String::new(),
         };
         Some(view! {
             <div class="planes">
                 <figure id="qk-plane">
-                    <div inner_html=qk_plot></div>
+                    <div inner_html=qk_plot.clone()></div>
+                    <ChartExport svg=qk_plot name=format!("{id}-qk-eigenvalues") />
                     <figcaption>
                         {format!("QK: eigenvalues of W_Q W_Kᵀ ({} mode)", mode.name())}
                         {rotary.then(|| view! { <br /><em>"Rotary model: this is QK at relative offset 0, without biases."</em> })}
                     </figcaption>
                 </figure>
                 <figure id="ov-plane">
-                    <div inner_html=ov_plot></div>
+                    <div inner_html=ov_plot.clone()></div>
+                    <ChartExport svg=ov_plot name=format!("{id}-ov-eigenvalues") />
                     <figcaption>"OV: eigenvalues of W_E W_V W_O W_U (token space)"</figcaption>
                 </figure>
             </div>
@@ -186,81 +179,92 @@ pub fn HeadView() -> impl IntoView {
         })
     };
 
-    let self_copy = move || {
-        let loaded = ctx.loaded.get()?;
-        let (mode, id) = (ctx.mode.get(), ctx.head.get());
-        let logits = logits(&loaded, mode, id);
-        let diagonal = logits.diagonal();
-        let normalised = logits.normalised_diagonal();
-        let k = TOP.min(diagonal.len());
-        let named = |values: &[f64]| -> Vec<(String, f64)> {
-            top_k(values, k).into_iter().map(|i| (loaded.tokenizer.token_text(i), values[i])).collect()
-        };
-        Some(view! {
-            <div class="side-by-side">
-                <div>
-                    <h4>"raw self-copy logit"</h4>
-                    {bar_list(named(&diagonal), "self-copy-raw")}
-                </div>
-                <div>
-                    <h4>"normalised by ‖W_E[i]‖ · ‖W_U[:, i]‖"</h4>
-                    {bar_list(named(&normalised), "self-copy-normalised")}
-                </div>
-            </div>
-        })
-    };
+    let current = move || ctx.loaded.get().map(|l| (l.id, ctx.mode.get(), ctx.head.get()));
+    let self_copy = requested(
+        move || current().map(|(model, mode, head)| Request::SelfCopy { model, mode, head, top: TOP }),
+        |reply| match reply {
+            Reply::SelfCopy { raw, normalised } => Some((raw, normalised)),
+            _ => None,
+        },
+    );
+    let pair = requested(
+        move || {
+            current().map(|(model, mode, head)| Request::Pair {
+                model,
+                mode,
+                head,
+                from: pair_from.get(),
+                to: pair_to.get(),
+            })
+        },
+        |reply| match reply {
+            Reply::Pair { from, to, value } => Some((from, to, value)),
+            _ => None,
+        },
+    );
+    let row = requested(
+        move || {
+            current().map(|(model, mode, head)| Request::Row {
+                model,
+                mode,
+                head,
+                token: row_token.get(),
+                top: ROW_TOP,
+            })
+        },
+        |reply| match reply {
+            Reply::Row { token, promotes, suppresses } => Some((token, promotes, suppresses)),
+            _ => None,
+        },
+    );
 
-    let pair = move || {
-        let loaded = ctx.loaded.get()?;
-        let (mode, id) = (ctx.mode.get(), ctx.head.get());
-        let (from, to) = (pair_from.get(), pair_to.get());
-        let result = (|| -> crate::Result<String> {
-            let i = loaded.tokenizer.single(&from)?;
-            let j = loaded.tokenizer.single(&to)?;
-            let v = logits(&loaded, mode, id).entry(i, j)?;
-            let verb = if v >= 0.0 { "raises" } else { "lowers" };
-            Ok(format!(
-                "attending `{}` {verb} `{}` by {}",
-                visible(&loaded.tokenizer.token_text(i)),
-                visible(&loaded.tokenizer.token_text(j)),
-                if v >= 0.0 { signed(v) } else { num(-v) }
-            ))
-        })();
-        Some(match result {
-            Ok(text) => view! { <p class="pair-result" id="pair-result">{text}</p> }.into_any(),
-            Err(e) => view! { <p class="pair-result error-inline" id="pair-result">{e.to_string()}</p> }.into_any(),
-        })
-    };
-
-    let row = move || {
-        let loaded = ctx.loaded.get()?;
-        let (mode, id) = (ctx.mode.get(), ctx.head.get());
-        let written = row_token.get();
-        let result = (|| -> crate::Result<(String, Vec<f64>)> {
-            let i = loaded.tokenizer.single(&written)?;
-            Ok((loaded.tokenizer.token_text(i), logits(&loaded, mode, id).row(i)?))
-        })();
-        Some(match result {
-            Ok((token, values)) => {
-                let k = ROW_TOP.min(values.len());
-                let name = |i: usize| (loaded.tokenizer.token_text(i), values[i]);
-                let up = top_k(&values, k).into_iter().map(name).collect();
-                let down = bottom_k(&values, k).into_iter().map(name).collect();
-                view! {
-                    <div class="side-by-side">
-                        <div>
-                            <h4>{format!("attending `{}` promotes", visible(&token))}</h4>
-                            {bar_list(up, "row-promotes")}
-                        </div>
-                        <div>
-                            <h4>{format!("attending `{}` suppresses", visible(&token))}</h4>
-                            {bar_list(down, "row-suppresses")}
-                        </div>
+    let self_copy_view = move || {
+        Some(match self_copy.get()? {
+            Ok((raw, normalised)) => view! {
+                <div class="side-by-side">
+                    <div>
+                        <h4>"raw self-copy logit"</h4>
+                        {bar_list(raw, "self-copy-raw")}
                     </div>
-                }
-                .into_any()
+                    <div>
+                        <h4>"normalised by ‖W_E[i]‖ · ‖W_U[:, i]‖"</h4>
+                        {bar_list(normalised, "self-copy-normalised")}
+                    </div>
+                </div>
             }
-            Err(e) => view! { <p class="error-inline">{e.to_string()}</p> }.into_any(),
+            .into_any(),
+            Err(e) => view! { <p class="error-inline">{e}</p> }.into_any(),
+        })
+    };
+
+    let pair_view = move || {
+        Some(match pair.get()? {
+            Ok((from, to, v)) => {
+                let verb = if v >= 0.0 { "raises" } else { "lowers" };
+                let amount = if v >= 0.0 { signed(v) } else { num(-v) };
+                let text = format!("attending `{}` {verb} `{}` by {amount}", visible(&from), visible(&to));
+                view! { <p class="pair-result" id="pair-result">{text}</p> }.into_any()
+            }
+            Err(e) => view! { <p class="pair-result error-inline" id="pair-result">{e}</p> }.into_any(),
+        })
+    };
+
+    let row_view = move || {
+        Some(match row.get()? {
+            Ok((token, up, down)) => view! {
+                <div class="side-by-side">
+                    <div>
+                        <h4>{format!("attending `{}` promotes", visible(&token))}</h4>
+                        {bar_list(up, "row-promotes")}
+                    </div>
+                    <div>
+                        <h4>{format!("attending `{}` suppresses", visible(&token))}</h4>
+                        {bar_list(down, "row-suppresses")}
+                    </div>
+                </div>
+            }
+            .into_any(),
+            Err(e) => view! { <p class="error-inline">{e}</p> }.into_any(),
         })
     };
 
@@ -284,7 +288,7 @@ pub fn HeadView() -> impl IntoView {
             <p class="note">
                 "Entry (i, j) of W_E W_V W_O W_U: how much attending to token i raises the logit of token j. Self-copy: i = j."
             </p>
-            {self_copy}
+            {self_copy_view}
             <h3>"Pair lookup"</h3>
             <div class="pair-inputs">
                 "attending "
@@ -305,7 +309,7 @@ pub fn HeadView() -> impl IntoView {
                 />
                 <span class="hint">" (a token as text, or #id)"</span>
             </div>
-            {pair}
+            {pair_view}
             <h3>"What attending a token does"</h3>
             <div class="pair-inputs">
                 "token "
@@ -317,7 +321,7 @@ pub fn HeadView() -> impl IntoView {
                     aria-label="attended token"
                 />
             </div>
-            {row}
+            {row_view}
         </section>
     }
 }

@@ -1,17 +1,23 @@
-//! The page: Leptos (client-side rendering) over the core. It fetches the demo model on
-//! start, analyses it once (fingerprints in both modes, the induction probe), and shows three
-//! views: the overview grid, one head, and probes. Local files load through a picker or by
-//! drag-and-drop; a failed load shows the core's message and keeps the previous model.
+//! The page: Leptos (client-side rendering) over the core. Heavy work runs in the analysis
+//! worker (`crate::worker`), reached through `client`; the page holds only results. It fetches
+//! the demo model on start and shows four views: the overview grid, one head, probes, and the
+//! comparison of every model loaded in the session. The URL holds the view (`link`).
 
 mod browser;
+mod client;
+mod compare;
+mod export;
 mod head;
+mod link;
 mod overview;
 mod probes;
+mod requested;
 pub mod state;
 pub mod svg;
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
+use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
 use crate::analysis::Mode;
@@ -20,40 +26,34 @@ use state::{Ctx, DEFAULT_MODEL_URL, Tab};
 #[wasm_bindgen(start)]
 pub fn start() {
     console_error_panic_hook::set_once();
+    // The same wasm also runs in the analysis worker, which has no window and no page.
+    if web_sys::window().is_none() {
+        return;
+    }
     leptos::mount::mount_to_body(App);
 }
 
-/// Loads user files (picker or drop) into the page.
+/// Loads user files (picker or drop) into the page; the worker reads them by byte range.
 fn load_user_files(ctx: Ctx, files: Vec<web_sys::File>) {
     if files.is_empty() {
         return;
     }
-    spawn_local(async move {
-        let names: Vec<String> = files.iter().map(|f| f.name()).collect();
-        let label = names.join(", ");
-        ctx.busy.set(Some(format!("Reading {label}…")));
-        let mut read = Vec::with_capacity(files.len());
-        for file in &files {
-            match browser::read_file(file).await {
-                Ok(bytes) => read.push((file.name(), bytes)),
-                Err(message) => {
-                    ctx.error.set(Some(format!("Could not load {label}: {message}")));
-                    ctx.busy.set(None);
-                    return;
-                }
-            }
-        }
-        state::load(ctx, label, read).await;
-    });
+    let label = match files.iter().find(|f| f.name().ends_with(".safetensors")) {
+        Some(weights) if files.len() == 1 => weights.name(),
+        Some(weights) => format!("{} (+{} files)", weights.name(), files.len() - 1),
+        None => files.iter().map(|f| f.name()).collect::<Vec<_>>().join(", "),
+    };
+    let named = files.into_iter().map(|f| (f.name(), f.unchecked_into::<web_sys::Blob>())).collect();
+    spawn_local(state::load(ctx, label, false, named));
 }
 
 fn load_default(ctx: Ctx) {
     spawn_local(async move {
         ctx.busy.set(Some(format!("Fetching {DEFAULT_MODEL_URL}…")));
-        match browser::fetch_bytes(DEFAULT_MODEL_URL).await {
-            Ok(bytes) => {
+        match browser::fetch_blob(DEFAULT_MODEL_URL).await {
+            Ok(blob) => {
                 let name = DEFAULT_MODEL_URL.rsplit('/').next().unwrap_or(DEFAULT_MODEL_URL).to_string();
-                state::load(ctx, name.clone(), vec![(name, bytes)]).await;
+                state::load(ctx, name.clone(), true, vec![(name, blob)]).await;
             }
             Err(message) => {
                 ctx.error.set(Some(format!("Could not fetch the demo model: {message}")));
@@ -63,22 +63,68 @@ fn load_default(ctx: Ctx) {
     });
 }
 
+/// Connects the worker's progress, memory and trouble reports to the page.
+fn connect_worker(ctx: Ctx) {
+    client::set_hooks(client::Hooks {
+        on_progress: Box::new(move |progress| ctx.progress.set(Some(progress))),
+        on_memory: Box::new(move |bytes| ctx.worker_memory.set(bytes)),
+        on_trouble: Box::new(move |message| ctx.error.set(Some(message))),
+    });
+}
+
+/// Stops the running work; the worker is replaced and the shown model stays.
+fn cancel(ctx: Ctx) {
+    client::restart("cancelled");
+    ctx.progress.set(None);
+    ctx.busy.set(None);
+}
+
 #[component]
 fn App() -> impl IntoView {
     let ctx = Ctx::default();
     provide_context(ctx);
+    connect_worker(ctx);
+    // A share link sets the view first; the demo loads unless the link names a local file
+    // (then the page asks for it and shows the demo meanwhile).
+    link::apply(ctx, &link::current());
     load_default(ctx);
+    Effect::new(move |_| {
+        if let Some(fragment) = link::fragment(ctx) {
+            link::write(&fragment);
+        }
+    });
+    // The held-out-text probe runs the first time its scores are asked for.
+    Effect::new(move |_| {
+        if ctx.sequence.get() == state::Sequence::HeldOutText
+            && ctx.loaded.with(|l| l.as_ref().is_some_and(|l| l.text_run.is_none()))
+        {
+            spawn_local(state::ensure_text_run(ctx));
+        }
+    });
     let dragging = RwSignal::new(false);
 
-    let tab_button = move |tab: Tab, label: &'static str, id: &'static str| {
+    let tab_button = move |tab: Tab, label: &'static str| {
         view! {
             <button
-                id=id
+                id=format!("tab-{}", tab.key())
                 role="tab"
                 class="tab"
                 aria-selected=move || (ctx.tab.get() == tab).to_string()
                 class:active=move || ctx.tab.get() == tab
                 on:click=move |_| ctx.tab.set(tab)
+            >
+                {label}
+            </button>
+        }
+    };
+    let mode_button = move |mode: Mode, label: &'static str, title: &'static str| {
+        view! {
+            <button
+                id=format!("mode-{}", mode.name())
+                class:active=move || ctx.mode.get() == mode
+                aria-pressed=move || (ctx.mode.get() == mode).to_string()
+                title=title
+                on:click=move |_| ctx.mode.set(mode)
             >
                 {label}
             </button>
@@ -107,29 +153,18 @@ fn App() -> impl IntoView {
                 <ModelBar />
             </header>
             <nav role="tablist">
-                {tab_button(Tab::Overview, "Overview", "tab-overview")}
-                {tab_button(Tab::Head, "Head", "tab-head")}
-                {tab_button(Tab::Probes, "Probes", "tab-probes")}
+                {tab_button(Tab::Overview, "Overview")}
+                {tab_button(Tab::Head, "Head")}
+                {tab_button(Tab::Probes, "Probes")}
+                {tab_button(Tab::Compare, "Compare")}
                 <span class="mode" role="group" aria-label="weights">
                     "Weights: "
-                    <button
-                        id="mode-folded"
-                        class:active=move || ctx.mode.get() == Mode::Folded
-                        aria-pressed=move || (ctx.mode.get() == Mode::Folded).to_string()
-                        title="LayerNorm weights folded into the reading weights (TransformerLens fold_ln)"
-                        on:click=move |_| ctx.mode.set(Mode::Folded)
-                    >
-                        "Folded"
-                    </button>
-                    <button
-                        id="mode-raw"
-                        class:active=move || ctx.mode.get() == Mode::Raw
-                        aria-pressed=move || (ctx.mode.get() == Mode::Raw).to_string()
-                        title="Weights exactly as stored"
-                        on:click=move |_| ctx.mode.set(Mode::Raw)
-                    >
-                        "Raw"
-                    </button>
+                    {mode_button(
+                        Mode::Folded,
+                        "Folded",
+                        "LayerNorm weights folded into the reading weights (TransformerLens fold_ln)",
+                    )}
+                    {mode_button(Mode::Raw, "Raw", "Weights exactly as stored")}
                 </span>
             </nav>
             <main>
@@ -147,18 +182,47 @@ fn App() -> impl IntoView {
                             Tab::Overview => view! { <overview::Overview /> }.into_any(),
                             Tab::Head => view! { <head::HeadView /> }.into_any(),
                             Tab::Probes => view! { <probes::Probes /> }.into_any(),
+                            Tab::Compare => view! { <compare::Compare /> }.into_any(),
                         }
                     }
                 }}
             </main>
             <footer>
-                "Everything runs in this tab; no file leaves your computer. Drop model files anywhere on the page."
+                "Everything runs in this tab; no file leaves your computer. Drop model files anywhere on the page. "
+                <span id="worker-memory">
+                    {move || {
+                        let bytes = ctx.worker_memory.get();
+                        (bytes > 0.0).then(|| format!("Analysis worker memory: {:.0} MB.", bytes / 1e6))
+                    }}
+                </span>
             </footer>
         </div>
     }
 }
 
-/// The loaded model's facts, the file picker, the status and error lines.
+/// A file input that loads what the user picks (files, or a whole folder).
+fn file_button(ctx: Ctx, id: &'static str, label: &'static str, folder: bool) -> impl IntoView {
+    view! {
+        <label class="file-button">
+            {label}
+            <input
+                id=id
+                type="file"
+                multiple=true
+                prop:webkitdirectory=folder
+                accept=".safetensors,.json"
+                on:change=move |ev| {
+                    let input: web_sys::HtmlInputElement = event_target(&ev);
+                    let files = browser::file_list(input.files());
+                    input.set_value("");
+                    load_user_files(ctx, files);
+                }
+            />
+        </label>
+    }
+}
+
+/// The loaded model's facts, the file pickers, progress with cancel, the status and error lines.
 #[component]
 fn ModelBar() -> impl IntoView {
     let ctx = expect_context::<Ctx>();
@@ -169,16 +233,20 @@ fn ModelBar() -> impl IntoView {
                     ctx.loaded
                         .get()
                         .map(|l| {
-                            let c = &l.model.config;
+                            let c = &l.info.config;
                             let facts = l
-                                .model
+                                .info
                                 .facts
                                 .iter()
                                 .map(|(k, v)| view! { <span class="fact">{format!("{k}: {v}")}</span> })
                                 .collect_view();
-                            let accuracy = match &l.induction {
+                            let accuracy = match &l.random_run.report {
                                 Ok(r) => format!("prefix-copy accuracy {:.0}%", 100.0 * r.prefix_copy_accuracy),
                                 Err(_) => String::new(),
+                            };
+                            let hash = match &l.origin {
+                                state::Origin::Local { sha256, .. } => format!("SHA-256 {}…", &sha256[..12.min(sha256.len())]),
+                                state::Origin::Demo => "the demo model".into(),
                             };
                             view! {
                                 <strong id="model-name">{l.name.clone()}</strong>
@@ -191,34 +259,60 @@ fn ModelBar() -> impl IntoView {
                                         c.d_model,
                                         c.d_head,
                                         c.vocab,
-                                        l.model.parameter_count,
+                                        l.info.parameters,
                                     )}
                                 </span>
                                 <span>{accuracy}</span>
+                                <span class="fact" id="model-hash">{hash}</span>
                                 {facts}
                             }
                         })
                 }}
             </div>
-            <label class="file-button">
-                "Open model files…"
-                <input
-                    id="file-input"
-                    type="file"
-                    multiple=true
-                    accept=".safetensors,.json"
-                    on:change=move |ev| {
-                        let input: web_sys::HtmlInputElement = event_target(&ev);
-                        let files = browser::file_list(input.files());
-                        input.set_value("");
-                        load_user_files(ctx, files);
-                    }
-                />
-            </label>
-            <span class="hint">".safetensors, or several files: config.json, tokenizer.json, shards + index"</span>
-            <p class="busy" id="busy" aria-live="polite">
+            {file_button(ctx, "file-input", "Open model files…", false)}
+            {file_button(ctx, "folder-input", "Open a folder…", true)}
+            <span class="hint">".safetensors, or config.json + tokenizer.json + shards + index"</span>
+            {move || {
+                ctx.awaited
+                    .get()
+                    .map(|a| {
+                        view! {
+                            <p class="awaited" id="awaited" role="status">
+                                {format!(
+                                    "This link shows {} (SHA-256 {}…). Open that file to restore the view; the demo model is shown meanwhile.",
+                                    a.name,
+                                    a.sha256_prefix,
+                                )}
+                            </p>
+                        }
+                    })
+            }}
+            <div class="busy" id="busy" aria-live="polite">
                 {move || ctx.busy.get().unwrap_or_default()}
-            </p>
+                {move || {
+                    ctx.progress
+                        .get()
+                        .map(|p| {
+                            let fraction = if p.total > 0 { p.done as f64 / p.total as f64 } else { 0.0 };
+                            view! {
+                                <span class="progress">
+                                    <progress id="progress" max="1" value=fraction></progress>
+                                    {format!(" {} {:.0}%", p.stage, 100.0 * fraction)}
+                                </span>
+                            }
+                        })
+                }}
+                {move || {
+                    (ctx.busy.get().is_some() || ctx.progress.get().is_some())
+                        .then(|| {
+                            view! {
+                                <button id="cancel" class="small" on:click=move |_| cancel(ctx)>
+                                    "Cancel"
+                                </button>
+                            }
+                        })
+                }}
+            </div>
             {move || {
                 ctx.error
                     .get()

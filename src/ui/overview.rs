@@ -3,7 +3,8 @@
 use leptos::prelude::*;
 
 use super::browser::{data_head_of, focus_id};
-use super::state::{ColourScale, Ctx, Metric, Tab};
+use super::export::{ChartExport, ResultsExport};
+use super::state::{ColourScale, Ctx, Metric, Sequence, Tab};
 use super::svg::{Bar, bar_chart, legend, num};
 use crate::analysis::HeadId;
 
@@ -22,7 +23,7 @@ pub fn Overview() -> impl IntoView {
 
     let on_key = move |ev: web_sys::KeyboardEvent| {
         let Some(loaded) = ctx.loaded.get_untracked() else { return };
-        let (layers, heads) = (loaded.model.config.layers, loaded.model.config.heads);
+        let (layers, heads) = (loaded.info.config.layers, loaded.info.config.heads);
         let current = focused.get_untracked();
         let next = match ev.key().as_str() {
             "ArrowRight" => HeadId::new(current.layer, (current.head + 1).min(heads - 1)),
@@ -63,42 +64,62 @@ pub fn Overview() -> impl IntoView {
                             .collect_view()}
                     </select>
                 </label>
-                <span class="note">
+                <label>
+                    "Behaviour measured on "
+                    <select
+                        id="sequence-select"
+                        on:change=move |ev| {
+                            if let Some(sequence) = Sequence::from_key(&event_target_value(&ev)) {
+                                ctx.sequence.set(sequence);
+                            }
+                        }
+                    >
+                        <option value="random" selected=move || ctx.sequence.get() == Sequence::UniformRandom>
+                            "uniform random tokens"
+                        </option>
+                        <option value="text" selected=move || ctx.sequence.get() == Sequence::HeldOutText>
+                            "held-out text"
+                        </option>
+                    </select>
+                </label>
+                <ResultsExport />
+                <p class="note" id="metric-note">
                     {move || {
                         let m = ctx.metric.get();
                         if m.behavioural() {
                             ctx.loaded
                                 .get()
-                                .map(|l| match &l.induction {
-                                    Ok(_) => {
-                                        format!(
-                                            "Measured by running the model on {} uniformly random tokens repeated twice (seed 0); the same in raw and folded mode.",
-                                            l.induction_len,
-                                        )
-                                    }
-                                    Err(e) => format!("The induction probe failed: {e}"),
+                                .and_then(|l| {
+                                    l.run(ctx.sequence.get())
+                                        .map(|run| match &run.report {
+                                            Ok(_) => {
+                                                format!(
+                                                    "Measured by running the model on {}; the same in raw and folded mode.",
+                                                    run.sequence,
+                                                )
+                                            }
+                                            Err(e) => format!("The induction probe on {} failed: {e}", run.sequence),
+                                        })
                                 })
                                 .unwrap_or_default()
                         } else {
-                            format!(
-                                "From the weights alone ({} mode).",
-                                ctx.mode.get().name(),
-                            )
+                            format!("From the weights alone ({} mode).", ctx.mode.get().name())
                         }
                     }}
-                </span>
+                </p>
             </div>
             {move || {
                 let loaded = ctx.loaded.get()?;
                 let metric = ctx.metric.get();
                 let mode = ctx.mode.get();
                 let selected = ctx.head.get();
-                let config = &loaded.model.config;
+                let config = &loaded.info.config;
+                let sequence = ctx.sequence.get();
                 let fingerprint = loaded.fingerprint(mode);
                 let values: Vec<(HeadId, Option<f64>)> = fingerprint
                     .heads
                     .iter()
-                    .map(|h| (h.id(), metric.value(h, loaded.scores(h.id()))))
+                    .map(|h| (h.id(), metric.value(h, loaded.scores(sequence, h.id()))))
                     .collect();
                 let finite: Vec<f64> = values.iter().filter_map(|(_, v)| *v).collect();
                 let scale = ColourScale::new(metric.scale(), &finite);
@@ -188,16 +209,17 @@ pub fn Overview() -> impl IntoView {
                         <div
                             class="chart-scroll"
                             id="bar-chart"
-                            inner_html=chart
+                            inner_html=chart.clone()
                             on:click=move |ev| {
                                 if let Some(name) = data_head_of(&ev)
                                     && let Some(l) = ctx.loaded.get_untracked()
-                                    && let Ok(id) = HeadId::parse(&name, &l.model.config)
+                                    && let Ok(id) = HeadId::parse(&name, &l.info.config)
                                 {
                                     open(id);
                                 }
                             }
                         ></div>
+                        <ChartExport svg=chart name=format!("{}-bars", metric.key()) />
                         <p class="note">"Click a head (or a bar) to open it; in the grid, arrow keys move and Enter opens."</p>
                     },
                 )

@@ -5,32 +5,53 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use super::browser::{download_text, file_list, read_file};
+use super::export::ChartExport;
 use super::head::HeadSelect;
-use super::state::{Ctx, Loaded};
-use super::svg::{heatmap, induction_cells, visible};
+use super::requested::requested;
+use super::state::Ctx;
+use super::svg::{heatmap, visible};
 use crate::analysis::HeadId;
-use crate::forward;
+use crate::probes::Suite;
 use crate::probes::suite::Attended;
-use crate::probes::{Suite, verdict_table};
-
-/// The full pattern of one head on a text, with its tokens and induction cells.
-struct Pattern {
-    tokens: Vec<String>,
-    rows: Vec<Vec<f64>>,
-    marks: Vec<(usize, usize)>,
-}
-
-fn pattern(loaded: &Loaded, text: &str, head: HeadId) -> crate::Result<Pattern> {
-    let ids = loaded.encode(text)?;
-    let output = forward::run(&loaded.model, &ids)?;
-    let matrix = &output.patterns[head.layer][head.head];
-    let rows = (0..ids.len()).map(|q| (0..ids.len()).map(|k| matrix[(q, k)] as f64).collect()).collect();
-    let tokens = ids.iter().map(|&i| loaded.tokenizer.token_text(i)).collect();
-    Ok(Pattern { tokens, rows, marks: induction_cells(&ids) })
-}
+use crate::worker::protocol::{Pattern, Reply, Request};
 
 fn attended(a: &Attended) -> String {
     format!("{} `{}`", a.position, visible(&a.token))
+}
+
+/// The shown head's attention pattern on `text`, asked of the worker.
+fn pattern_of(ctx: Ctx, text: impl Fn() -> String + 'static) -> ReadSignal<Option<Result<Pattern, String>>> {
+    requested(
+        move || ctx.loaded.get().map(|l| Request::Pattern { model: l.id, head: ctx.head.get(), text: text() }),
+        |reply| match reply {
+            Reply::Pattern(p) => Some(p),
+            _ => None,
+        },
+    )
+}
+
+/// One swap-pair side: a prompt's heatmap with its caption.
+#[component]
+fn PairSide(id: String, text: String) -> impl IntoView {
+    let ctx = expect_context::<Ctx>();
+    let shown = text.clone();
+    let pattern = pattern_of(ctx, move || shown.clone());
+    move || {
+        let head = ctx.head.get();
+        Some(match pattern.get()? {
+            Ok(p) => {
+                let svg = heatmap(&p.rows, &p.tokens, &p.marks, None, 480.0, &format!("{id}: {head}"));
+                view! {
+                    <figure>
+                        <div inner_html=svg.clone()></div>
+                        <figcaption>{format!("{id}: {text}")} <ChartExport svg=svg name=format!("{head}-{id}") /></figcaption>
+                    </figure>
+                }
+                .into_any()
+            }
+            Err(e) => view! { <p class="error-inline">{format!("{id}: {e}")}</p> }.into_any(),
+        })
+    }
 }
 
 #[component]
@@ -41,11 +62,10 @@ pub fn Probes() -> impl IntoView {
 
     let run_prompt = move || ctx.prompt.set(draft.get_untracked());
 
+    let prompt_pattern = pattern_of(ctx, move || ctx.prompt.get());
     let prompt_view = move || {
-        let loaded = ctx.loaded.get()?;
         let head = ctx.head.get();
-        let text = ctx.prompt.get();
-        Some(match pattern(&loaded, &text, head) {
+        Some(match prompt_pattern.get()? {
             Ok(p) => {
                 let on_marks: f64 = p.marks.iter().map(|&(q, k)| p.rows[q][k]).sum();
                 let queries = p.marks.iter().map(|m| m.0).collect::<std::collections::BTreeSet<_>>().len();
@@ -61,19 +81,26 @@ pub fn Probes() -> impl IntoView {
                 let svg = heatmap(&p.rows, &p.tokens, &p.marks, None, 620.0, &format!("{head} attention pattern"));
                 view! {
                     <p class="note" id="pattern-summary">{summary}</p>
-                    <div class="chart-scroll" id="prompt-heatmap" inner_html=svg></div>
+                    <div class="chart-scroll" id="prompt-heatmap" inner_html=svg.clone()></div>
+                    <ChartExport svg=svg name=format!("{head}-attention") />
                 }
                 .into_any()
             }
-            Err(e) => view! { <p class="error-inline" id="prompt-error">{e.to_string()}</p> }.into_any(),
+            Err(e) => view! { <p class="error-inline" id="prompt-error">{e}</p> }.into_any(),
         })
     };
 
+    let verdict_rows = requested(
+        move || {
+            ctx.loaded.get().map(|l| Request::Verdicts { model: l.id, head: ctx.head.get(), suite: ctx.suite.get() })
+        },
+        |reply| match reply {
+            Reply::Verdicts(rows) => Some(rows),
+            _ => None,
+        },
+    );
     let verdicts = move || {
-        let loaded = ctx.loaded.get()?;
-        let head = ctx.head.get();
-        let suite = ctx.suite.get();
-        Some(match verdict_table(&loaded.model, &loaded.tokenizer, &suite, head) {
+        Some(match verdict_rows.get()? {
             Ok(rows) => {
                 let body = rows
                     .into_iter()
@@ -119,13 +146,11 @@ pub fn Probes() -> impl IntoView {
                 }
                 .into_any()
             }
-            Err(e) => view! { <p class="error-inline" id="verdict-error">{e.to_string()}</p> }.into_any(),
+            Err(e) => view! { <p class="error-inline" id="verdict-error">{e}</p> }.into_any(),
         })
     };
 
     let pairs = move || {
-        let loaded = ctx.loaded.get()?;
-        let head = ctx.head.get();
         let suite = ctx.suite.get();
         if suite.pairs.is_empty() {
             return None;
@@ -135,20 +160,12 @@ pub fn Probes() -> impl IntoView {
             .pairs
             .iter()
             .map(|(a, b)| {
-                let side = |id: &String| match pattern(&loaded, &text_of(id), head) {
-                    Ok(p) => {
-                        let svg = heatmap(&p.rows, &p.tokens, &p.marks, None, 480.0, &format!("{id}: {head}"));
-                        view! {
-                            <figure>
-                                <div inner_html=svg></div>
-                                <figcaption>{format!("{id}: {}", text_of(id))}</figcaption>
-                            </figure>
-                        }
-                        .into_any()
-                    }
-                    Err(e) => view! { <p class="error-inline">{format!("{id}: {e}")}</p> }.into_any(),
-                };
-                view! { <div class="pair">{side(a)} {side(b)}</div> }
+                view! {
+                    <div class="pair">
+                        <PairSide id=a.clone() text=text_of(a) />
+                        <PairSide id=b.clone() text=text_of(b) />
+                    </div>
+                }
             })
             .collect_view();
         Some(view! {
@@ -189,7 +206,7 @@ pub fn Probes() -> impl IntoView {
         let suite = ctx.suite.get_untracked();
         let result = serde_json::to_string_pretty(&suite)
             .map_err(|e| e.to_string())
-            .and_then(|json| download_text(&format!("{}.json", suite.name), &json));
+            .and_then(|json| download_text(&format!("{}.json", suite.name), &json, "application/json"));
         if let Err(e) = result {
             suite_error.set(Some(e));
         }
@@ -216,7 +233,7 @@ pub fn Probes() -> impl IntoView {
         let suite = ctx.suite.get();
         let loaded = ctx.loaded.get()?;
         let name = suite.head?;
-        let id = HeadId::parse(&name, &loaded.model.config).ok();
+        let id = HeadId::parse(&name, &loaded.info.config).ok();
         Some(view! {
             <span class="note">
                 {format!("Written for {name}. ")}

@@ -1,39 +1,67 @@
-//! What the page holds for one loaded model, how it gets there, and the overview's metrics.
+//! What the page holds for one loaded model (the worker's results; the weights stay in the
+//! worker), how a load goes, and the overview's metrics.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use leptos::prelude::*;
 
-use super::browser::next_tick;
-use crate::analysis::circuits::Grams;
-use crate::analysis::fingerprint::fingerprint_model_with_progress;
-use crate::analysis::{Circuits, HeadFingerprint, HeadId, Mode, ModelFingerprint, OvTokenLogits};
-use crate::model::{LoadParts, Model};
+use super::client::{self, Files};
+use crate::analysis::{HeadFingerprint, HeadId, Mode, ModelFingerprint};
+use crate::compare::{ComparisonRow, INDUCTION_HEAD_THRESHOLD};
 use crate::probes::Suite;
-use crate::probes::induction::{HeadScores, InductionReport, RepeatSource, induction_probe, random_first_copy};
-use crate::tokens::Tokenizer;
-use crate::weights::{ByteSource, MemorySource, ModelFiles};
+use crate::probes::induction::HeadScores;
+use crate::worker::protocol::{Analysis, InductionRun, ModelInfo, Progress, Reply, Request, Timing};
 
 /// The model the page opens with (one of its own static files).
 pub const DEFAULT_MODEL_URL: &str = "models/nietzsche-char.safetensors";
+/// Held-out Nietzsche (the last 10% of the corpus, never trained on), for in-distribution repeats.
+pub const HELD_OUT_TEXT_URL: &str = "texts/nietzsche-heldout.txt";
 
-/// Seed and length cap of the overview's induction probe (uniform random tokens).
-pub const INDUCTION_SEED: u64 = 0;
-pub const INDUCTION_LEN: usize = 50;
+/// Which repeated sequence the behavioural scores come from (spec section 4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sequence {
+    UniformRandom,
+    HeldOutText,
+}
 
-/// One model and everything computed from it once.
+impl Sequence {
+    pub fn key(self) -> &'static str {
+        match self {
+            Sequence::UniformRandom => "random",
+            Sequence::HeldOutText => "text",
+        }
+    }
+
+    pub fn from_key(key: &str) -> Option<Sequence> {
+        [Sequence::UniformRandom, Sequence::HeldOutText].into_iter().find(|s| s.key() == key)
+    }
+}
+
+/// Where a model came from, as a share link names it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Origin {
+    Demo,
+    /// Local files: their names and SHA-256.
+    Local {
+        name: String,
+        sha256: String,
+    },
+}
+
+/// One model as the page shows it: facts and results computed once by the worker.
 pub struct Loaded {
-    /// Distinguishes loads (caches key on it).
+    /// The worker's name for the model (caches key on it too).
     pub id: u64,
     pub name: String,
-    pub model: Model,
-    pub tokenizer: Tokenizer,
-    pub grams: Grams,
+    pub origin: Origin,
+    pub info: ModelInfo,
     pub folded: ModelFingerprint,
     pub raw: ModelFingerprint,
-    pub induction: Result<InductionReport, String>,
-    pub induction_len: usize,
+    /// The induction probe on uniform random tokens (run at load) and, once asked for, on held-out text.
+    pub random_run: InductionRun,
+    pub text_run: Option<InductionRun>,
+    pub timings: Vec<Timing>,
 }
 
 impl Loaded {
@@ -48,16 +76,19 @@ impl Loaded {
         self.fingerprint(mode).head(id)
     }
 
-    pub fn scores(&self, id: HeadId) -> Option<&HeadScores> {
-        self.induction.as_ref().ok()?.heads.iter().find(|h| h.layer == id.layer && h.head == id.head)
+    pub fn run(&self, sequence: Sequence) -> Option<&InductionRun> {
+        match sequence {
+            Sequence::UniformRandom => Some(&self.random_run),
+            Sequence::HeldOutText => self.text_run.as_ref(),
+        }
+    }
+
+    pub fn scores(&self, sequence: Sequence, id: HeadId) -> Option<&HeadScores> {
+        self.run(sequence)?.report.as_ref().ok()?.heads.iter().find(|h| h.layer == id.layer && h.head == id.head)
     }
 
     pub fn heads(&self) -> Vec<HeadId> {
-        HeadId::all(&self.model.config).collect()
-    }
-
-    pub fn logits(&self, mode: Mode, id: HeadId) -> OvTokenLogits {
-        OvTokenLogits::new(&Circuits::new(&self.model, &self.grams, mode), id)
+        HeadId::all(&self.info.config).collect()
     }
 
     /// The head with the largest OV copying score (folded): where the page starts.
@@ -70,11 +101,23 @@ impl Loaded {
             .unwrap_or(HeadId::new(0, 0))
     }
 
-    /// Text or, for models without a vocabulary, comma-separated ids.
-    pub fn encode(&self, text: &str) -> crate::Result<Vec<usize>> {
-        match self.tokenizer {
-            Tokenizer::IdsOnly { .. } => crate::tokens::parse_ids(text),
-            _ => self.tokenizer.encode(text),
+    /// Seed 000's row for this model (folded QK, the chosen sequence's behaviour).
+    pub fn comparison(&self, sequence: Sequence) -> ComparisonRow {
+        let run = self.run(sequence).unwrap_or(&self.random_run);
+        ComparisonRow::new(&self.name, &self.folded, run.report.as_ref().ok(), &run.sequence, INDUCTION_HEAD_THRESHOLD)
+    }
+
+    pub fn with_text_run(&self, run: InductionRun) -> Loaded {
+        Loaded {
+            id: self.id,
+            name: self.name.clone(),
+            origin: self.origin.clone(),
+            info: self.info.clone(),
+            folded: self.folded.clone(),
+            raw: self.raw.clone(),
+            random_run: self.random_run.clone(),
+            text_run: Some(run),
+            timings: self.timings.clone(),
         }
     }
 }
@@ -84,6 +127,32 @@ pub enum Tab {
     Overview,
     Head,
     Probes,
+    Compare,
+}
+
+impl Tab {
+    pub const ALL: [Tab; 4] = [Tab::Overview, Tab::Head, Tab::Probes, Tab::Compare];
+
+    pub fn key(self) -> &'static str {
+        match self {
+            Tab::Overview => "overview",
+            Tab::Head => "head",
+            Tab::Probes => "probes",
+            Tab::Compare => "compare",
+        }
+    }
+
+    pub fn from_key(key: &str) -> Option<Tab> {
+        Tab::ALL.into_iter().find(|t| t.key() == key)
+    }
+}
+
+/// A share link's model that is not loaded yet (the page asks for the file).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Awaited {
+    pub name: String,
+    /// The first hex digits of the SHA-256 the link was made with.
+    pub sha256_prefix: String,
 }
 
 /// The page's shared state (all `Copy` handles).
@@ -94,13 +163,24 @@ pub struct Ctx {
     pub head: RwSignal<HeadId>,
     pub tab: RwSignal<Tab>,
     pub metric: RwSignal<Metric>,
+    pub sequence: RwSignal<Sequence>,
     /// What is being done right now (loading, analysing).
     pub busy: RwSignal<Option<String>>,
+    /// The running request's progress, while there is one.
+    pub progress: RwSignal<Option<Progress>>,
+    /// The worker's wasm memory (bytes; the peak so far).
+    pub worker_memory: RwSignal<f64>,
     /// The last load's error, shown until the next successful load.
     pub error: RwSignal<Option<String>>,
     /// The suite in the probes view (built-in or loaded).
     pub suite: RwSignal<Suite>,
     pub prompt: RwSignal<String>,
+    /// Seed 000's table: one row per model loaded in this session.
+    pub compared: RwSignal<Vec<ComparisonRow>>,
+    /// A share link's local model, until the user opens it.
+    pub awaited: RwSignal<Option<Awaited>>,
+    /// The head a share link asked for, applied when its model has loaded.
+    pub linked_head: RwSignal<Option<String>>,
 }
 
 impl Default for Ctx {
@@ -111,10 +191,16 @@ impl Default for Ctx {
             head: RwSignal::new(HeadId::new(0, 0)),
             tab: RwSignal::new(Tab::Overview),
             metric: RwSignal::new(Metric::OvCopying),
+            sequence: RwSignal::new(Sequence::UniformRandom),
             busy: RwSignal::new(None),
+            progress: RwSignal::new(None),
+            worker_memory: RwSignal::new(0.0),
             error: RwSignal::new(None),
             suite: RwSignal::new(Suite::builtin("bracket").expect("built-in suite")),
             prompt: RwSignal::new(DEFAULT_PROMPT.to_string()),
+            compared: RwSignal::new(Vec::new()),
+            awaited: RwSignal::new(None),
+            linked_head: RwSignal::new(None),
         }
     }
 }
@@ -123,25 +209,22 @@ pub const DEFAULT_PROMPT: &str = "(a(b)c) \"abc\" (a(b)c) \"abc\"";
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-/// Loads and analyses a model from named files. On failure the page keeps what it had.
-pub async fn load(ctx: Ctx, label: String, files: Vec<(String, Vec<u8>)>) {
-    match analyse(ctx, label.clone(), files).await {
-        Ok(loaded) => {
-            let start = loaded.best_copier();
-            let keep = ctx.head.get_untracked();
-            let config = &loaded.model.config;
-            let head = if ctx.loaded.with_untracked(Option::is_none)
-                || keep.layer >= config.layers
-                || keep.head >= config.heads
-            {
-                start
-            } else {
-                keep
-            };
-            ctx.head.set(head);
-            ctx.loaded.set(Some(Arc::new(loaded)));
-            ctx.error.set(None);
+/// Loads and analyses a model in the worker. On failure (or cancel) the page keeps what it had.
+pub async fn load(ctx: Ctx, label: String, demo: bool, files: Files) {
+    ctx.busy.set(Some(format!("Loading {label}…")));
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let names = files.iter().map(|(name, _)| name.clone()).collect();
+    let reply = client::request(&Request::Load { model: id, names, analyse: true }, &files).await;
+    match reply {
+        Ok(Reply::Analysed(analysis)) => {
+            let Analysis { info, folded, raw, induction, timings } = *analysis;
+            let origin =
+                if demo { Origin::Demo } else { Origin::Local { name: label.clone(), sha256: info.sha256.clone() } };
+            let loaded =
+                Loaded { id, name: label, origin, info, folded, raw, random_run: induction, text_run: None, timings };
+            show(ctx, loaded, files);
         }
+        Ok(_) => ctx.error.set(Some(format!("Could not load {label}: the worker gave an unexpected answer"))),
         Err(message) => {
             let kept = ctx.loaded.with_untracked(|l| l.as_ref().map(|l| l.name.clone()));
             let tail = match kept {
@@ -149,52 +232,91 @@ pub async fn load(ctx: Ctx, label: String, files: Vec<(String, Vec<u8>)>) {
                 None => String::new(),
             };
             ctx.error.set(Some(format!("Could not load {label}: {message}{tail}")));
+            // The worker holds nothing for a failed load; nothing to forget.
         }
     }
     ctx.busy.set(None);
+    ctx.progress.set(None);
 }
 
-async fn step(ctx: Ctx, what: String) {
-    ctx.busy.set(Some(what));
-    next_tick().await;
+/// Makes a freshly analysed model the shown one.
+fn show(ctx: Ctx, loaded: Loaded, files: Files) {
+    let config = &loaded.info.config;
+    let linked = ctx.linked_head.get_untracked().and_then(|name| HeadId::parse(&name, config).ok());
+    let keep = ctx.head.get_untracked();
+    let head = match linked {
+        Some(head) => head,
+        None if ctx.loaded.with_untracked(Option::is_none)
+            || keep.layer >= config.layers
+            || keep.head >= config.heads =>
+        {
+            loaded.best_copier()
+        }
+        None => keep,
+    };
+    if let Some(awaited) = ctx.awaited.get_untracked() {
+        match &loaded.origin {
+            Origin::Local { sha256, .. } if sha256.starts_with(&awaited.sha256_prefix) => {
+                ctx.awaited.set(None);
+                ctx.linked_head.set(None);
+            }
+            Origin::Local { sha256, .. } => ctx.error.set(Some(format!(
+                "The link was made with {} (SHA-256 {}…), but this file's SHA-256 is {}…: it is not the same file.",
+                awaited.name,
+                awaited.sha256_prefix,
+                &sha256[..awaited.sha256_prefix.len().min(sha256.len())]
+            ))),
+            Origin::Demo => {}
+        }
+    }
+    if ctx.awaited.with_untracked(Option::is_none) {
+        ctx.linked_head.set(None);
+    }
+    if let Some(previous) = ctx.loaded.get_untracked() {
+        leptos::task::spawn_local(async move {
+            // Best effort: the worker only frees memory.
+            let _ = client::request(&Request::Forget { model: previous.id }, &Vec::new()).await;
+        });
+    }
+    client::set_shown(loaded.id, files);
+    let row = loaded.comparison(Sequence::UniformRandom);
+    ctx.compared.update(|rows| rows.push(row));
+    ctx.head.set(head);
+    ctx.loaded.set(Some(Arc::new(loaded)));
+    if ctx.error.with_untracked(|e| e.as_ref().is_some_and(|e| e.starts_with("Could not load"))) {
+        ctx.error.set(None);
+    }
 }
 
-async fn analyse(ctx: Ctx, label: String, files: Vec<(String, Vec<u8>)>) -> Result<Loaded, String> {
-    step(ctx, format!("Reading {label}…")).await;
-    let named: Vec<(String, Box<dyn ByteSource>)> = files
-        .into_iter()
-        .map(|(name, bytes)| {
-            let source: Box<dyn ByteSource> = Box::new(MemorySource::new(name.clone(), bytes));
-            (name, source)
-        })
-        .collect();
-    let files = ModelFiles::from_named(named).map_err(|e| e.to_string())?;
-    let model = Model::load(&files, LoadParts::Everything).map_err(|e| e.to_string())?;
-    let tokenizer = Tokenizer::for_model(&model, files.tokenizer_json.as_deref()).map_err(|e| e.to_string())?;
-    drop(files);
-    step(ctx, format!("Fingerprinting {} heads (folded)…", model.config.layers * model.config.heads)).await;
-    let grams = Grams::compute(&model);
-    let folded =
-        fingerprint_model_with_progress(&model, &grams, Mode::Folded, &mut |_, _| true).map_err(|e| e.to_string())?;
-    step(ctx, "Fingerprinting (raw)…".into()).await;
-    let raw =
-        fingerprint_model_with_progress(&model, &grams, Mode::Raw, &mut |_, _| true).map_err(|e| e.to_string())?;
-    step(ctx, "Running the induction probe…".into()).await;
-    let induction_len = model.config.context.map_or(INDUCTION_LEN, |c| INDUCTION_LEN.min(c / 2));
-    let induction = random_first_copy(model.config.vocab, induction_len, INDUCTION_SEED, &tokenizer.special_ids())
-        .and_then(|first| induction_probe(&model, &first, RepeatSource::UniformRandom { seed: INDUCTION_SEED }))
-        .map_err(|e| e.to_string());
-    Ok(Loaded {
-        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-        name: label,
-        model,
-        tokenizer,
-        grams,
-        folded,
-        raw,
-        induction,
-        induction_len,
-    })
+/// Runs the induction probe on held-out text once per model (fetched from the page's own files).
+pub async fn ensure_text_run(ctx: Ctx) {
+    let Some(loaded) = ctx.loaded.get_untracked() else { return };
+    if loaded.text_run.is_some() {
+        return;
+    }
+    ctx.busy.set(Some("Running the induction probe on held-out text…".into()));
+    let run = match super::browser::fetch_text(HELD_OUT_TEXT_URL).await {
+        Ok(text) => {
+            let config = &loaded.info.config;
+            let len = config
+                .context
+                .map_or(crate::worker::session::INDUCTION_LEN, |c| crate::worker::session::INDUCTION_LEN.min(c / 2));
+            let sequence = crate::worker::protocol::ProbeSequence::TextWindow { text, seed: 0, len };
+            match client::request(&Request::Induction { model: loaded.id, sequence: sequence.clone() }, &Vec::new())
+                .await
+            {
+                Ok(Reply::Induction(run)) => run,
+                Ok(_) => InductionRun { sequence: sequence.describe(), report: Err("unexpected answer".into()) },
+                Err(e) => InductionRun { sequence: sequence.describe(), report: Err(e) },
+            }
+        }
+        Err(e) => InductionRun { sequence: "held-out text".into(), report: Err(e) },
+    };
+    ctx.busy.set(None);
+    // The model may have changed meanwhile; only attach to the one asked about.
+    if ctx.loaded.with_untracked(|l| l.as_ref().is_some_and(|l| l.id == loaded.id)) {
+        ctx.loaded.set(Some(Arc::new(loaded.with_text_run(run))));
+    }
 }
 
 /// How a metric is coloured.

@@ -314,11 +314,6 @@ pub fn heatmap(
     s
 }
 
-/// Induction cells: (query t, key j + 1) where j < t is the previous occurrence of token t.
-pub fn induction_cells(ids: &[usize]) -> Vec<(usize, usize)> {
-    (0..ids.len()).filter_map(|t| (0..t).rev().find(|&j| ids[j] == ids[t]).map(|j| (t, j + 1))).collect()
-}
-
 /// A horizontal colour bar legend.
 pub fn legend(stops: &[(f64, String)], lo: &str, hi: &str) -> String {
     let mut s = String::from(
@@ -346,4 +341,91 @@ mod tests {
         assert_eq!(viridis(2.0).fill, "rgb(253,231,37)");
         assert_eq!(diverging(0.0).fill, "rgb(247,247,247)");
     }
+}
+
+/// One point of a scatter plot.
+pub struct Point {
+    pub x: f64,
+    pub y: f64,
+    /// Hover text (head name and both values).
+    pub label: String,
+    pub head: String,
+    pub highlighted: bool,
+}
+
+/// A scatter plot of finite points with axes, tick values at the ends and axis names.
+pub fn scatter(points: &[Point], x_name: &str, y_name: &str, title: &str) -> String {
+    let (width, height, pad) = (520.0, 360.0, 48.0);
+    let finite: Vec<&Point> = points.iter().filter(|p| p.x.is_finite() && p.y.is_finite()).collect();
+    let range = |values: Vec<f64>| {
+        let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        if !lo.is_finite() {
+            (0.0, 1.0)
+        } else if hi - lo < 1e-12 {
+            (lo - 0.5, hi + 0.5)
+        } else {
+            let margin = 0.05 * (hi - lo);
+            (lo - margin, hi + margin)
+        }
+    };
+    let (x_lo, x_hi) = range(finite.iter().map(|p| p.x).collect());
+    let (y_lo, y_hi) = range(finite.iter().map(|p| p.y).collect());
+    let px = |x: f64| pad + (x - x_lo) / (x_hi - x_lo) * (width - 2.0 * pad);
+    let py = |y: f64| height - pad - (y - y_lo) / (y_hi - y_lo) * (height - 2.0 * pad);
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r##"<svg class="scatter" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" aria-label="{t}"><rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/>"##,
+        t = esc(title)
+    );
+    let (left, right, top, bottom) = (pad, width - pad, pad, height - pad);
+    let _ = write!(
+        s,
+        r##"<rect x="{left}" y="{top}" width="{w}" height="{h}" fill="#fcfcfc" stroke="#ccc"/>"##,
+        w = right - left,
+        h = bottom - top
+    );
+    for (value, x, anchor) in [(x_lo, left, "start"), (x_hi, right, "end")] {
+        let _ = write!(
+            s,
+            r##"<text x="{x}" y="{y}" font-size="10" text-anchor="{anchor}" fill="#555">{v}</text>"##,
+            y = bottom + 13.0,
+            v = esc(&num(value))
+        );
+    }
+    for (value, y) in [(y_lo, bottom), (y_hi, top + 8.0)] {
+        let _ = write!(
+            s,
+            r##"<text x="{x}" y="{y}" font-size="10" text-anchor="end" fill="#555">{v}</text>"##,
+            x = left - 4.0,
+            v = esc(&num(value))
+        );
+    }
+    let _ = write!(
+        s,
+        r##"<text x="{x}" y="{y}" font-size="12" text-anchor="middle" fill="#222">{n}</text>"##,
+        x = (left + right) / 2.0,
+        y = height - 10.0,
+        n = esc(x_name)
+    );
+    let _ = write!(
+        s,
+        r##"<text x="14" y="{y}" font-size="12" text-anchor="middle" fill="#222" transform="rotate(-90 14 {y})">{n}</text>"##,
+        y = (top + bottom) / 2.0,
+        n = esc(y_name)
+    );
+    for p in finite {
+        let (fill, r) = if p.highlighted { ("#e66101", 6.0) } else { ("#2166ac", 4.5) };
+        let _ = write!(
+            s,
+            r##"<circle class="point" data-head="{head}" cx="{x:.2}" cy="{y:.2}" r="{r}" fill="{fill}" fill-opacity="0.75" stroke="#222" stroke-width="0.6"><title>{label}</title></circle>"##,
+            head = esc(&p.head),
+            x = px(p.x),
+            y = py(p.y),
+            label = esc(&p.label)
+        );
+    }
+    s.push_str("</svg>");
+    s
 }

@@ -1,0 +1,156 @@
+//! The page's side of the analysis worker: starts it, sends requests and awaits their replies,
+//! routes progress, and replaces the worker after a cancel or a crash, loading again the model
+//! the page shows (its results stay on the page; only the worker's copy is rebuilt).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use wasm_bindgen::JsCast;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+
+use super::browser::js_message;
+use crate::worker::protocol::{ModelId, Progress, Reply, Request};
+
+/// The worker script, next to the page (see `public/worker.js`).
+const WORKER_URL: &str = "worker.js";
+
+/// What the page wants to hear from the worker.
+pub struct Hooks {
+    pub on_progress: Box<dyn Fn(Progress)>,
+    /// The worker's wasm memory in bytes (it only grows: the peak so far).
+    pub on_memory: Box<dyn Fn(f64)>,
+    /// A restarted worker could not load the shown model again, or stopped.
+    pub on_trouble: Box<dyn Fn(String)>,
+}
+
+/// Named files as the browser holds them (`File`s, or the fetched demo model as a `Blob`).
+pub type Files = Vec<(String, web_sys::Blob)>;
+
+struct Running {
+    worker: web_sys::Worker,
+    /// Request id -> (resolve, reject) of the promise its caller awaits.
+    pending: HashMap<u64, (js_sys::Function, js_sys::Function)>,
+    _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
+    _on_error: Closure<dyn FnMut(web_sys::Event)>,
+}
+
+#[derive(Default)]
+struct Client {
+    running: Option<Running>,
+    next_id: u64,
+    hooks: Option<Rc<Hooks>>,
+    /// The model the page shows: what a fresh worker must load again.
+    shown: Option<(ModelId, Files)>,
+}
+
+thread_local! {
+    static CLIENT: RefCell<Client> = RefCell::default();
+}
+
+pub fn set_hooks(hooks: Hooks) {
+    CLIENT.with_borrow_mut(|c| c.hooks = Some(Rc::new(hooks)));
+}
+
+fn hooks() -> Option<Rc<Hooks>> {
+    CLIENT.with_borrow(|c| c.hooks.clone())
+}
+
+/// Remembers the files of the model the page now shows (to load again after a restart).
+pub fn set_shown(model: ModelId, files: Files) {
+    CLIENT.with_borrow_mut(|c| c.shown = Some((model, files)));
+}
+
+fn field(data: &JsValue, key: &str) -> JsValue {
+    js_sys::Reflect::get(data, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
+}
+
+fn on_message(event: web_sys::MessageEvent) {
+    let data = event.data();
+    let id = field(&data, "id").as_f64().unwrap_or(-1.0) as u64;
+    let json = field(&data, "json").as_string().unwrap_or_default();
+    let hooks = hooks();
+    if let (Some(hooks), Some(memory)) = (&hooks, field(&data, "memory").as_f64()) {
+        (hooks.on_memory)(memory);
+    }
+    match field(&data, "kind").as_string().as_deref() {
+        Some("progress") => {
+            if let (Some(hooks), Ok(progress)) = (&hooks, serde_json::from_str::<Progress>(&json)) {
+                (hooks.on_progress)(progress);
+            }
+        }
+        Some("reply") => {
+            let waiting = CLIENT.with_borrow_mut(|c| c.running.as_mut().and_then(|r| r.pending.remove(&id)));
+            if let Some((resolve, _)) = waiting {
+                let _ = resolve.call1(&JsValue::NULL, &JsValue::from_str(&json));
+            }
+        }
+        _ => {}
+    }
+}
+
+fn spawn() -> Result<Running, String> {
+    let options = web_sys::WorkerOptions::new();
+    options.set_type(web_sys::WorkerType::Module);
+    let worker = web_sys::Worker::new_with_options(WORKER_URL, &options)
+        .map_err(|e| format!("cannot start the analysis worker: {}", js_message(&e)))?;
+    let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(on_message);
+    let on_error = Closure::<dyn FnMut(web_sys::Event)>::new(|event: web_sys::Event| {
+        let detail = event.dyn_ref::<web_sys::ErrorEvent>().map(|e| e.message()).unwrap_or_default();
+        restart(&format!("the analysis worker stopped ({detail}); it was restarted"));
+    });
+    worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+    worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
+    Ok(Running { worker, pending: HashMap::new(), _on_message: on_message, _on_error: on_error })
+}
+
+/// Sends one request (with the files of a `Load`) and waits for the worker's answer.
+pub async fn request(request: &Request, files: &Files) -> Result<Reply, String> {
+    let json = serde_json::to_string(request).map_err(|e| e.to_string())?;
+    let blobs: js_sys::Array = files.iter().map(|(_, blob)| JsValue::from(blob)).collect();
+    let promise = CLIENT.with_borrow_mut(|c| -> Result<js_sys::Promise, String> {
+        if c.running.is_none() {
+            c.running = Some(spawn()?);
+        }
+        c.next_id += 1;
+        let id = c.next_id;
+        let running = c.running.as_mut().expect("just started");
+        let mut handlers = None;
+        let promise = js_sys::Promise::new(&mut |resolve, reject| handlers = Some((resolve, reject)));
+        running.pending.insert(id, handlers.expect("the promise executor runs at once"));
+        let message = js_sys::Object::new();
+        let _ = js_sys::Reflect::set(&message, &"id".into(), &JsValue::from_f64(id as f64));
+        let _ = js_sys::Reflect::set(&message, &"json".into(), &JsValue::from_str(&json));
+        let _ = js_sys::Reflect::set(&message, &"files".into(), &blobs);
+        running.worker.post_message(&message).map_err(|e| js_message(&e))?;
+        Ok(promise)
+    })?;
+    let answer = JsFuture::from(promise).await.map_err(|e| js_message(&e))?;
+    let json = answer.as_string().ok_or("the worker sent no text")?;
+    serde_json::from_str::<Result<Reply, String>>(&json)
+        .map_err(|e| format!("unreadable reply from the worker: {e}"))?
+}
+
+/// Stops the worker at once (whatever it is doing), fails every waiting request with `reason`,
+/// and starts a fresh one that loads the shown model again.
+pub fn restart(reason: &str) {
+    let (old, shown) = CLIENT.with_borrow_mut(|c| (c.running.take(), c.shown.clone()));
+    if let Some(old) = old {
+        old.worker.terminate();
+        for (_, (_, reject)) in old.pending {
+            let _ = reject.call1(&JsValue::NULL, &JsValue::from_str(reason));
+        }
+    }
+    if let Some((model, files)) = shown {
+        wasm_bindgen_futures::spawn_local(async move {
+            let names = files.iter().map(|(name, _)| name.clone()).collect();
+            let reload = Request::Load { model, names, analyse: false };
+            if let Err(e) = request(&reload, &files).await
+                && let Some(hooks) = hooks()
+            {
+                (hooks.on_trouble)(format!("The fresh worker could not load the shown model again: {e}"));
+            }
+        });
+    }
+}

@@ -1,0 +1,122 @@
+//! Exports: the shown model's results as JSON or CSV, and any chart as SVG or PNG. Files are
+//! made in the tab and handed to the browser's download (nothing is sent anywhere).
+
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+
+use super::browser::{download_png, download_text};
+use super::state::{Ctx, Loaded, Metric, Sequence};
+use crate::analysis::{HeadFingerprint, Mode};
+
+/// PNG exports are drawn at this multiple of the chart's size (sharp on high-DPI screens).
+const PNG_SCALE: f64 = 2.0;
+
+/// A file-name stem from a model and chart name ("nietzsche-char-L2H0-qk").
+fn stem(model: &str, what: &str) -> String {
+    let model = model.trim_end_matches(".safetensors");
+    format!("{model}-{what}").chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' }).collect()
+}
+
+/// Everything the page computed for the model, as one JSON document.
+pub fn results_json(loaded: &Loaded) -> Result<String, String> {
+    let document = serde_json::json!({
+        "model": loaded.name,
+        "sha256": loaded.info.sha256,
+        "config": loaded.info.config,
+        "parameters": loaded.info.parameters,
+        "folded": loaded.folded,
+        "raw": loaded.raw,
+        "induction": {
+            "uniform_random": loaded.random_run,
+            "held_out_text": loaded.text_run,
+        },
+    });
+    serde_json::to_string_pretty(&document).map_err(|e| e.to_string())
+}
+
+/// One row per head and mode: every fingerprint metric and the behavioural scores.
+pub fn results_csv(loaded: &Loaded) -> String {
+    let spectral: Vec<Metric> = Metric::ALL.into_iter().filter(|m| !m.behavioural()).collect();
+    let behavioural: Vec<Metric> = Metric::ALL.into_iter().filter(|m| m.behavioural()).collect();
+    let mut header = vec!["head".to_string(), "layer".into(), "head_index".into(), "mode".into()];
+    header.extend(spectral.iter().map(|m| m.key().to_string()));
+    for sequence in [Sequence::UniformRandom, Sequence::HeldOutText] {
+        header.extend(behavioural.iter().map(|m| format!("{}-{}", m.key(), sequence.key())));
+    }
+    let mut lines = vec![header.join(",")];
+    let cell =
+        |v: Option<f64>| v.map(|v| if v.is_infinite() { "inf".into() } else { format!("{v}") }).unwrap_or_default();
+    for mode in [Mode::Folded, Mode::Raw] {
+        for head in &loaded.fingerprint(mode).heads {
+            let id = HeadFingerprint::id(head);
+            let mut row = vec![id.to_string(), id.layer.to_string(), id.head.to_string(), mode.name().to_string()];
+            row.extend(spectral.iter().map(|m| cell(m.value(head, None))));
+            for sequence in [Sequence::UniformRandom, Sequence::HeldOutText] {
+                let scores = loaded.scores(sequence, id);
+                row.extend(behavioural.iter().map(|m| cell(scores.and_then(|s| m.value(head, Some(s))))));
+            }
+            lines.push(row.join(","));
+        }
+    }
+    lines.join("\n") + "\n"
+}
+
+/// The JSON and CSV buttons for the shown model.
+#[component]
+pub fn ResultsExport() -> impl IntoView {
+    let ctx = expect_context::<Ctx>();
+    let problem = RwSignal::new(None::<String>);
+    let save = move |json: bool| {
+        let Some(loaded) = ctx.loaded.get_untracked() else { return };
+        let result = if json {
+            results_json(&loaded).and_then(|text| {
+                download_text(&format!("{}.json", stem(&loaded.name, "results")), &text, "application/json")
+            })
+        } else {
+            download_text(&format!("{}.csv", stem(&loaded.name, "heads")), &results_csv(&loaded), "text/csv")
+        };
+        problem.set(result.err());
+    };
+    view! {
+        <span class="export" role="group" aria-label="export results">
+            "Export: "
+            <button id="export-json" on:click=move |_| save(true)>"JSON"</button>
+            <button id="export-csv" on:click=move |_| save(false)>"CSV"</button>
+            {move || problem.get().map(|e| view! { <span class="error-inline">{e}</span> })}
+        </span>
+    }
+}
+
+/// SVG and PNG buttons under a chart.
+#[component]
+pub fn ChartExport(svg: String, name: String) -> impl IntoView {
+    let ctx = expect_context::<Ctx>();
+    let problem = RwSignal::new(None::<String>);
+    let file = move |extension: &str| {
+        let model = ctx.loaded.get_untracked().map(|l| l.name.clone()).unwrap_or_default();
+        format!("{}.{extension}", stem(&model, &name))
+    };
+    let (svg_for_png, file_for_png) = (svg.clone(), file.clone());
+    view! {
+        <span class="chart-export">
+            <button
+                class="small"
+                data-export="svg"
+                on:click=move |_| problem.set(download_text(&file("svg"), &svg, "image/svg+xml").err())
+            >
+                "SVG"
+            </button>
+            <button
+                class="small"
+                data-export="png"
+                on:click=move |_| {
+                    let (svg, file) = (svg_for_png.clone(), file_for_png("png"));
+                    spawn_local(async move { problem.set(download_png(&file, &svg, PNG_SCALE).await.err()) });
+                }
+            >
+                "PNG"
+            </button>
+            {move || problem.get().map(|e| view! { <span class="error-inline">{e}</span> })}
+        </span>
+    }
+}

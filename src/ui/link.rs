@@ -1,0 +1,105 @@
+//! Share links: the URL's fragment holds the view (model, tab, head, metric, mode, sequence,
+//! suite, prompt), so a link opens the same view. A local model is named by its file name and
+//! the first digits of its SHA-256; the page asks for the file and checks the hash.
+
+use leptos::prelude::*;
+use wasm_bindgen::JsValue;
+
+use super::state::{Awaited, Ctx, Metric, Origin, Sequence, Tab};
+use crate::analysis::Mode;
+use crate::probes::Suite;
+
+/// Hex digits of the SHA-256 a link keeps (48 bits: enough to tell files apart by accident).
+pub const HASH_DIGITS: usize = 12;
+
+fn encode(text: &str) -> String {
+    String::from(js_sys::encode_uri_component(text))
+}
+
+fn decode(text: &str) -> Option<String> {
+    js_sys::decode_uri_component(text).ok().map(String::from)
+}
+
+/// The fragment for the current view.
+pub fn fragment(ctx: Ctx) -> Option<String> {
+    let loaded = ctx.loaded.get()?;
+    let mut parts = match &loaded.origin {
+        Origin::Demo => vec!["model=demo".to_string()],
+        Origin::Local { name, sha256 } => vec![
+            "model=file".into(),
+            format!("name={}", encode(name.as_str())),
+            format!("sha256={}", &sha256[..HASH_DIGITS.min(sha256.len())]),
+        ],
+    };
+    parts.push(format!("tab={}", ctx.tab.get().key()));
+    parts.push(format!("head={}", ctx.head.get()));
+    parts.push(format!("metric={}", ctx.metric.get().key()));
+    parts.push(format!("mode={}", ctx.mode.get().name()));
+    parts.push(format!("seq={}", ctx.sequence.get().key()));
+    let suite = ctx.suite.get();
+    if Suite::BUILTIN.contains(&suite.name.as_str()) {
+        parts.push(format!("suite={}", encode(&suite.name)));
+    }
+    parts.push(format!("prompt={}", encode(&ctx.prompt.get())));
+    Some(format!("#{}", parts.join("&")))
+}
+
+/// Writes the view into the address bar without adding a history entry.
+pub fn write(fragment: &str) {
+    if let Some(window) = web_sys::window()
+        && let Ok(history) = window.history()
+    {
+        let _ = history.replace_state_with_url(&JsValue::NULL, "", Some(fragment));
+    }
+}
+
+/// Applies a link's fragment to the page; returns whether it asks for the demo model.
+pub fn apply(ctx: Ctx, fragment: &str) -> bool {
+    let mut wants_demo = true;
+    let (mut name, mut sha256) = (None, None);
+    for pair in fragment.trim_start_matches('#').split('&') {
+        let Some((key, value)) = pair.split_once('=') else { continue };
+        let Some(value) = decode(value) else { continue };
+        match key {
+            "model" => wants_demo = value != "file",
+            "name" => name = Some(value),
+            "sha256" => sha256 = Some(value.to_ascii_lowercase()),
+            "tab" => {
+                if let Some(tab) = Tab::from_key(&value) {
+                    ctx.tab.set(tab);
+                }
+            }
+            "head" => ctx.linked_head.set(Some(value)),
+            "metric" => {
+                if let Some(metric) = Metric::from_key(&value) {
+                    ctx.metric.set(metric);
+                }
+            }
+            "mode" => ctx.mode.set(if value == "raw" { Mode::Raw } else { Mode::Folded }),
+            "seq" => {
+                if let Some(sequence) = Sequence::from_key(&value) {
+                    ctx.sequence.set(sequence);
+                }
+            }
+            "suite" => {
+                if let Some(suite) = Suite::builtin(&value) {
+                    ctx.suite.set(suite);
+                }
+            }
+            "prompt" => ctx.prompt.set(value),
+            _ => {}
+        }
+    }
+    if !wants_demo {
+        ctx.awaited.set(Some(Awaited {
+            name: name.unwrap_or_else(|| "a local model".into()),
+            sha256_prefix: sha256.unwrap_or_default(),
+        }));
+    }
+    wants_demo
+}
+
+/// The fragment the page was opened with.
+pub fn current() -> String {
+    web_sys::window().and_then(|w| w.location().hash().ok()).unwrap_or_default()
+}

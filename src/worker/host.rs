@@ -1,0 +1,137 @@
+//! The worker's browser glue: takes messages `{id, json, files}`, hands the request to the
+//! `Session`, posts back `{id, kind: "progress" | "reply", json, memory}`. Files are read by
+//! byte range with `FileReaderSync` (workers only), one tensor at a time, never whole.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use wasm_bindgen::JsCast;
+use wasm_bindgen::prelude::*;
+
+use super::protocol::{Progress, Request};
+use super::session::{Reporter, Session};
+use crate::weights::ByteSource;
+use crate::{Error, Result};
+
+/// Progress is posted at most this often (ms), plus the first and last step of each stage.
+const PROGRESS_INTERVAL_MS: f64 = 50.0;
+
+/// A browser `Blob` (a `File`, or the fetched demo model) read by byte range.
+struct BlobSource {
+    name: String,
+    blob: web_sys::Blob,
+}
+
+fn js_message(value: &JsValue) -> String {
+    match value.dyn_ref::<js_sys::Error>() {
+        Some(error) => String::from(error.message()),
+        None => value.as_string().unwrap_or_else(|| format!("{value:?}")),
+    }
+}
+
+impl ByteSource for BlobSource {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn len(&self) -> u64 {
+        self.blob.size() as u64
+    }
+    fn read_range(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let fail = |e: JsValue| Error::Io(format!("{}: cannot read the file ({})", self.name, js_message(&e)));
+        let end = offset + len as u64;
+        let slice = self.blob.slice_with_f64_and_f64(offset as f64, end as f64).map_err(fail)?;
+        let buffer = web_sys::FileReaderSync::new().map_err(fail)?.read_as_array_buffer(&slice).map_err(fail)?;
+        let bytes = js_sys::Uint8Array::new(&buffer);
+        if bytes.length() as usize != len {
+            return Err(Error::Io(format!("{}: the file changed or is shorter than its header says", self.name)));
+        }
+        Ok(bytes.to_vec())
+    }
+}
+
+fn scope() -> web_sys::DedicatedWorkerGlobalScope {
+    js_sys::global().unchecked_into()
+}
+
+fn now() -> f64 {
+    scope().performance().map(|p| p.now()).unwrap_or(0.0)
+}
+
+/// Bytes of wasm memory (it only grows, so this is also the peak).
+fn memory_bytes() -> f64 {
+    wasm_bindgen::memory()
+        .unchecked_into::<js_sys::WebAssembly::Memory>()
+        .buffer()
+        .unchecked_into::<js_sys::ArrayBuffer>()
+        .byte_length() as f64
+}
+
+fn post(id: f64, kind: &str, json: &str) {
+    let message = js_sys::Object::new();
+    for (key, value) in [
+        ("id", JsValue::from_f64(id)),
+        ("kind", JsValue::from_str(kind)),
+        ("json", JsValue::from_str(json)),
+        ("memory", JsValue::from_f64(memory_bytes())),
+    ] {
+        let _ = js_sys::Reflect::set(&message, &JsValue::from_str(key), &value);
+    }
+    let _ = scope().post_message(&message);
+}
+
+fn reporter(id: f64) -> Reporter {
+    let last = Cell::new((f64::NEG_INFINITY, String::new()));
+    Rc::new(move |progress: Progress| {
+        let (time, stage) = last.take();
+        let now = now();
+        if stage != progress.stage || progress.done >= progress.total || now - time >= PROGRESS_INTERVAL_MS {
+            if let Ok(json) = serde_json::to_string(&progress) {
+                post(id, "progress", &json);
+            }
+            last.set((now, progress.stage));
+        } else {
+            last.set((time, stage));
+        }
+    })
+}
+
+fn field(data: &JsValue, key: &str) -> JsValue {
+    js_sys::Reflect::get(data, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
+}
+
+/// Starts answering the page's messages (called by `worker.js` once the wasm is ready).
+#[wasm_bindgen]
+pub fn worker_main() {
+    console_error_panic_hook::set_once();
+    let session = RefCell::new(Session::new(now));
+    let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
+        let data = event.data();
+        let id = field(&data, "id").as_f64().unwrap_or(-1.0);
+        let json = field(&data, "json").as_string().unwrap_or_default();
+        let blobs: Vec<web_sys::Blob> =
+            js_sys::Array::from(&field(&data, "files")).iter().filter_map(|b| b.dyn_into().ok()).collect();
+        let result = match serde_json::from_str::<Request>(&json) {
+            Ok(request) => {
+                let names = match &request {
+                    Request::Load { names, .. } => names.clone(),
+                    _ => Vec::new(),
+                };
+                let files = blobs
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, blob)| {
+                        let name = names.get(i).cloned().unwrap_or_else(|| format!("file {i}"));
+                        Box::new(BlobSource { name, blob }) as Box<dyn ByteSource>
+                    })
+                    .collect();
+                session.borrow_mut().handle(request, files, reporter(id)).map_err(|e| e.to_string())
+            }
+            Err(e) => Err(format!("the worker did not understand the request: {e}")),
+        };
+        let json = serde_json::to_string(&result)
+            .unwrap_or_else(|e| format!("{{\"Err\":\"the worker could not encode its reply: {e}\"}}"));
+        post(id, "reply", &json);
+    });
+    scope().set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+    on_message.forget();
+}

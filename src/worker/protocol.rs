@@ -1,0 +1,141 @@
+//! What the page and its analysis worker say to each other. Every message is JSON, so the
+//! worker's answers are the same plain data the CLI prints; files travel beside a `Load` as
+//! browser `Blob`s (structured clone, no copy of their bytes).
+
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::{HeadId, Mode, ModelFingerprint};
+use crate::model::ModelConfig;
+use crate::probes::Suite;
+use crate::probes::induction::InductionReport;
+use crate::probes::suite::VerdictRow;
+
+/// A model the worker holds is named by the number the page gave it when loading it.
+pub type ModelId = u64;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Request {
+    /// Reads the files sent alongside (in `names` order) as model `model`. With `analyse`, also
+    /// fingerprints every head in both modes and runs the default induction probe; without, only
+    /// loads (the page already holds the results: a restart after a cancel).
+    Load { model: ModelId, names: Vec<String>, analyse: bool },
+    /// Drops a model the page no longer shows.
+    Forget { model: ModelId },
+    /// The induction probe on another repeated sequence.
+    Induction { model: ModelId, sequence: ProbeSequence },
+    /// The tokens with the largest self-copy logits, raw and normalised.
+    SelfCopy { model: ModelId, mode: Mode, head: HeadId, top: usize },
+    /// One entry of the token-space OV circuit, tokens as written by the user.
+    Pair { model: ModelId, mode: Mode, head: HeadId, from: String, to: String },
+    /// What attending one token promotes and suppresses most.
+    Row { model: ModelId, mode: Mode, head: HeadId, token: String, top: usize },
+    /// One head's attention pattern on a text.
+    Pattern { model: ModelId, head: HeadId, text: String },
+    /// A suite's verdict table for one head.
+    Verdicts { model: ModelId, head: HeadId, suite: Suite },
+}
+
+impl Request {
+    pub fn model(&self) -> ModelId {
+        match self {
+            Request::Load { model, .. }
+            | Request::Forget { model }
+            | Request::Induction { model, .. }
+            | Request::SelfCopy { model, .. }
+            | Request::Pair { model, .. }
+            | Request::Row { model, .. }
+            | Request::Pattern { model, .. }
+            | Request::Verdicts { model, .. } => *model,
+        }
+    }
+}
+
+/// The first copy of the induction probe's repeated sequence (spec section 4).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ProbeSequence {
+    /// `len` tokens drawn uniformly (seeded), special tokens excluded.
+    UniformRandom { seed: u64, len: usize },
+    /// A seeded window of `len` tokens of a text (the demo ships held-out Nietzsche).
+    TextWindow { text: String, seed: u64, len: usize },
+}
+
+impl ProbeSequence {
+    /// How the page names the sequence a score came from.
+    pub fn describe(&self) -> String {
+        match self {
+            ProbeSequence::UniformRandom { seed, len } => {
+                format!("{len} uniformly random tokens repeated twice (seed {seed})")
+            }
+            ProbeSequence::TextWindow { seed, len, .. } => {
+                format!("a {len}-token window of held-out text repeated twice (seed {seed})")
+            }
+        }
+    }
+}
+
+/// The facts the page shows about a loaded model.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ModelInfo {
+    pub config: ModelConfig,
+    pub parameters: u64,
+    pub facts: Vec<(String, String)>,
+    /// SHA-256 of the files (hex): of the one file, or of the sorted `name:sha256` lines of several.
+    pub sha256: String,
+}
+
+/// An induction probe's scores and the sequence they were measured on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InductionRun {
+    pub sequence: String,
+    pub report: Result<InductionReport, String>,
+}
+
+/// One timed step of a load (the browser benchmark reads these).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Timing {
+    pub step: String,
+    pub ms: f64,
+}
+
+/// Everything a load computes once.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Analysis {
+    pub info: ModelInfo,
+    pub folded: ModelFingerprint,
+    pub raw: ModelFingerprint,
+    pub induction: InductionRun,
+    pub timings: Vec<Timing>,
+}
+
+/// A token with a value (self-copy logit, promoted logit, ...).
+pub type Scored = (String, f64);
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Pattern {
+    pub tokens: Vec<String>,
+    /// `rows[query][key]`, causal.
+    pub rows: Vec<Vec<f64>>,
+    /// Induction cells (query, key).
+    pub marks: Vec<(usize, usize)>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Reply {
+    Analysed(Box<Analysis>),
+    Loaded,
+    Done,
+    Induction(InductionRun),
+    SelfCopy { raw: Vec<Scored>, normalised: Vec<Scored> },
+    Pair { from: String, to: String, value: f64 },
+    Row { token: String, promotes: Vec<Scored>, suppresses: Vec<Scored> },
+    Pattern(Pattern),
+    Verdicts(Vec<VerdictRow>),
+}
+
+/// How far a long request has come: `done` of `total` units of `stage`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    pub stage: String,
+    pub done: u64,
+    pub total: u64,
+}

@@ -1,0 +1,307 @@
+//! The worker's side of the page, as plain Rust: it holds the loaded models and answers each
+//! `Request` from the core. No browser here (the host feeds it `ByteSource`s, a clock and a
+//! progress reporter), so it is tested natively like the rest of the core.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use sha2::{Digest, Sha256};
+
+use super::protocol::{
+    Analysis, InductionRun, ModelId, ModelInfo, Pattern, ProbeSequence, Progress, Reply, Request, Scored, Timing,
+};
+use crate::analysis::circuits::Grams;
+use crate::analysis::fingerprint::fingerprint_model_with_progress;
+use crate::analysis::ov_logits::{bottom_k, top_k};
+use crate::analysis::{Circuits, HeadId, Mode, OvTokenLogits};
+use crate::model::{LoadParts, Model};
+use crate::probes::induction::{
+    RepeatSource, induction_cells, induction_probe, random_first_copy, text_window_first_copy,
+};
+use crate::probes::verdict_table;
+use crate::tokens::Tokenizer;
+use crate::weights::{ByteSource, ModelFiles};
+use crate::{Error, Result};
+
+/// Receives progress; the host forwards it to the page.
+pub type Reporter = Rc<dyn Fn(Progress)>;
+
+/// Longest first copy of the default induction probe (spec section 4; TransformerLens uses 50).
+pub const INDUCTION_LEN: usize = 50;
+/// Bytes hashed per read, so a large file never sits in memory whole.
+const HASH_CHUNK: usize = 8 << 20;
+
+/// The default induction probe: uniform random tokens, seed 0, at most half the context each.
+pub fn default_sequence(config: &crate::model::ModelConfig) -> ProbeSequence {
+    ProbeSequence::UniformRandom { seed: 0, len: config.context.map_or(INDUCTION_LEN, |c| INDUCTION_LEN.min(c / 2)) }
+}
+
+struct Held {
+    model: Model,
+    tokenizer: Tokenizer,
+    grams: Grams,
+}
+
+impl Held {
+    /// Text or, for models without a vocabulary, comma-separated ids.
+    fn encode(&self, text: &str) -> Result<Vec<usize>> {
+        match self.tokenizer {
+            Tokenizer::IdsOnly { .. } => crate::tokens::parse_ids(text),
+            _ => self.tokenizer.encode(text),
+        }
+    }
+
+    fn head(&self, head: HeadId) -> Result<HeadId> {
+        HeadId::parse(&head.to_string(), &self.model.config)
+    }
+
+    fn scored(&self, values: &[f64], ids: Vec<usize>) -> Vec<Scored> {
+        ids.into_iter().map(|i| (self.tokenizer.token_text(i), values[i])).collect()
+    }
+
+    fn induction(&self, sequence: &ProbeSequence) -> InductionRun {
+        let report = (|| {
+            let (first, source) = match sequence {
+                ProbeSequence::UniformRandom { seed, len } => (
+                    random_first_copy(self.model.config.vocab, *len, *seed, &self.tokenizer.special_ids())?,
+                    RepeatSource::UniformRandom { seed: *seed },
+                ),
+                ProbeSequence::TextWindow { text, seed, len } => (
+                    text_window_first_copy(&self.encode(text)?, *len, *seed)?,
+                    RepeatSource::TextWindow { seed: *seed },
+                ),
+            };
+            induction_probe(&self.model, &first, source)
+        })();
+        InductionRun { sequence: sequence.describe(), report: report.map_err(|e| e.to_string()) }
+    }
+}
+
+/// A byte source that counts what is read through it, so loading can show progress.
+struct Counted {
+    inner: Box<dyn ByteSource>,
+    read: Rc<Cell<u64>>,
+    on_read: Rc<dyn Fn(u64)>,
+}
+
+impl ByteSource for Counted {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_range(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let bytes = self.inner.read_range(offset, len)?;
+        self.read.set(self.read.get() + len as u64);
+        (self.on_read)(self.read.get());
+        Ok(bytes)
+    }
+}
+
+/// SHA-256 of each file (read in chunks), combined into one hex string for several files.
+fn sha256_of(named: &[(String, Box<dyn ByteSource>)], report: &dyn Fn(u64)) -> Result<String> {
+    let mut done = 0u64;
+    let mut lines: Vec<(String, String)> = Vec::with_capacity(named.len());
+    for (name, source) in named {
+        let mut hasher = Sha256::new();
+        let mut offset = 0u64;
+        while offset < source.len() {
+            let len = HASH_CHUNK.min((source.len() - offset) as usize);
+            hasher.update(source.read_range(offset, len)?);
+            offset += len as u64;
+            done += len as u64;
+            report(done);
+        }
+        lines.push((name.rsplit(['/', '\\']).next().unwrap_or(name).to_string(), hex(&hasher.finalize())));
+    }
+    if let [(_, only)] = lines.as_slice() {
+        return Ok(only.clone());
+    }
+    lines.sort();
+    let joined: String = lines.iter().map(|(name, sha)| format!("{name}:{sha}\n")).collect();
+    Ok(hex(&Sha256::digest(joined.as_bytes())))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub struct Session {
+    models: HashMap<ModelId, Held>,
+    /// The last head's OV token logits: the head view asks for several readings of one head.
+    logits: Option<((ModelId, Mode, HeadId), OvTokenLogits)>,
+    /// Milliseconds since some origin (`performance.now()` in the browser).
+    clock: fn() -> f64,
+}
+
+impl Session {
+    pub fn new(clock: fn() -> f64) -> Self {
+        Session { models: HashMap::new(), logits: None, clock }
+    }
+
+    /// Models currently held (the page keeps at most the shown one and the one loading).
+    pub fn models_held(&self) -> usize {
+        self.models.len()
+    }
+
+    /// Answers one request. `files` are the files of a `Load`, in its `names` order.
+    pub fn handle(&mut self, request: Request, files: Vec<Box<dyn ByteSource>>, report: Reporter) -> Result<Reply> {
+        match request {
+            Request::Load { model, names, analyse } => self.load(model, names, files, analyse, report),
+            Request::Forget { model } => {
+                self.models.remove(&model);
+                if self.logits.as_ref().is_some_and(|((m, ..), _)| *m == model) {
+                    self.logits = None;
+                }
+                Ok(Reply::Done)
+            }
+            Request::Induction { model, sequence } => Ok(Reply::Induction(self.held(model)?.induction(&sequence))),
+            Request::SelfCopy { model, mode, head, top } => {
+                let (held, logits) = self.logits(model, mode, head)?;
+                let (raw, normalised) = (logits.diagonal(), logits.normalised_diagonal());
+                let k = top.min(raw.len());
+                Ok(Reply::SelfCopy {
+                    raw: held.scored(&raw, top_k(&raw, k)),
+                    normalised: held.scored(&normalised, top_k(&normalised, k)),
+                })
+            }
+            Request::Pair { model, mode, head, from, to } => {
+                let (held, logits) = self.logits(model, mode, head)?;
+                let (i, j) = (held.tokenizer.single(&from)?, held.tokenizer.single(&to)?);
+                let value = logits.entry(i, j)?;
+                Ok(Reply::Pair { from: held.tokenizer.token_text(i), to: held.tokenizer.token_text(j), value })
+            }
+            Request::Row { model, mode, head, token, top } => {
+                let (held, logits) = self.logits(model, mode, head)?;
+                let i = held.tokenizer.single(&token)?;
+                let values = logits.row(i)?;
+                let k = top.min(values.len());
+                Ok(Reply::Row {
+                    token: held.tokenizer.token_text(i),
+                    promotes: held.scored(&values, top_k(&values, k)),
+                    suppresses: held.scored(&values, bottom_k(&values, k)),
+                })
+            }
+            Request::Pattern { model, head, text } => {
+                let held = self.held(model)?;
+                let head = held.head(head)?;
+                let ids = held.encode(&text)?;
+                let output = crate::forward::run(&held.model, &ids)?;
+                let matrix = &output.patterns[head.layer][head.head];
+                let rows = (0..ids.len()).map(|q| (0..ids.len()).map(|k| matrix[(q, k)] as f64).collect()).collect();
+                Ok(Reply::Pattern(Pattern {
+                    tokens: ids.iter().map(|&i| held.tokenizer.token_text(i)).collect(),
+                    rows,
+                    marks: induction_cells(&ids),
+                }))
+            }
+            Request::Verdicts { model, head, suite } => {
+                let held = self.held(model)?;
+                Ok(Reply::Verdicts(verdict_table(&held.model, &held.tokenizer, &suite, held.head(head)?)?))
+            }
+        }
+    }
+
+    fn held(&self, model: ModelId) -> Result<&Held> {
+        self.models.get(&model).ok_or_else(|| Error::Io(format!("model {model} is not loaded in the worker")))
+    }
+
+    fn logits(&mut self, model: ModelId, mode: Mode, head: HeadId) -> Result<(&Held, &OvTokenLogits)> {
+        let held = self.models.get(&model).ok_or_else(|| Error::Io(format!("model {model} is not loaded")))?;
+        let head = held.head(head)?;
+        let key = (model, mode, head);
+        if self.logits.as_ref().is_none_or(|(k, _)| *k != key) {
+            let circuits = Circuits::new(&held.model, &held.grams, mode);
+            self.logits = Some((key, OvTokenLogits::new(&circuits, head)));
+        }
+        Ok((held, &self.logits.as_ref().expect("just filled").1))
+    }
+
+    fn load(
+        &mut self,
+        id: ModelId,
+        names: Vec<String>,
+        files: Vec<Box<dyn ByteSource>>,
+        analyse: bool,
+        report: Reporter,
+    ) -> Result<Reply> {
+        if names.len() != files.len() {
+            return Err(Error::Io(format!("{} file names for {} files", names.len(), files.len())));
+        }
+        let clock = self.clock;
+        let mut timings = Vec::new();
+        let timed = |step: &str, since: f64| Timing { step: step.into(), ms: clock() - since };
+        let total: u64 = files.iter().map(|f| f.len()).sum();
+        let named: Vec<(String, Box<dyn ByteSource>)> = names.into_iter().zip(files).collect();
+
+        let started = clock();
+        let sha256 = if analyse {
+            let stage_report = report.clone();
+            let hashing =
+                move |done| stage_report(Progress { stage: "Hashing the files (SHA-256)".into(), done, total });
+            sha256_of(&named, &hashing)?
+        } else {
+            String::new()
+        };
+        timings.push(timed("hash", started));
+
+        let started = clock();
+        let read = Rc::new(Cell::new(0));
+        let reading_report = report.clone();
+        let on_read: Rc<dyn Fn(u64)> =
+            Rc::new(move |done| reading_report(Progress { stage: "Reading tensors".into(), done, total }));
+        let counted = named
+            .into_iter()
+            .map(|(name, inner)| {
+                let source: Box<dyn ByteSource> =
+                    Box::new(Counted { inner, read: read.clone(), on_read: on_read.clone() });
+                (name, source)
+            })
+            .collect();
+        let files = ModelFiles::from_named(counted)?;
+        let model = Model::load(&files, LoadParts::Everything)?;
+        let tokenizer = Tokenizer::for_model(&model, files.tokenizer_json.as_deref())?;
+        drop(files);
+        timings.push(timed("load", started));
+
+        let started = clock();
+        let grams = Grams::compute(&model);
+        timings.push(timed("gram", started));
+        let held = Held { model, tokenizer, grams };
+        if !analyse {
+            self.models.insert(id, held);
+            return Ok(Reply::Loaded);
+        }
+
+        let heads = (held.model.config.layers * held.model.config.heads) as u64;
+        let fingerprint = |mode: Mode| {
+            let started = clock();
+            let stage = format!("Fingerprinting heads ({})", mode.name());
+            let result = fingerprint_model_with_progress(&held.model, &held.grams, mode, &mut |done, _| {
+                report(Progress { stage: stage.clone(), done: done as u64, total: heads });
+                true
+            });
+            (result, timed(&format!("fingerprint {}", mode.name()), started))
+        };
+        let (folded, folded_time) = fingerprint(Mode::Folded);
+        let (raw, raw_time) = fingerprint(Mode::Raw);
+        timings.extend([folded_time, raw_time]);
+        let (folded, raw) = (folded?, raw?);
+
+        report(Progress { stage: "Running the induction probe".into(), done: 0, total: 1 });
+        let started = clock();
+        let induction = held.induction(&default_sequence(&held.model.config));
+        timings.push(timed("induction probe", started));
+
+        let info = ModelInfo {
+            config: held.model.config.clone(),
+            parameters: held.model.parameter_count,
+            facts: held.model.facts.clone(),
+            sha256,
+        };
+        self.models.insert(id, held);
+        Ok(Reply::Analysed(Box::new(Analysis { info, folded, raw, induction, timings })))
+    }
+}
