@@ -13,6 +13,9 @@ use wasm_bindgen_futures::JsFuture;
 use super::browser::js_message;
 use crate::worker::protocol::{ModelId, Progress, Reply, Request};
 
+/// What a request cancelled by the user fails with.
+pub const CANCELLED: &str = "cancelled";
+
 /// The worker script, next to the page (see `public/worker.js`).
 const WORKER_URL: &str = "worker.js";
 
@@ -30,10 +33,17 @@ pub type Files = Vec<(String, web_sys::Blob)>;
 
 struct Running {
     worker: web_sys::Worker,
-    /// Request id -> (resolve, reject) of the promise its caller awaits.
-    pending: HashMap<u64, (js_sys::Function, js_sys::Function)>,
+    /// Request id -> the promise its caller awaits.
+    pending: HashMap<u64, Waiting>,
     _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
     _on_error: Closure<dyn FnMut(web_sys::Event)>,
+}
+
+struct Waiting {
+    resolve: js_sys::Function,
+    reject: js_sys::Function,
+    /// Whether the page shows this request's progress (a restart's reload is silent).
+    shows_progress: bool,
 }
 
 #[derive(Default)]
@@ -43,7 +53,12 @@ struct Client {
     hooks: Option<Rc<Hooks>>,
     /// The model the page shows: what a fresh worker must load again.
     shown: Option<(ModelId, Files)>,
+    /// Worker failures since the last answer: a worker that cannot start is not restarted forever.
+    failures: u32,
 }
+
+/// Failures in a row after which the page stops restarting the worker.
+const MAX_FAILURES: u32 = 3;
 
 thread_local! {
     static CLIENT: RefCell<Client> = RefCell::default();
@@ -76,14 +91,20 @@ fn on_message(event: web_sys::MessageEvent) {
     }
     match field(&data, "kind").as_string().as_deref() {
         Some("progress") => {
-            if let (Some(hooks), Ok(progress)) = (&hooks, serde_json::from_str::<Progress>(&json)) {
+            let shown = CLIENT.with_borrow(|c| {
+                c.running.as_ref().and_then(|r| r.pending.get(&id)).is_some_and(|w| w.shows_progress)
+            });
+            if let (true, Some(hooks), Ok(progress)) = (shown, &hooks, serde_json::from_str::<Progress>(&json)) {
                 (hooks.on_progress)(progress);
             }
         }
         Some("reply") => {
-            let waiting = CLIENT.with_borrow_mut(|c| c.running.as_mut().and_then(|r| r.pending.remove(&id)));
-            if let Some((resolve, _)) = waiting {
-                let _ = resolve.call1(&JsValue::NULL, &JsValue::from_str(&json));
+            let waiting = CLIENT.with_borrow_mut(|c| {
+                c.failures = 0;
+                c.running.as_mut().and_then(|r| r.pending.remove(&id))
+            });
+            if let Some(waiting) = waiting {
+                let _ = waiting.resolve.call1(&JsValue::NULL, &JsValue::from_str(&json));
             }
         }
         _ => {}
@@ -98,7 +119,15 @@ fn spawn() -> Result<Running, String> {
     let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(on_message);
     let on_error = Closure::<dyn FnMut(web_sys::Event)>::new(|event: web_sys::Event| {
         let detail = event.dyn_ref::<web_sys::ErrorEvent>().map(|e| e.message()).unwrap_or_default();
-        restart(&format!("the analysis worker stopped ({detail}); it was restarted"));
+        let failures = CLIENT.with_borrow_mut(|c| {
+            c.failures += 1;
+            c.failures
+        });
+        if failures < MAX_FAILURES {
+            restart(&format!("the analysis worker stopped ({detail}); it was restarted"));
+        } else {
+            stop(&format!("the analysis worker cannot run in this browser ({detail})"));
+        }
     });
     worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
@@ -107,6 +136,10 @@ fn spawn() -> Result<Running, String> {
 
 /// Sends one request (with the files of a `Load`) and waits for the worker's answer.
 pub async fn request(request: &Request, files: &Files) -> Result<Reply, String> {
+    send(request, files, true).await
+}
+
+async fn send(request: &Request, files: &Files, shows_progress: bool) -> Result<Reply, String> {
     let json = serde_json::to_string(request).map_err(|e| e.to_string())?;
     let blobs: js_sys::Array = files.iter().map(|(_, blob)| JsValue::from(blob)).collect();
     let promise = CLIENT.with_borrow_mut(|c| -> Result<js_sys::Promise, String> {
@@ -118,7 +151,8 @@ pub async fn request(request: &Request, files: &Files) -> Result<Reply, String> 
         let running = c.running.as_mut().expect("just started");
         let mut handlers = None;
         let promise = js_sys::Promise::new(&mut |resolve, reject| handlers = Some((resolve, reject)));
-        running.pending.insert(id, handlers.expect("the promise executor runs at once"));
+        let (resolve, reject) = handlers.expect("the promise executor runs at once");
+        running.pending.insert(id, Waiting { resolve, reject, shows_progress });
         let message = js_sys::Object::new();
         let _ = js_sys::Reflect::set(&message, &"id".into(), &JsValue::from_f64(id as f64));
         let _ = js_sys::Reflect::set(&message, &"json".into(), &JsValue::from_str(&json));
@@ -132,21 +166,29 @@ pub async fn request(request: &Request, files: &Files) -> Result<Reply, String> 
         .map_err(|e| format!("unreadable reply from the worker: {e}"))?
 }
 
+/// Stops the worker at once and fails every waiting request with `reason`.
+fn stop(reason: &str) {
+    if let Some(old) = CLIENT.with_borrow_mut(|c| c.running.take()) {
+        old.worker.terminate();
+        for waiting in old.pending.into_values() {
+            let _ = waiting.reject.call1(&JsValue::NULL, &JsValue::from_str(reason));
+        }
+    }
+    if let Some(hooks) = hooks().filter(|_| reason != CANCELLED) {
+        (hooks.on_trouble)(format!("The analysis stopped: {reason}."));
+    }
+}
+
 /// Stops the worker at once (whatever it is doing), fails every waiting request with `reason`,
 /// and starts a fresh one that loads the shown model again.
 pub fn restart(reason: &str) {
-    let (old, shown) = CLIENT.with_borrow_mut(|c| (c.running.take(), c.shown.clone()));
-    if let Some(old) = old {
-        old.worker.terminate();
-        for (_, (_, reject)) in old.pending {
-            let _ = reject.call1(&JsValue::NULL, &JsValue::from_str(reason));
-        }
-    }
+    stop(reason);
+    let shown = CLIENT.with_borrow(|c| c.shown.clone());
     if let Some((model, files)) = shown {
         wasm_bindgen_futures::spawn_local(async move {
             let names = files.iter().map(|(name, _)| name.clone()).collect();
             let reload = Request::Load { model, names, analyse: false };
-            if let Err(e) = request(&reload, &files).await
+            if let Err(e) = send(&reload, &files, false).await
                 && let Some(hooks) = hooks()
             {
                 (hooks.on_trouble)(format!("The fresh worker could not load the shown model again: {e}"));

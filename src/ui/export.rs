@@ -87,10 +87,20 @@ pub fn ResultsExport() -> impl IntoView {
     }
 }
 
+/// Inline SVG as a file of its own: a standalone SVG needs its namespace (inline SVG in HTML does not).
+fn standalone(svg: &str) -> String {
+    if svg.contains("xmlns=") {
+        svg.to_string()
+    } else {
+        svg.replacen("<svg ", r#"<svg xmlns="http://www.w3.org/2000/svg" "#, 1)
+    }
+}
+
 /// SVG and PNG buttons under a chart.
 #[component]
 pub fn ChartExport(svg: String, name: String) -> impl IntoView {
     let ctx = expect_context::<Ctx>();
+    let svg = standalone(&svg);
     let problem = RwSignal::new(None::<String>);
     let file = move |extension: &str| {
         let model = ctx.loaded.get_untracked().map(|l| l.name.clone()).unwrap_or_default();

@@ -74,7 +74,7 @@ fn connect_worker(ctx: Ctx) {
 
 /// Stops the running work; the worker is replaced and the shown model stays.
 fn cancel(ctx: Ctx) {
-    client::restart("cancelled");
+    client::restart(client::CANCELLED);
     ctx.progress.set(None);
     ctx.busy.set(None);
 }
@@ -222,6 +222,19 @@ fn file_button(ctx: Ctx, id: &'static str, label: &'static str, folder: bool) ->
     }
 }
 
+/// How long the worker took for each step of the load (the browser benchmark reads `data-json`).
+fn timings(steps: &[crate::worker::protocol::Timing]) -> impl IntoView + use<> {
+    let total: f64 = steps.iter().map(|t| t.ms).sum();
+    let json = serde_json::to_string(steps).unwrap_or_default();
+    let list = steps.iter().map(|t| view! { <li>{format!("{}: {:.0} ms", t.step, t.ms)}</li> }).collect_view();
+    view! {
+        <details class="timings" id="timings" data-json=json>
+            <summary>{format!("analysed in {:.1} s", total / 1000.0)}</summary>
+            <ul>{list}</ul>
+        </details>
+    }
+}
+
 /// The loaded model's facts, the file pickers, progress with cancel, the status and error lines.
 #[component]
 fn ModelBar() -> impl IntoView {
@@ -264,6 +277,7 @@ fn ModelBar() -> impl IntoView {
                                 </span>
                                 <span>{accuracy}</span>
                                 <span class="fact" id="model-hash">{hash}</span>
+                                {timings(&l.timings)}
                                 {facts}
                             }
                         })

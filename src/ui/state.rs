@@ -231,7 +231,11 @@ pub async fn load(ctx: Ctx, label: String, demo: bool, files: Files) {
                 Some(name) => format!(" (still showing {name})"),
                 None => String::new(),
             };
-            ctx.error.set(Some(format!("Could not load {label}: {message}{tail}")));
+            if message == client::CANCELLED {
+                ctx.error.set(Some(format!("Cancelled: {label} was not loaded{tail}.")));
+            } else {
+                ctx.error.set(Some(format!("Could not load {label}: {message}{tail}")));
+            }
             // The worker holds nothing for a failed load; nothing to forget.
         }
     }

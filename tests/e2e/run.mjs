@@ -8,6 +8,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import crypto from 'node:crypto';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../..');
@@ -38,12 +39,19 @@ const browser = await chromium.launch({
   args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
     '--disable-component-update', '--disable-sync'],
 });
-const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, acceptDownloads: true });
 const requests = [];
 const problems = [];
-page.on('request', (r) => requests.push(r.url()));
-page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
-page.on('console', (m) => { if (m.type() === 'error') problems.push(`console error: ${m.text()}`); });
+// Context-wide, so the analysis worker's requests count too.
+context.on('request', (r) => requests.push(r.url()));
+function watch(p) {
+  p.on('request', (r) => requests.push(r.url()));
+  p.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+  p.on('console', (m) => { if (m.type() === 'error') problems.push(`console error: ${m.text()}`); });
+  p.on('worker', (w) => w.on('console', (m) => { if (m.type() === 'error') problems.push(`worker error: ${m.text()}`); }));
+}
+const page = await context.newPage();
+watch(page);
 
 const results = [];
 async function test(name, body) {
@@ -59,7 +67,48 @@ async function test(name, body) {
   }
 }
 function expect(cond, message) { if (!cond) throw new Error(message); }
-const shot = (name, fullPage = false) => page.screenshot({ path: path.join(shots, `${name}.png`), fullPage });
+const shot = (name, fullPage = false, on = page) => on.screenshot({ path: path.join(shots, `${name}.png`), fullPage });
+const sha256 = (bytes) => crypto.createHash('sha256').update(bytes).digest('hex');
+/// The page's hash of several files: SHA-256 of the sorted `name:sha256` lines (one file: its own).
+function filesHash(files) {
+  if (files.length === 1) return sha256(fs.readFileSync(files[0]));
+  const lines = files.map((f) => `${path.basename(f)}:${sha256(fs.readFileSync(f))}\n`).sort();
+  return sha256(lines.join(''));
+}
+async function download(p, selector) {
+  const [file] = await Promise.all([p.waitForEvent('download'), p.click(selector)]);
+  return { name: file.suggestedFilename(), bytes: fs.readFileSync(await file.path()) };
+}
+/// A large gpt.py-layout model of zeros (a sparse file): long enough to load that it can be cancelled.
+function bigModel(file, { layers = 8, heads = 16, d = 1024, vocab = 65, context = 128 } = {}) {
+  const tensors = [];
+  const add = (name, shape) => tensors.push([name, shape]);
+  add('token_embedding_table.weight', [vocab, d]);
+  add('position_embedding_table.weight', [context, d]);
+  for (let l = 0; l < layers; l++) {
+    for (let h = 0; h < heads; h++) for (const k of ['key', 'query', 'value']) add(`blocks.${l}.sa.heads.${h}.${k}.weight`, [d / heads, d]);
+    add(`blocks.${l}.sa.proj.weight`, [d, d]); add(`blocks.${l}.sa.proj.bias`, [d]);
+    add(`blocks.${l}.ffwd.net.0.weight`, [4 * d, d]); add(`blocks.${l}.ffwd.net.0.bias`, [4 * d]);
+    add(`blocks.${l}.ffwd.net.2.weight`, [d, 4 * d]); add(`blocks.${l}.ffwd.net.2.bias`, [d]);
+    for (const n of ['ln1', 'ln2']) { add(`blocks.${l}.${n}.weight`, [d]); add(`blocks.${l}.${n}.bias`, [d]); }
+  }
+  add('ln_f.weight', [d]); add('ln_f.bias', [d]);
+  add('lm_head.weight', [vocab, d]); add('lm_head.bias', [vocab]);
+  const header = {};
+  let offset = 0;
+  for (const [name, shape] of tensors) {
+    const bytes = shape.reduce((a, b) => a * b, 1) * 4;
+    header[name] = { dtype: 'F32', shape, data_offsets: [offset, offset + bytes] };
+    offset += bytes;
+  }
+  let json = JSON.stringify(header);
+  json += ' '.repeat((8 - (json.length % 8)) % 8);
+  const length = Buffer.alloc(8);
+  length.writeBigUInt64LE(BigInt(json.length));
+  fs.writeFileSync(file, Buffer.concat([length, Buffer.from(json)]));
+  fs.truncateSync(file, 8 + json.length + offset);
+  return offset;
+}
 async function modelShape() {
   const text = await page.textContent('#model-info');
   const m = text.match(/(\d+) layers × (\d+) heads/);
@@ -81,6 +130,35 @@ await test('metric choice recolours the grid', async () => {
   await page.selectOption('#metric-select', 'induction');
   await page.waitForFunction((b) => document.querySelector('#cell-L0H0')?.dataset.value !== b, before);
   await page.selectOption('#metric-select', 'ov-copying');
+});
+
+await test('behaviour on held-out text is measured and labelled', async () => {
+  await page.selectOption('#metric-select', 'induction');
+  await page.selectOption('#sequence-select', 'text');
+  await page.waitForFunction(() => /held-out text/.test(document.querySelector('#metric-note')?.textContent ?? ''), null, { timeout: 30000 });
+  const note = await page.textContent('#metric-note');
+  expect(!/failed/.test(note), note);
+  await shot('overview-heldout');
+  await page.selectOption('#sequence-select', 'random');
+  await page.waitForFunction(() => /uniformly random/.test(document.querySelector('#metric-note')?.textContent ?? ''));
+  await page.selectOption('#metric-select', 'ov-copying');
+});
+
+await test('results export as JSON and CSV, charts as SVG and PNG', async () => {
+  const { layers, heads } = await modelShape();
+  const csv = (await download(page, '#export-csv')).bytes.toString();
+  const lines = csv.trim().split('\n');
+  expect(lines[0].startsWith('head,layer,head_index,mode,ov-copying'), `CSV header: ${lines[0]}`);
+  expect(lines.length === 1 + 2 * layers * heads, `CSV rows: ${lines.length}`);
+  const json = JSON.parse((await download(page, '#export-json')).bytes.toString());
+  expect(json.folded.heads.length === layers * heads && json.raw.heads.length === layers * heads, 'JSON heads');
+  const first = json.folded.heads[0];
+  const row = lines.find((l) => l.startsWith(`L${first.layer}H${first.head},`) && l.includes(',folded,'));
+  expect(Math.abs(+row.split(',')[4] - first.ov.copying_score) < 1e-9, 'CSV and JSON agree');
+  const svg = await download(page, '#bar-chart ~ .chart-export [data-export=svg]');
+  expect(svg.name.endsWith('.svg') && /^<svg[^>]*xmlns="http:\/\/www.w3.org\/2000\/svg"/.test(svg.bytes.toString()), `SVG ${svg.name}`);
+  const png = await download(page, '#bar-chart ~ .chart-export [data-export=png]');
+  expect(png.name.endsWith('.png') && png.bytes.subarray(1, 4).toString() === 'PNG', `PNG ${png.name}`);
 });
 
 await test('keyboard opens a head', async () => {
@@ -155,9 +233,77 @@ await test('a broken file shows its error and keeps the previous model', async (
   await shot('load-error');
 });
 
+await test('compare lists every model loaded and correlates features with behaviour', async () => {
+  await page.click('#tab-compare');
+  await page.waitForSelector('#compare-table tbody tr');
+  const measured = await page.locator('#compare-table tbody tr:not(.claimed)').count();
+  expect(measured >= 2, `rows for the demo and the fixture: ${measured}`);
+  expect(await page.locator('#compare-table tbody tr.claimed').count() === 4, "seed 000's four claims");
+  await page.selectOption('#scatter-x', 'qk-imaginary');
+  await page.selectOption('#scatter-y', 'induction');
+  expect(await page.locator('#scatter circle.point').count() === 4, 'one point per head');
+  expect(/Spearman's ρ (= [+-]\d\.\d{3} over 4 heads|is undefined)/.test(await page.textContent('#spearman')), 'rho');
+  await shot('compare', true);
+});
+
+await test('a share link restores its view, and a local model link checks the file', async () => {
+  const linked = await context.newPage();
+  watch(linked);
+  await linked.goto(origin + '/#model=demo&tab=head&head=L2H1&metric=qk-imaginary&mode=raw&seq=random&suite=quote');
+  await linked.waitForSelector('#head-title');
+  await linked.waitForFunction(() => document.querySelector('#head-title')?.textContent.trim() === 'L2H1', null, { timeout: 60000 });
+  expect(await linked.getAttribute('#mode-raw', 'aria-pressed') === 'true', 'raw mode restored');
+  await linked.click('#tab-overview');
+  await linked.waitForFunction(() => /tab=overview/.test(location.hash));
+  expect(await linked.inputValue('#metric-select') === 'qk-imaginary', 'metric restored');
+  const url = new URL(linked.url());
+  expect(/model=demo/.test(url.hash) && /head=L2H1/.test(url.hash) && /suite=quote/.test(url.hash), `URL keeps the view: ${url.hash}`);
+
+  const files = ['config.json', 'tokenizer.json', 'model.safetensors'].map((f) => path.join(fixtures, 'gpt2', f));
+  const hash = filesHash(files);
+  await linked.goto(origin + `/#model=file&name=model.safetensors&sha256=${hash.slice(0, 12)}&tab=head&head=L1H0`);
+  await linked.reload();
+  await linked.waitForSelector('#awaited');
+  await linked.waitForSelector('#head-grid .cell, #head-title', { timeout: 60000 });
+  await shot('share-link-awaiting', false, linked);
+  await linked.setInputFiles('#file-input', files);
+  await linked.waitForFunction(() => !document.querySelector('#awaited') && /gpt2/.test(document.querySelector('#model-info')?.textContent ?? ''), null, { timeout: 60000 });
+  expect((await linked.textContent('#head-title')).trim() === 'L1H0', 'linked head restored');
+  expect((await linked.textContent('#model-hash')).includes(hash.slice(0, 12)), 'hash shown');
+  expect(await linked.locator('#load-error').count() === 0, 'no hash complaint');
+
+  await linked.goto(origin + '/#model=file&name=model.safetensors&sha256=000000000000&tab=overview');
+  await linked.reload();
+  await linked.waitForSelector('#awaited');
+  await linked.setInputFiles('#file-input', files);
+  await linked.waitForSelector('#load-error', { timeout: 60000 });
+  expect(/not the same file/.test(await linked.textContent('#load-error')), 'a different file is named as such');
+  await linked.close();
+});
+
+await test('a long load shows progress and can be cancelled; the shown model stays usable', async () => {
+  await page.click('#tab-overview');
+  const before = (await page.textContent('#model-name')).trim();
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'headprint-big-'));
+  const big = path.join(tmp, 'big.safetensors');
+  bigModel(big);
+  await page.setInputFiles('#file-input', big);
+  await page.waitForSelector('#progress', { timeout: 30000 });
+  await shot('progress');
+  await page.click('#cancel');
+  await page.waitForSelector('#load-error');
+  expect(/Cancelled: big\.safetensors was not loaded/.test(await page.textContent('#load-error')), 'cancel is reported');
+  expect((await page.textContent('#model-name')).trim() === before, 'the shown model stays');
+  // The fresh worker holds the shown model again: a head's OV logits still come.
+  await page.click('#head-grid .cell');
+  await page.waitForSelector('#self-copy-raw li', { timeout: 30000 });
+  fs.rmSync(tmp, { recursive: true });
+});
+
 await test('nothing leaves the page origin and nothing went wrong', async () => {
   const foreign = requests.filter((u) => !u.startsWith(origin) && !u.startsWith('data:') && !u.startsWith('blob:'));
   expect(foreign.length === 0, `foreign requests: ${foreign.join(', ')}`);
+  expect(requests.some((u) => u.endsWith('/worker.js')), 'the worker was seen');
   expect(problems.length === 0, problems.join('; '));
 });
 
