@@ -42,7 +42,7 @@ fn ask_reporting(
 }
 
 fn load(session: &mut Session, id: u64, name: &str, contents: Vec<u8>) -> Result<Reply, String> {
-    let request = Request::Load { model: id, names: vec![format!("{name}.safetensors")], analyse: true };
+    let request = Request::Load { model: id, names: vec![format!("{name}.safetensors")], analyse: true, hash: true };
     ask(session, request, files(name, contents))
 }
 
@@ -60,7 +60,13 @@ fn a_load_brings_fingerprints_probe_and_hash_that_match_the_references() {
     };
     assert_eq!(analysis.info.sha256, sha256sum(&fixture("gptchar").join("model.safetensors")));
     assert_eq!(analysis.info.config.layers, reference["config"]["layers"].as_u64().unwrap() as usize);
-    for (mode, fingerprint) in [("folded", &analysis.folded), ("raw", &analysis.raw)] {
+    // Raw mode comes on request, as the page asks for it when first shown.
+    let Ok(Reply::Fingerprint { fingerprint: raw, .. }) =
+        ask(&mut session, Request::Fingerprint { model: 1, mode: Mode::Raw }, vec![])
+    else {
+        panic!("raw mode answers")
+    };
+    for (mode, fingerprint) in [("folded", &analysis.folded), ("raw", &*raw)] {
         for (got, want) in fingerprint.heads.iter().zip(reference[mode]["heads"].as_array().unwrap()) {
             for (circuit, value) in [("qk", &got.qk), ("ov", &got.ov), ("ov_residual", &got.ov_residual)] {
                 let want = &want[circuit];
@@ -214,7 +220,7 @@ fn loading_reports_progress_up_to_every_byte_and_head() {
         .zip(contents)
         .map(|(name, c)| Box::new(MemorySource::new(name.clone(), c)) as Box<dyn ByteSource>)
         .collect();
-    let request = Request::Load { model: 1, names, analyse: true };
+    let request = Request::Load { model: 1, names, analyse: true, hash: true };
     let reply = ask_reporting(&mut session, request, sources, Rc::new(move |p| sink.borrow_mut().push(p)));
     let analysis = match reply {
         Ok(Reply::Analysed(analysis)) => analysis,

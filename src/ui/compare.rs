@@ -97,7 +97,7 @@ pub fn Compare() -> impl IntoView {
         let mut xs = Vec::new();
         let mut ys = Vec::new();
         let mut points = Vec::new();
-        for head in &loaded.fingerprint(mode).heads {
+        for head in &loaded.fingerprint(mode)?.heads {
             let id = head.id();
             let scores = loaded.scores(sequence, id);
             let (Some(x), Some(y)) = (x_metric.value(head, scores), y_metric.value(head, scores)) else { continue };

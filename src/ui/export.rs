@@ -25,6 +25,7 @@ pub fn results_json(loaded: &Loaded) -> Result<String, String> {
         "config": loaded.info.config,
         "parameters": loaded.info.parameters,
         "folded": loaded.folded,
+        // null until raw mode has been shown (the worker computes it on demand).
         "raw": loaded.raw,
         "induction": {
             "uniform_random": loaded.random_run,
@@ -47,7 +48,8 @@ pub fn results_csv(loaded: &Loaded) -> String {
     let cell =
         |v: Option<f64>| v.map(|v| if v.is_infinite() { "inf".into() } else { format!("{v}") }).unwrap_or_default();
     for mode in [Mode::Folded, Mode::Raw] {
-        for head in &loaded.fingerprint(mode).heads {
+        // Raw mode's rows once it has been computed (shown at least once).
+        for head in loaded.fingerprint(mode).map(|f| f.heads.as_slice()).unwrap_or_default() {
             let id = HeadFingerprint::id(head);
             let mut row = vec![id.to_string(), id.layer.to_string(), id.head.to_string(), mode.name().to_string()];
             row.extend(spectral.iter().map(|m| cell(m.value(head, None))));

@@ -101,6 +101,12 @@ fn App() -> impl IntoView {
             spawn_local(state::ensure_text_run(ctx));
         }
     });
+    // Raw mode's fingerprints are computed the first time raw mode is shown.
+    Effect::new(move |_| {
+        if ctx.mode.get() == Mode::Raw && ctx.loaded.with(|l| l.as_ref().is_some_and(|l| l.raw.is_none())) {
+            spawn_local(state::ensure_raw(ctx));
+        }
+    });
     let dragging = RwSignal::new(false);
 
     let tab_button = move |tab: Tab, label: &'static str| {

@@ -115,7 +115,11 @@ pub fn Overview() -> impl IntoView {
                 let selected = ctx.head.get();
                 let config = &loaded.info.config;
                 let sequence = ctx.sequence.get();
-                let fingerprint = loaded.fingerprint(mode);
+                let Some(fingerprint) = loaded.fingerprint(mode) else {
+                    return Some(
+                        view! { <p class="placeholder">"Fingerprinting every head in raw mode…"</p> }.into_any(),
+                    );
+                };
                 let values: Vec<(HeadId, Option<f64>)> = fingerprint
                     .heads
                     .iter()
@@ -221,7 +225,8 @@ pub fn Overview() -> impl IntoView {
                         ></div>
                         <ChartExport svg=chart name=format!("{}-bars", metric.key()) />
                         <p class="note">"Click a head (or a bar) to open it; in the grid, arrow keys move and Enter opens."</p>
-                    },
+                    }
+                    .into_any(),
                 )
             }}
         </section>

@@ -57,7 +57,8 @@ pub struct Loaded {
     pub origin: Origin,
     pub info: ModelInfo,
     pub folded: ModelFingerprint,
-    pub raw: ModelFingerprint,
+    /// Raw mode, once first shown (the worker computes it on demand).
+    pub raw: Option<ModelFingerprint>,
     /// The induction probe on uniform random tokens (run at load) and, once asked for, on held-out text.
     pub random_run: InductionRun,
     pub text_run: Option<InductionRun>,
@@ -65,15 +66,16 @@ pub struct Loaded {
 }
 
 impl Loaded {
-    pub fn fingerprint(&self, mode: Mode) -> &ModelFingerprint {
+    /// None for raw mode until it has been computed.
+    pub fn fingerprint(&self, mode: Mode) -> Option<&ModelFingerprint> {
         match mode {
-            Mode::Folded => &self.folded,
-            Mode::Raw => &self.raw,
+            Mode::Folded => Some(&self.folded),
+            Mode::Raw => self.raw.as_ref(),
         }
     }
 
     pub fn head(&self, mode: Mode, id: HeadId) -> Option<&HeadFingerprint> {
-        self.fingerprint(mode).head(id)
+        self.fingerprint(mode)?.head(id)
     }
 
     pub fn run(&self, sequence: Sequence) -> Option<&InductionRun> {
@@ -107,17 +109,18 @@ impl Loaded {
         ComparisonRow::new(&self.name, &self.folded, run.report.as_ref().ok(), &run.sequence, INDUCTION_HEAD_THRESHOLD)
     }
 
-    pub fn with_text_run(&self, run: InductionRun) -> Loaded {
+    /// A copy with more results (the page's signal holds an immutable `Arc<Loaded>`).
+    fn with(&self, raw: Option<ModelFingerprint>, text_run: Option<InductionRun>, timing: Option<Timing>) -> Loaded {
         Loaded {
             id: self.id,
             name: self.name.clone(),
             origin: self.origin.clone(),
             info: self.info.clone(),
             folded: self.folded.clone(),
-            raw: self.raw.clone(),
+            raw: raw.or_else(|| self.raw.clone()),
             random_run: self.random_run.clone(),
-            text_run: Some(run),
-            timings: self.timings.clone(),
+            text_run: text_run.or_else(|| self.text_run.clone()),
+            timings: self.timings.iter().cloned().chain(timing).collect(),
         }
     }
 }
@@ -214,14 +217,14 @@ pub async fn load(ctx: Ctx, label: String, demo: bool, files: Files) {
     ctx.busy.set(Some(format!("Loading {label}…")));
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let names = files.iter().map(|(name, _)| name.clone()).collect();
-    let reply = client::request(&Request::Load { model: id, names, analyse: true }, &files).await;
+    let reply = client::request(&Request::Load { model: id, names, analyse: true, hash: !demo }, &files).await;
     match reply {
         Ok(Reply::Analysed(analysis)) => {
-            let Analysis { info, folded, raw, induction, timings } = *analysis;
+            let Analysis { info, folded, induction, timings } = *analysis;
             let origin =
                 if demo { Origin::Demo } else { Origin::Local { name: label.clone(), sha256: info.sha256.clone() } };
             let loaded =
-                Loaded { id, name: label, origin, info, folded, raw, random_run: induction, text_run: None, timings };
+                Loaded { id, name: label, origin, info, folded, raw: None, random_run: induction, text_run: None, timings };
             show(ctx, loaded, files);
         }
         Ok(_) => ctx.error.set(Some(format!("Could not load {label}: the worker gave an unexpected answer"))),
@@ -317,9 +320,30 @@ pub async fn ensure_text_run(ctx: Ctx) {
         Err(e) => InductionRun { sequence: "held-out text".into(), report: Err(e) },
     };
     ctx.busy.set(None);
-    // The model may have changed meanwhile; only attach to the one asked about.
-    if ctx.loaded.with_untracked(|l| l.as_ref().is_some_and(|l| l.id == loaded.id)) {
-        ctx.loaded.set(Some(Arc::new(loaded.with_text_run(run))));
+    attach(ctx, loaded.id, |l| l.with(None, Some(run), None));
+}
+
+/// Updates the shown model with more results, unless another model is shown by now.
+fn attach(ctx: Ctx, id: u64, update: impl FnOnce(&Loaded) -> Loaded) {
+    if let Some(loaded) = ctx.loaded.get_untracked().filter(|l| l.id == id) {
+        ctx.loaded.set(Some(Arc::new(update(&loaded))));
+    }
+}
+
+/// Computes raw mode's fingerprints once per model, when raw mode is first shown.
+pub async fn ensure_raw(ctx: Ctx) {
+    let Some(loaded) = ctx.loaded.get_untracked().filter(|l| l.raw.is_none()) else { return };
+    ctx.busy.set(Some("Fingerprinting every head in raw mode…".into()));
+    let reply = client::request(&Request::Fingerprint { model: loaded.id, mode: Mode::Raw }, &Vec::new()).await;
+    ctx.busy.set(None);
+    ctx.progress.set(None);
+    match reply {
+        Ok(Reply::Fingerprint { fingerprint, timing }) => {
+            attach(ctx, loaded.id, |l| l.with(Some(*fingerprint), None, Some(timing)))
+        }
+        Ok(_) => ctx.error.set(Some("Raw mode: unexpected answer from the worker".into())),
+        Err(e) if e == client::CANCELLED => ctx.mode.set(Mode::Folded),
+        Err(e) => ctx.error.set(Some(format!("Raw mode could not be computed: {e}"))),
     }
 }
 

@@ -10,11 +10,14 @@ use wasm_bindgen::prelude::*;
 
 use super::protocol::{Progress, Request};
 use super::session::{Reporter, Session};
-use crate::weights::ByteSource;
+use crate::weights::{ByteSource, MemorySource};
 use crate::{Error, Result};
 
 /// Progress is posted at most this often (ms), plus the first and last step of each stage.
 const PROGRESS_INTERVAL_MS: f64 = 50.0;
+/// Files up to this size are read in one go (one read instead of one per tensor); larger ones
+/// tensor by tensor, so a 500 MB model never sits in memory twice.
+const WHOLE_READ_BYTES: f64 = 32.0 * 1024.0 * 1024.0;
 
 /// A browser `Blob` (a `File`, or the fetched demo model) read by byte range.
 struct BlobSource {
@@ -121,7 +124,14 @@ pub fn worker_main() {
                     .enumerate()
                     .map(|(i, blob)| {
                         let name = names.get(i).cloned().unwrap_or_else(|| format!("file {i}"));
-                        Box::new(BlobSource { name, blob }) as Box<dyn ByteSource>
+                        let size = blob.size();
+                        let source = BlobSource { name, blob };
+                        if size <= WHOLE_READ_BYTES
+                            && let Ok(bytes) = source.read_range(0, size as usize)
+                        {
+                            return Box::new(MemorySource::new(source.name, bytes)) as Box<dyn ByteSource>;
+                        }
+                        Box::new(source) as Box<dyn ByteSource>
                     })
                     .collect();
                 session.borrow_mut().handle(request, files, reporter(id)).map_err(|e| e.to_string())

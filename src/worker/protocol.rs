@@ -16,9 +16,12 @@ pub type ModelId = u64;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Request {
     /// Reads the files sent alongside (in `names` order) as model `model`. With `analyse`, also
-    /// fingerprints every head in both modes and runs the default induction probe; without, only
-    /// loads (the page already holds the results: a restart after a cancel).
-    Load { model: ModelId, names: Vec<String>, analyse: bool },
+    /// fingerprints every head (folded) and runs the default induction probe; without, only
+    /// loads (the page already holds the results: a restart after a cancel). With `hash`, also
+    /// computes the files' SHA-256 (share links name local files by it; the demo needs none).
+    Load { model: ModelId, names: Vec<String>, analyse: bool, hash: bool },
+    /// Every head's fingerprint in one mode (the page asks for raw mode when it is first shown).
+    Fingerprint { model: ModelId, mode: Mode },
     /// Drops a model the page no longer shows.
     Forget { model: ModelId },
     /// The induction probe on another repeated sequence.
@@ -40,6 +43,7 @@ impl Request {
         match self {
             Request::Load { model, .. }
             | Request::Forget { model }
+            | Request::Fingerprint { model, .. }
             | Request::Induction { model, .. }
             | Request::SelfCopy { model, .. }
             | Request::Pair { model, .. }
@@ -79,7 +83,8 @@ pub struct ModelInfo {
     pub config: ModelConfig,
     pub parameters: u64,
     pub facts: Vec<(String, String)>,
-    /// SHA-256 of the files (hex): of the one file, or of the sorted `name:sha256` lines of several.
+    /// SHA-256 of the files (hex): of the one file, or of the sorted `name:sha256` lines of several;
+    /// empty when not asked for.
     pub sha256: String,
 }
 
@@ -102,7 +107,6 @@ pub struct Timing {
 pub struct Analysis {
     pub info: ModelInfo,
     pub folded: ModelFingerprint,
-    pub raw: ModelFingerprint,
     pub induction: InductionRun,
     pub timings: Vec<Timing>,
 }
@@ -122,6 +126,7 @@ pub struct Pattern {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Reply {
     Analysed(Box<Analysis>),
+    Fingerprint { fingerprint: Box<ModelFingerprint>, timing: Timing },
     Loaded,
     Done,
     Induction(InductionRun),

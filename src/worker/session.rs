@@ -14,7 +14,7 @@ use super::protocol::{
 use crate::analysis::circuits::Grams;
 use crate::analysis::fingerprint::fingerprint_model_with_progress;
 use crate::analysis::ov_logits::{bottom_k, top_k};
-use crate::analysis::{Circuits, HeadId, Mode, OvTokenLogits};
+use crate::analysis::{Circuits, HeadId, Mode, ModelFingerprint, OvTokenLogits};
 use crate::model::{LoadParts, Model};
 use crate::probes::induction::{
     RepeatSource, induction_cells, induction_probe, random_first_copy, text_window_first_copy,
@@ -58,6 +58,16 @@ impl Held {
 
     fn scored(&self, values: &[f64], ids: Vec<usize>) -> Vec<Scored> {
         ids.into_iter().map(|i| (self.tokenizer.token_text(i), values[i])).collect()
+    }
+
+    /// Every head in one mode, reporting each head done.
+    fn fingerprint(&self, mode: Mode, report: &Reporter) -> Result<ModelFingerprint> {
+        let stage = format!("Fingerprinting heads ({})", mode.name());
+        let heads = (self.model.config.layers * self.model.config.heads) as u64;
+        fingerprint_model_with_progress(&self.model, &self.grams, mode, &mut |done, _| {
+            report(Progress { stage: stage.clone(), done: done as u64, total: heads });
+            true
+        })
     }
 
     fn induction(&self, sequence: &ProbeSequence) -> InductionRun {
@@ -149,7 +159,14 @@ impl Session {
     /// Answers one request. `files` are the files of a `Load`, in its `names` order.
     pub fn handle(&mut self, request: Request, files: Vec<Box<dyn ByteSource>>, report: Reporter) -> Result<Reply> {
         match request {
-            Request::Load { model, names, analyse } => self.load(model, names, files, analyse, report),
+            Request::Load { model, names, analyse, hash } => self.load(model, names, files, analyse, hash, report),
+            Request::Fingerprint { model, mode } => {
+                let held = self.held(model)?;
+                let started = (self.clock)();
+                let fingerprint = held.fingerprint(mode, &report)?;
+                let timing = Timing { step: format!("fingerprint {}", mode.name()), ms: (self.clock)() - started };
+                Ok(Reply::Fingerprint { fingerprint: Box::new(fingerprint), timing })
+            }
             Request::Forget { model } => {
                 self.models.remove(&model);
                 if self.logits.as_ref().is_some_and(|((m, ..), _)| *m == model) {
@@ -225,6 +242,7 @@ impl Session {
         names: Vec<String>,
         files: Vec<Box<dyn ByteSource>>,
         analyse: bool,
+        hash: bool,
         report: Reporter,
     ) -> Result<Reply> {
         if names.len() != files.len() {
@@ -237,7 +255,7 @@ impl Session {
         let named: Vec<(String, Box<dyn ByteSource>)> = names.into_iter().zip(files).collect();
 
         let started = clock();
-        let sha256 = if analyse {
+        let sha256 = if hash {
             let stage_report = report.clone();
             let hashing =
                 move |done| stage_report(Progress { stage: "Hashing the files (SHA-256)".into(), done, total });
@@ -245,7 +263,9 @@ impl Session {
         } else {
             String::new()
         };
-        timings.push(timed("hash", started));
+        if hash {
+            timings.push(timed("hash", started));
+        }
 
         let started = clock();
         let read = Rc::new(Cell::new(0));
@@ -275,20 +295,10 @@ impl Session {
             return Ok(Reply::Loaded);
         }
 
-        let heads = (held.model.config.layers * held.model.config.heads) as u64;
-        let fingerprint = |mode: Mode| {
-            let started = clock();
-            let stage = format!("Fingerprinting heads ({})", mode.name());
-            let result = fingerprint_model_with_progress(&held.model, &held.grams, mode, &mut |done, _| {
-                report(Progress { stage: stage.clone(), done: done as u64, total: heads });
-                true
-            });
-            (result, timed(&format!("fingerprint {}", mode.name()), started))
-        };
-        let (folded, folded_time) = fingerprint(Mode::Folded);
-        let (raw, raw_time) = fingerprint(Mode::Raw);
-        timings.extend([folded_time, raw_time]);
-        let (folded, raw) = (folded?, raw?);
+        // Folded only: what the overview shows first. Raw mode is asked for when first shown.
+        let started = clock();
+        let folded = held.fingerprint(Mode::Folded, &report)?;
+        timings.push(timed("fingerprint folded", started));
 
         report(Progress { stage: "Running the induction probe".into(), done: 0, total: 1 });
         let started = clock();
@@ -302,6 +312,6 @@ impl Session {
             sha256,
         };
         self.models.insert(id, held);
-        Ok(Reply::Analysed(Box::new(Analysis { info, folded, raw, induction, timings })))
+        Ok(Reply::Analysed(Box::new(Analysis { info, folded, induction, timings })))
     }
 }

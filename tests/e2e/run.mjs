@@ -144,8 +144,13 @@ await test('behaviour on held-out text is measured and labelled', async () => {
   await page.selectOption('#metric-select', 'ov-copying');
 });
 
-await test('results export as JSON and CSV, charts as SVG and PNG', async () => {
+await test('raw mode is computed when first shown; results export as JSON and CSV, charts as SVG and PNG', async () => {
   const { layers, heads } = await modelShape();
+  await page.click('#mode-raw');
+  await page.waitForSelector('#head-grid .cell', { timeout: 30000 });
+  const raw = await page.getAttribute('#cell-L0H0', 'data-value');
+  await page.click('#mode-folded');
+  await page.waitForFunction((r) => document.querySelector('#cell-L0H0')?.dataset.value !== r, raw);
   const csv = (await download(page, '#export-csv')).bytes.toString();
   const lines = csv.trim().split('\n');
   expect(lines[0].startsWith('head,layer,head_index,mode,ov-copying'), `CSV header: ${lines[0]}`);

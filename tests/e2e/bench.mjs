@@ -1,0 +1,97 @@
+// Browser benchmark (not a test): the built page in headless Chromium on this machine.
+// Measures the wasm start, the demo model's analysis, and a GPT-2-Small-shaped model
+// (random weights from `scripts/make_fixtures.py --gpt2-small`, 124 M parameters, 498 MB)
+// loaded through the file input: full fingerprint (both modes) and forward + induction probe,
+// the analysis worker's peak wasm memory, and the page's longest frame gap meanwhile.
+// Usage: node tests/e2e/bench.mjs [dist-dir] [model-dir]  -> prints a Markdown table,
+// writes docs/browser-bench.json.
+import { chromium } from 'playwright-core';
+import http from 'node:http';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '../..');
+const dist = path.resolve(process.argv[2] ?? path.join(root, 'dist'));
+const modelDir = path.resolve(process.argv[3] ?? path.join(root, 'bench-data/gpt2-small'));
+const runs = +(process.env.RUNS ?? 3);
+
+const server = http.createServer((req, res) => {
+  const file = path.join(dist, decodeURIComponent(new URL(req.url, 'http://x').pathname));
+  const target = fs.existsSync(file) && fs.statSync(file).isDirectory() ? path.join(file, 'index.html') : file;
+  if (!target.startsWith(dist) || !fs.existsSync(target)) { res.writeHead(404).end(); return; }
+  const types = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css' };
+  res.writeHead(200, { 'content-type': types[path.extname(target)] ?? 'application/octet-stream' });
+  fs.createReadStream(target).pipe(res);
+});
+await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
+const origin = `http://127.0.0.1:${server.address().port}`;
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync'],
+});
+
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const timingsOf = async (page) => JSON.parse(await page.getAttribute('#timings', 'data-json'));
+const memoryOf = async (page) => +(/([\d.]+) MB/.exec(await page.textContent('#worker-memory'))?.[1] ?? NaN);
+
+async function one() {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  await page.addInitScript(() => {
+    addEventListener('TrunkApplicationStarted', () => { window.wasmStarted = performance.now(); });
+    // The longest gap between animation frames: how long the page was frozen, at worst.
+    window.longestFrame = 0;
+    let last = performance.now();
+    const tick = (t) => { window.longestFrame = Math.max(window.longestFrame, t - last); last = t; requestAnimationFrame(tick); };
+    requestAnimationFrame(tick);
+  });
+  await page.goto(origin + '/');
+  await page.waitForSelector('#head-grid .cell', { timeout: 60000 });
+  const demoReady = await page.evaluate(() => performance.now());
+  const wasmStarted = await page.evaluate(() => window.wasmStarted);
+  const demo = await timingsOf(page);
+
+  await page.evaluate(() => { window.longestFrame = 0; window.loadStarted = performance.now(); });
+  const files = ['config.json', 'model.safetensors'].map((f) => path.join(modelDir, f));
+  await page.setInputFiles('#file-input', files);
+  await page.waitForFunction(() => /12 layers × 12 heads/.test(document.querySelector('#model-info')?.textContent ?? ''), null, { timeout: 600000 });
+  const loadWall = await page.evaluate(() => performance.now() - window.loadStarted);
+  const longestFrame = await page.evaluate(() => window.longestFrame);
+  const gpt2 = await timingsOf(page);
+  const memory = await memoryOf(page);
+  await page.close();
+  return { wasmStarted, demoReady, demo, loadWall, longestFrame, gpt2, memory };
+}
+
+const results = [];
+for (let i = 0; i < runs; i++) {
+  results.push(await one());
+  console.error(`run ${i + 1}/${runs} done`);
+}
+await browser.close();
+server.close();
+
+const step = (r, which, name) => r[which].find((t) => t.step === name)?.ms ?? NaN;
+const sum = (r, which, names) => names.reduce((a, n) => a + step(r, which, n), 0);
+const rows = [
+  ['wasm download + compile + start (navigation → app started)', median(results.map((r) => r.wasmStarted))],
+  ['demo model: navigation → head grid on screen', median(results.map((r) => r.demoReady))],
+  ['demo model: worker analysis (hash, read, Gram, both fingerprints, induction probe)', median(results.map((r) => r.demo.reduce((a, t) => a + t.ms, 0)))],
+  ['GPT-2-Small-shaped: SHA-256 of 498 MB', median(results.map((r) => step(r, 'gpt2', 'hash')))],
+  ['GPT-2-Small-shaped: read tensors by byte range', median(results.map((r) => step(r, 'gpt2', 'load')))],
+  ['GPT-2-Small-shaped: full fingerprint (Gram + 144 heads × 3 circuits, folded and raw)', median(results.map((r) => sum(r, 'gpt2', ['gram', 'fingerprint folded', 'fingerprint raw'])))],
+  ['GPT-2-Small-shaped: forward + induction probe (2 × 50 tokens)', median(results.map((r) => step(r, 'gpt2', 'induction probe')))],
+  ['GPT-2-Small-shaped: file chosen → overview on screen', median(results.map((r) => r.loadWall))],
+  ['page: longest frame gap during that load', median(results.map((r) => r.longestFrame))],
+];
+const memory = Math.max(...results.map((r) => r.memory));
+const cores = os.cpus().length;
+console.log(`| step (median of ${runs} runs, headless Chromium ${browser.version?.() ?? ''}, ${cores} cores) | time |`);
+console.log('|---|---|');
+for (const [name, ms] of rows) console.log(`| ${name} | ${ms >= 1000 ? (ms / 1000).toFixed(2) + ' s' : ms.toFixed(0) + ' ms'} |`);
+console.log(`| analysis worker's peak wasm memory (GPT-2-Small-shaped loaded, demo dropped) | ${memory.toFixed(0)} MB |`);
+fs.mkdirSync(path.join(root, 'docs'), { recursive: true });
+fs.writeFileSync(path.join(root, 'docs/browser-bench.json'), JSON.stringify({ runs: results, cores }, null, 2) + '\n');
