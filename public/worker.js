@@ -1,15 +1,21 @@
-// The analysis worker (a module worker). It runs the page's own wasm (the same file, so the
-// browser's cache serves it) and hands every message to it; messages that arrive while the
-// wasm starts wait in a queue. See src/worker/.
+// The analysis worker (a module worker). It runs the page's own wasm: the page posts its
+// already compiled WebAssembly.Module first (so the worker does not compile 4 MB again), then
+// requests, which wait in a queue while the wasm starts. See src/worker/.
 import init, { worker_main } from './headprint.js';
 
 const waiting = [];
-self.onmessage = (event) => waiting.push(event);
-try {
-  await init();
-  worker_main();
-  for (const event of waiting) self.onmessage(event);
-} catch (error) {
-  // The page sees this as the worker's error event and reports it.
-  setTimeout(() => { throw error; });
-}
+let started = false;
+self.onmessage = (event) => {
+  if (started || !(event.data && event.data.module)) {
+    waiting.push(event);
+    return;
+  }
+  started = true;
+  init({ module_or_path: event.data.module })
+    .then(() => {
+      worker_main();
+      for (const queued of waiting) self.onmessage(queued);
+    })
+    // The page sees this as the worker's error event and reports it.
+    .catch((error) => setTimeout(() => { throw error; }));
+};

@@ -29,7 +29,7 @@ fn the_page_pipeline_runs_in_wasm() {
     let grams = Grams::compute(&model);
     let heads = model.config.layers * model.config.heads;
     for mode in [Mode::Folded, Mode::Raw] {
-        let fp = fingerprint_model_with_progress(&model, &grams, mode, &mut |_, _| true).unwrap();
+        let fp = fingerprint_model_with_progress(&model, &grams, mode, &mut |_, _, _| {}).unwrap();
         assert_eq!(fp.heads.len(), heads);
     }
     let logits = OvTokenLogits::new(&Circuits::new(&model, &grams, Mode::Folded), HeadId::new(0, 0));

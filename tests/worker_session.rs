@@ -238,10 +238,17 @@ fn loading_reports_progress_up_to_every_byte_and_head() {
     let reading = last("Reading tensors");
     assert!(reading.done > 0 && reading.done <= size && reading.total == size, "{reading:?}");
     let heads = analysis.folded.heads.len() as u64;
-    assert_eq!(
-        last("Fingerprinting heads (folded)"),
-        Progress { stage: "Fingerprinting heads (folded)".into(), done: heads, total: heads }
-    );
+    let fingerprinting = last("Fingerprinting heads (folded)");
+    assert_eq!((fingerprinting.done, fingerprinting.total, fingerprinting.grid), (heads, heads, Some((2, 2))));
+    // Every head is streamed once, in order, as the final fingerprint has it.
+    let streamed: Vec<String> = seen
+        .iter()
+        .filter(|p| p.stage == "Fingerprinting heads (folded)")
+        .flat_map(|p| p.heads.iter().map(|h| format!("L{}H{} {}", h.layer, h.head, h.ov.copying_score)))
+        .collect();
+    let fingerprinted: Vec<String> =
+        analysis.folded.heads.iter().map(|h| format!("L{}H{} {}", h.layer, h.head, h.ov.copying_score)).collect();
+    assert_eq!(streamed, fingerprinted);
     // Progress only moves forward within a stage.
     for pair in seen.windows(2) {
         if pair[0].stage == pair[1].stage {

@@ -126,22 +126,21 @@ pub fn fingerprint_head(circuits: &Circuits, id: HeadId) -> Result<HeadFingerpri
     })
 }
 
-/// Fingerprints every head, one after another. `progress(done, total)` is called after each
-/// head and may return false to cancel (the page's cancel button).
+/// Fingerprints every head, one after another; `each(head, done, total)` sees every head as it
+/// is done (the page's worker streams them to the page, so the grid fills while it works).
 pub fn fingerprint_model_with_progress(
     model: &Model,
     grams: &Grams,
     mode: Mode,
-    progress: &mut dyn FnMut(usize, usize) -> bool,
+    each: &mut dyn FnMut(&HeadFingerprint, usize, usize),
 ) -> Result<ModelFingerprint> {
     let circuits = Circuits::new(model, grams, mode);
     let total = model.config.layers * model.config.heads;
     let mut heads = Vec::with_capacity(total);
     for (done, id) in HeadId::all(&model.config).enumerate() {
-        heads.push(fingerprint_head(&circuits, id)?);
-        if !progress(done + 1, total) {
-            return Err(Error::Invalid("cancelled".into()));
-        }
+        let head = fingerprint_head(&circuits, id)?;
+        each(&head, done + 1, total);
+        heads.push(head);
     }
     Ok(ModelFingerprint { model: ModelSummary::of(model), mode: mode.name().into(), heads })
 }
@@ -170,5 +169,5 @@ pub fn fingerprint_model(model: &Model, mode: Mode) -> Result<ModelFingerprint> 
         Ok(ModelFingerprint { model: ModelSummary::of(model), mode: mode.name().into(), heads: heads?.concat() })
     }
     #[cfg(target_arch = "wasm32")]
-    fingerprint_model_with_progress(model, &grams, mode, &mut |_, _| true)
+    fingerprint_model_with_progress(model, &grams, mode, &mut |_, _, _| {})
 }

@@ -91,9 +91,8 @@ fn on_message(event: web_sys::MessageEvent) {
     }
     match field(&data, "kind").as_string().as_deref() {
         Some("progress") => {
-            let shown = CLIENT.with_borrow(|c| {
-                c.running.as_ref().and_then(|r| r.pending.get(&id)).is_some_and(|w| w.shows_progress)
-            });
+            let shown = CLIENT
+                .with_borrow(|c| c.running.as_ref().and_then(|r| r.pending.get(&id)).is_some_and(|w| w.shows_progress));
             if let (true, Some(hooks), Ok(progress)) = (shown, &hooks, serde_json::from_str::<Progress>(&json)) {
                 (hooks.on_progress)(progress);
             }
@@ -131,7 +130,24 @@ fn spawn() -> Result<Running, String> {
     });
     worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
+    // The page's compiled module, so the worker instantiates it without compiling it again.
+    let start = js_sys::Object::new();
+    let _ = js_sys::Reflect::set(&start, &"module".into(), &wasm_bindgen::module());
+    worker.post_message(&start).map_err(|e| format!("cannot start the analysis worker: {}", js_message(&e)))?;
     Ok(Running { worker, pending: HashMap::new(), _on_message: on_message, _on_error: on_error })
+}
+
+/// Starts the worker now, so its start overlaps other work (the demo model's download).
+pub fn warm_up() {
+    CLIENT.with_borrow_mut(|c| {
+        if c.running.is_none() {
+            match spawn() {
+                Ok(running) => c.running = Some(running),
+                // `request` will try again and report the failure.
+                Err(_) => c.running = None,
+            }
+        }
+    });
 }
 
 /// Sends one request (with the files of a `Load`) and waits for the worker's answer.

@@ -66,10 +66,19 @@ fn load_default(ctx: Ctx) {
 /// Connects the worker's progress, memory and trouble reports to the page.
 fn connect_worker(ctx: Ctx) {
     client::set_hooks(client::Hooks {
-        on_progress: Box::new(move |progress| ctx.progress.set(Some(progress))),
+        on_progress: Box::new(move |mut progress| {
+            // Only the first model's load fills a preview grid; later loads keep the shown model.
+            if ctx.loaded.with_untracked(Option::is_none) {
+                ctx.preview.update(|preview| state::Preview::update(preview, &mut progress));
+            }
+            progress.heads.clear();
+            ctx.progress.set(Some(progress));
+        }),
         on_memory: Box::new(move |bytes| ctx.worker_memory.set(bytes)),
         on_trouble: Box::new(move |message| ctx.error.set(Some(message))),
     });
+    // Start the worker (and its copy of the wasm) while the demo model downloads.
+    client::warm_up();
 }
 
 /// Stops the running work; the worker is replaced and the shown model stays.
@@ -180,6 +189,7 @@ fn App() -> impl IntoView {
                             <p class="placeholder">
                                 {move || ctx.busy.get().unwrap_or_else(|| "No model loaded.".into())}
                             </p>
+                            <overview::PreviewGrid />
                         }
                             .into_any()
                     }

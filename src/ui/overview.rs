@@ -232,3 +232,48 @@ pub fn Overview() -> impl IntoView {
         </section>
     }
 }
+
+/// The grid of the first model while it is still being fingerprinted: cells fill as heads come.
+#[component]
+pub fn PreviewGrid() -> impl IntoView {
+    let ctx = expect_context::<Ctx>();
+    move || {
+        let preview = ctx.preview.get()?;
+        let scale = ColourScale::new(Metric::OvCopying.scale(), &[]);
+        let header =
+            (0..preview.heads).map(|h| view! { <div class="grid-head">{format!("H{h}")}</div> }).collect_view();
+        let rows = (0..preview.layers)
+            .map(|layer| {
+                let cells = (0..preview.heads)
+                    .map(|head| {
+                        let done = preview.done.iter().find(|f| f.layer == layer && f.head == head);
+                        let (style, text) = match done {
+                            Some(f) => {
+                                let s = scale.swatch(f.ov.copying_score);
+                                (format!("background:{};color:{}", s.fill, s.ink), num(f.ov.copying_score))
+                            }
+                            None => ("background:#eee;color:#888".to_string(), "…".to_string()),
+                        };
+                        view! { <div class="cell pending" style=style>{text}</div> }
+                    })
+                    .collect_view();
+                view! {
+                    <div class="grid-label">{format!("L{layer}")}</div>
+                    {cells}
+                }
+            })
+            .collect_view();
+        Some(view! {
+            <p class="note">{format!("OV copying score, folded: {} of {} heads so far", preview.done.len(), preview.layers * preview.heads)}</p>
+            <div
+                class="grid"
+                id="preview-grid"
+                style=format!("grid-template-columns: 3em repeat({}, minmax(2.6em, 4.2em))", preview.heads)
+            >
+                <div class="grid-corner"></div>
+                {header}
+                {rows}
+            </div>
+        })
+    }
+}

@@ -150,6 +150,27 @@ impl Tab {
     }
 }
 
+/// The grid of a model still loading: its shape and the heads done so far (folded).
+#[derive(Clone, Debug)]
+pub struct Preview {
+    pub layers: usize,
+    pub heads: usize,
+    pub done: Vec<HeadFingerprint>,
+}
+
+impl Preview {
+    /// Takes a progress report's finished heads; a new shape starts a new preview.
+    pub fn update(preview: &mut Option<Preview>, progress: &mut Progress) {
+        let Some((layers, heads)) = progress.grid else { return };
+        if preview.as_ref().is_none_or(|p| (p.layers, p.heads) != (layers, heads)) {
+            *preview = Some(Preview { layers, heads, done: Vec::new() });
+        }
+        if let Some(preview) = preview {
+            preview.done.append(&mut progress.heads);
+        }
+    }
+}
+
 /// A share link's model that is not loaded yet (the page asks for the file).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Awaited {
@@ -171,6 +192,8 @@ pub struct Ctx {
     pub busy: RwSignal<Option<String>>,
     /// The running request's progress, while there is one.
     pub progress: RwSignal<Option<Progress>>,
+    /// Heads fingerprinted so far while the first model loads (the grid fills as they come).
+    pub preview: RwSignal<Option<Preview>>,
     /// The worker's wasm memory (bytes; the peak so far).
     pub worker_memory: RwSignal<f64>,
     /// The last load's error, shown until the next successful load.
@@ -197,6 +220,7 @@ impl Default for Ctx {
             sequence: RwSignal::new(Sequence::UniformRandom),
             busy: RwSignal::new(None),
             progress: RwSignal::new(None),
+            preview: RwSignal::new(None),
             worker_memory: RwSignal::new(0.0),
             error: RwSignal::new(None),
             suite: RwSignal::new(Suite::builtin("bracket").expect("built-in suite")),
@@ -223,8 +247,17 @@ pub async fn load(ctx: Ctx, label: String, demo: bool, files: Files) {
             let Analysis { info, folded, induction, timings } = *analysis;
             let origin =
                 if demo { Origin::Demo } else { Origin::Local { name: label.clone(), sha256: info.sha256.clone() } };
-            let loaded =
-                Loaded { id, name: label, origin, info, folded, raw: None, random_run: induction, text_run: None, timings };
+            let loaded = Loaded {
+                id,
+                name: label,
+                origin,
+                info,
+                folded,
+                raw: None,
+                random_run: induction,
+                text_run: None,
+                timings,
+            };
             show(ctx, loaded, files);
         }
         Ok(_) => ctx.error.set(Some(format!("Could not load {label}: the worker gave an unexpected answer"))),
@@ -244,6 +277,7 @@ pub async fn load(ctx: Ctx, label: String, demo: bool, files: Files) {
     }
     ctx.busy.set(None);
     ctx.progress.set(None);
+    ctx.preview.set(None);
 }
 
 /// Makes a freshly analysed model the shown one.

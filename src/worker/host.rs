@@ -82,12 +82,16 @@ fn post(id: f64, kind: &str, json: &str) {
     let _ = scope().post_message(&message);
 }
 
+/// Posts progress at most every `PROGRESS_INTERVAL_MS`; finished heads wait for the next post.
 fn reporter(id: f64) -> Reporter {
     let last = Cell::new((f64::NEG_INFINITY, String::new()));
-    Rc::new(move |progress: Progress| {
+    let waiting_heads = RefCell::new(Vec::new());
+    Rc::new(move |mut progress: Progress| {
+        waiting_heads.borrow_mut().append(&mut progress.heads);
         let (time, stage) = last.take();
         let now = now();
         if stage != progress.stage || progress.done >= progress.total || now - time >= PROGRESS_INTERVAL_MS {
+            progress.heads = waiting_heads.take();
             if let Ok(json) = serde_json::to_string(&progress) {
                 post(id, "progress", &json);
             }

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::{HeadId, Mode, ModelFingerprint};
+use crate::analysis::{HeadFingerprint, HeadId, Mode, ModelFingerprint};
 use crate::model::ModelConfig;
 use crate::probes::Suite;
 use crate::probes::induction::InductionReport;
@@ -138,9 +138,21 @@ pub enum Reply {
 }
 
 /// How far a long request has come: `done` of `total` units of `stage`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Progress {
     pub stage: String,
     pub done: u64,
     pub total: u64,
+    /// While fingerprinting: the model's (layers, heads) and the heads finished since the last
+    /// report, so the page can fill the grid before the whole load is done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grid: Option<(usize, usize)>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub heads: Vec<HeadFingerprint>,
+}
+
+impl Progress {
+    pub fn new(stage: impl Into<String>, done: u64, total: u64) -> Self {
+        Progress { stage: stage.into(), done, total, grid: None, heads: Vec::new() }
+    }
 }

@@ -64,9 +64,10 @@ impl Held {
     fn fingerprint(&self, mode: Mode, report: &Reporter) -> Result<ModelFingerprint> {
         let stage = format!("Fingerprinting heads ({})", mode.name());
         let heads = (self.model.config.layers * self.model.config.heads) as u64;
-        fingerprint_model_with_progress(&self.model, &self.grams, mode, &mut |done, _| {
-            report(Progress { stage: stage.clone(), done: done as u64, total: heads });
-            true
+        let grid = Some((self.model.config.layers, self.model.config.heads));
+        fingerprint_model_with_progress(&self.model, &self.grams, mode, &mut |head, done, _| {
+            let heads_done = vec![head.clone()];
+            report(Progress { stage: stage.clone(), done: done as u64, total: heads, grid, heads: heads_done });
         })
     }
 
@@ -257,8 +258,7 @@ impl Session {
         let started = clock();
         let sha256 = if hash {
             let stage_report = report.clone();
-            let hashing =
-                move |done| stage_report(Progress { stage: "Hashing the files (SHA-256)".into(), done, total });
+            let hashing = move |done| stage_report(Progress::new("Hashing the files (SHA-256)", done, total));
             sha256_of(&named, &hashing)?
         } else {
             String::new()
@@ -271,7 +271,7 @@ impl Session {
         let read = Rc::new(Cell::new(0));
         let reading_report = report.clone();
         let on_read: Rc<dyn Fn(u64)> =
-            Rc::new(move |done| reading_report(Progress { stage: "Reading tensors".into(), done, total }));
+            Rc::new(move |done| reading_report(Progress::new("Reading tensors", done, total)));
         let counted = named
             .into_iter()
             .map(|(name, inner)| {
@@ -300,7 +300,7 @@ impl Session {
         let folded = held.fingerprint(Mode::Folded, &report)?;
         timings.push(timed("fingerprint folded", started));
 
-        report(Progress { stage: "Running the induction probe".into(), done: 0, total: 1 });
+        report(Progress::new("Running the induction probe", 0, 1));
         let started = clock();
         let induction = held.induction(&default_sequence(&held.model.config));
         timings.push(timed("induction probe", started));
