@@ -139,6 +139,10 @@ await test('behaviour on held-out text is measured and labelled', async () => {
   const note = await page.textContent('#metric-note');
   expect(!/failed/.test(note), note);
   await shot('overview-heldout');
+  await page.click('#tab-compare');
+  await page.waitForSelector('#scatter circle.point');
+  await shot('compare-demo', true);
+  await page.click('#tab-overview');
   await page.selectOption('#sequence-select', 'random');
   await page.waitForFunction(() => /uniformly random/.test(document.querySelector('#metric-note')?.textContent ?? ''));
   await page.selectOption('#metric-select', 'ov-copying');
@@ -177,7 +181,7 @@ await test('keyboard opens a head', async () => {
 
 await test('a head shows both spectra, metrics and OV logits', async () => {
   await page.click('#tab-overview');
-  await page.click('#cell-L0H0');
+  await page.click('#cell-L2H0');
   await page.waitForSelector('#qk-plane circle.eig');
   expect(await page.locator('#qk-plane circle.eig').count() > 0, 'QK eigenvalues');
   expect(await page.locator('#ov-plane circle.eig').count() > 0, 'OV eigenvalues');
