@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the page with Trunk (offline, release: wasm-opt -Oz) and runs the Playwright tests
+# Builds the page with Trunk (offline, release: wasm-opt -O3) and runs the Playwright tests
 # against it in the system Chromium. Screenshots land in tests/e2e/screenshots/.
 #
 # Needs (see the report / docs): trunk 0.21.14 and wasm-bindgen-cli 0.2.130 on PATH,

@@ -338,10 +338,7 @@ pub async fn ensure_text_run(ctx: Ctx) {
     ctx.busy.set(Some("Running the induction probe on held-out text…".into()));
     let run = match super::browser::fetch_text(HELD_OUT_TEXT_URL).await {
         Ok(text) => {
-            let config = &loaded.info.config;
-            let len = config
-                .context
-                .map_or(crate::worker::session::INDUCTION_LEN, |c| crate::worker::session::INDUCTION_LEN.min(c / 2));
+            let len = crate::worker::session::probe_len(&loaded.info.config);
             let sequence = crate::worker::protocol::ProbeSequence::TextWindow { text, seed: 0, len };
             match client::request(&Request::Induction { model: loaded.id, sequence: sequence.clone() }, &Vec::new())
                 .await

@@ -32,9 +32,14 @@ pub const INDUCTION_LEN: usize = 50;
 /// Bytes hashed per read, so a large file never sits in memory whole.
 const HASH_CHUNK: usize = 8 << 20;
 
-/// The default induction probe: uniform random tokens, seed 0, at most half the context each.
+/// The length of each copy of an induction probe's sequence: at most half the context.
+pub fn probe_len(config: &crate::model::ModelConfig) -> usize {
+    config.context.map_or(INDUCTION_LEN, |c| INDUCTION_LEN.min(c / 2))
+}
+
+/// The default induction probe: uniform random tokens, seed 0.
 pub fn default_sequence(config: &crate::model::ModelConfig) -> ProbeSequence {
-    ProbeSequence::UniformRandom { seed: 0, len: config.context.map_or(INDUCTION_LEN, |c| INDUCTION_LEN.min(c / 2)) }
+    ProbeSequence::UniformRandom { seed: 0, len: probe_len(config) }
 }
 
 struct Held {
