@@ -233,7 +233,7 @@ fn loading_reports_progress_up_to_every_byte_and_head() {
     assert_eq!(analysis.info.sha256, sha256sum(&listing));
     std::fs::remove_file(&listing).unwrap();
     let seen = seen.borrow();
-    let last = |stage: &str| seen.iter().filter(|p| p.stage.starts_with(stage)).last().cloned().unwrap();
+    let last = |stage: &str| seen.iter().rfind(|p| p.stage.starts_with(stage)).cloned().unwrap();
     assert_eq!(last("Hashing").done, size);
     let reading = last("Reading tensors");
     assert!(reading.done > 0 && reading.done <= size && reading.total == size, "{reading:?}");
