@@ -54,7 +54,7 @@ fn a_broken_file_is_an_error_message() {
 fn charts_escape_tokens_and_mark_induction_cells() {
     let tokens: Vec<String> = ["<", "&", "<", "&"].iter().map(|s| s.to_string()).collect();
     let ids = [0, 1, 0, 1];
-    let marks = svg::induction_cells(&ids);
+    let marks = headprint::probes::induction::induction_cells(&ids);
     assert_eq!(marks, vec![(2, 1), (3, 2)]);
     let rows: Vec<Vec<f64>> =
         (0..4).map(|q| (0..4).map(|k| if k <= q { 1.0 / (q + 1) as f64 } else { 0.0 }).collect()).collect();
