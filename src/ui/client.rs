@@ -185,10 +185,13 @@ async fn send(request: &Request, files: &Files, shows_progress: bool) -> Result<
 /// Stops the worker at once and fails every waiting request with `reason`.
 fn stop(reason: &str) {
     if let Some(old) = CLIENT.with_borrow_mut(|c| c.running.take()) {
-        old.worker.terminate();
-        for waiting in old.pending.into_values() {
+        let Running { worker, pending, _on_message, _on_error } = old;
+        worker.terminate();
+        for waiting in pending.into_values() {
             let _ = waiting.reject.call1(&JsValue::NULL, &JsValue::from_str(reason));
         }
+        // `stop` may run inside the worker's own error handler: free its closures afterwards.
+        wasm_bindgen_futures::spawn_local(async move { drop((_on_message, _on_error)) });
     }
     if let Some(hooks) = hooks().filter(|_| reason != CANCELLED) {
         (hooks.on_trouble)(format!("The analysis stopped: {reason}."));
