@@ -144,6 +144,10 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+fn held_in(models: &HashMap<ModelId, Held>, model: ModelId) -> Result<&Held> {
+    models.get(&model).ok_or_else(|| Error::Io(format!("model {model} is not loaded in the worker")))
+}
+
 pub struct Session {
     models: HashMap<ModelId, Held>,
     /// The last head's OV token logits: the head view asks for several readings of one head.
@@ -228,11 +232,12 @@ impl Session {
     }
 
     fn held(&self, model: ModelId) -> Result<&Held> {
-        self.models.get(&model).ok_or_else(|| Error::Io(format!("model {model} is not loaded in the worker")))
+        held_in(&self.models, model)
     }
 
     fn logits(&mut self, model: ModelId, mode: Mode, head: HeadId) -> Result<(&Held, &OvTokenLogits)> {
-        let held = self.models.get(&model).ok_or_else(|| Error::Io(format!("model {model} is not loaded")))?;
+        // Borrows `models` and `logits` apart, so the cache can be filled while `held` is borrowed.
+        let held = held_in(&self.models, model)?;
         let head = held.head(head)?;
         let key = (model, mode, head);
         if self.logits.as_ref().is_none_or(|(k, _)| *k != key) {
@@ -260,17 +265,16 @@ impl Session {
         let total: u64 = files.iter().map(|f| f.len()).sum();
         let named: Vec<(String, Box<dyn ByteSource>)> = names.into_iter().zip(files).collect();
 
-        let started = clock();
         let sha256 = if hash {
+            let started = clock();
             let stage_report = report.clone();
             let hashing = move |done| stage_report(Progress::new("Hashing the files (SHA-256)", done, total));
-            sha256_of(&named, &hashing)?
+            let sha256 = sha256_of(&named, &hashing)?;
+            timings.push(timed("hash", started));
+            sha256
         } else {
             String::new()
         };
-        if hash {
-            timings.push(timed("hash", started));
-        }
 
         let started = clock();
         let read = Rc::new(Cell::new(0));
