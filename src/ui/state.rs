@@ -236,6 +236,27 @@ pub const DEFAULT_PROMPT: &str = "(a(b)c) \"abc\" (a(b)c) \"abc\"";
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+thread_local! {
+    /// Follow-up computations in flight, by model and kind: the effects that ask for them rerun
+    /// whenever the shown model's results change, and one request each is enough.
+    static IN_FLIGHT: std::cell::RefCell<std::collections::HashSet<(u64, &'static str)>> = Default::default();
+}
+
+/// Marks `(model, what)` as in flight until dropped; None when it already is.
+struct InFlight((u64, &'static str));
+
+impl InFlight {
+    fn start(model: u64, what: &'static str) -> Option<InFlight> {
+        IN_FLIGHT.with_borrow_mut(|set| set.insert((model, what))).then_some(InFlight((model, what)))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.with_borrow_mut(|set| set.remove(&self.0));
+    }
+}
+
 /// Loads and analyses a model in the worker. On failure (or cancel) the page keeps what it had.
 pub async fn load(ctx: Ctx, label: String, demo: bool, files: Files) {
     ctx.busy.set(Some(format!("Loading {label}…")));
@@ -335,6 +356,7 @@ pub async fn ensure_text_run(ctx: Ctx) {
     if loaded.text_run.is_some() {
         return;
     }
+    let Some(_in_flight) = InFlight::start(loaded.id, "text") else { return };
     ctx.busy.set(Some("Running the induction probe on held-out text…".into()));
     let run = match super::browser::fetch_text(HELD_OUT_TEXT_URL).await {
         Ok(text) => {
@@ -364,6 +386,7 @@ fn attach(ctx: Ctx, id: u64, update: impl FnOnce(&Loaded) -> Loaded) {
 /// Computes raw mode's fingerprints once per model, when raw mode is first shown.
 pub async fn ensure_raw(ctx: Ctx) {
     let Some(loaded) = ctx.loaded.get_untracked().filter(|l| l.raw.is_none()) else { return };
+    let Some(_in_flight) = InFlight::start(loaded.id, "raw") else { return };
     ctx.busy.set(Some("Fingerprinting every head in raw mode…".into()));
     let reply = client::request(&Request::Fingerprint { model: loaded.id, mode: Mode::Raw }, &Vec::new()).await;
     ctx.busy.set(None);
