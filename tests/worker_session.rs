@@ -8,6 +8,7 @@ use std::rc::Rc;
 
 use common::{assert_close, expected, fixture};
 use headprint::analysis::{HeadId, Mode};
+use headprint::compare::ComparisonRow;
 use headprint::probes::Suite;
 use headprint::weights::{ByteSource, MemorySource};
 use headprint::worker::protocol::{ProbeSequence, Progress, Reply, Request};
@@ -80,6 +81,17 @@ fn a_load_brings_fingerprints_probe_and_hash_that_match_the_references() {
             }
         }
     }
+    // Seed 000's row: the mean QK imaginary fraction against the reference's per-head values,
+    // and induction heads counted from the report at the spec's threshold.
+    let reference_heads = reference["folded"]["heads"].as_array().unwrap();
+    let reference_mean = reference_heads.iter().map(|h| h["qk"]["imaginary_fraction"].as_f64().unwrap()).sum::<f64>()
+        / reference_heads.len() as f64;
+    let report = analysis.induction.report.as_ref().unwrap();
+    let row = ComparisonRow::new("gptchar", &analysis.folded, Some(report), &analysis.induction.sequence, 0.4);
+    assert_close(row.mean_qk_imaginary_fraction, reference_mean, 1.0, "mean QK imaginary fraction");
+    let above: usize = report.heads.iter().filter(|h| h.induction_score >= 0.4).count();
+    assert_eq!((row.heads, row.induction_heads), (reference_heads.len(), Some(above)));
+    assert_eq!(row.prefix_copy_accuracy, Some(report.prefix_copy_accuracy));
     // The load's probe is the default one: uniform random tokens, seed 0.
     assert!(analysis.induction.sequence.contains("uniformly random"), "{}", analysis.induction.sequence);
     let report = analysis.induction.report.as_ref().unwrap();

@@ -4,13 +4,7 @@
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 
-/// A JS exception as a one-line message.
-pub fn js_message(value: &JsValue) -> String {
-    if let Some(error) = value.dyn_ref::<js_sys::Error>() {
-        return String::from(error.message());
-    }
-    value.as_string().unwrap_or_else(|| format!("{value:?}"))
-}
+use crate::worker::js_message;
 
 /// Fetches one of the page's own static files.
 async fn fetch_response(url: &str) -> Result<web_sys::Response, String> {

@@ -10,8 +10,8 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
-use super::browser::js_message;
 use crate::worker::protocol::{ModelId, Progress, Reply, Request};
+use crate::worker::{field, js_message};
 
 /// What a request cancelled by the user fails with.
 pub const CANCELLED: &str = "cancelled";
@@ -77,10 +77,6 @@ pub fn set_shown(model: ModelId, files: Files) {
     CLIENT.with_borrow_mut(|c| c.shown = Some((model, files)));
 }
 
-fn field(data: &JsValue, key: &str) -> JsValue {
-    js_sys::Reflect::get(data, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
-}
-
 fn on_message(event: web_sys::MessageEvent) {
     let data = event.data();
     let id = field(&data, "id").as_f64().unwrap_or(-1.0) as u64;
@@ -141,11 +137,8 @@ fn spawn() -> Result<Running, String> {
 pub fn warm_up() {
     CLIENT.with_borrow_mut(|c| {
         if c.running.is_none() {
-            match spawn() {
-                Ok(running) => c.running = Some(running),
-                // `request` will try again and report the failure.
-                Err(_) => c.running = None,
-            }
+            // On failure `request` tries again and reports it.
+            c.running = spawn().ok();
         }
     });
 }

@@ -25,7 +25,8 @@ struct BlobSource {
     blob: web_sys::Blob,
 }
 
-fn js_message(value: &JsValue) -> String {
+/// A JS exception as a one-line message (the page uses it too).
+pub(crate) fn js_message(value: &JsValue) -> String {
     match value.dyn_ref::<js_sys::Error>() {
         Some(error) => String::from(error.message()),
         None => value.as_string().unwrap_or_else(|| format!("{value:?}")),
@@ -102,7 +103,8 @@ fn reporter(id: f64) -> Reporter {
     })
 }
 
-fn field(data: &JsValue, key: &str) -> JsValue {
+/// A property of a message object (the page reads the worker's messages the same way).
+pub(crate) fn field(data: &JsValue, key: &str) -> JsValue {
     js_sys::Reflect::get(data, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
 }
 

@@ -10,3 +10,5 @@ pub mod session;
 mod host;
 #[cfg(target_arch = "wasm32")]
 pub use host::worker_main;
+#[cfg(target_arch = "wasm32")]
+pub(crate) use host::{field, js_message};

@@ -38,22 +38,6 @@ pub enum Request {
     Verdicts { model: ModelId, head: HeadId, suite: Suite },
 }
 
-impl Request {
-    pub fn model(&self) -> ModelId {
-        match self {
-            Request::Load { model, .. }
-            | Request::Forget { model }
-            | Request::Fingerprint { model, .. }
-            | Request::Induction { model, .. }
-            | Request::SelfCopy { model, .. }
-            | Request::Pair { model, .. }
-            | Request::Row { model, .. }
-            | Request::Pattern { model, .. }
-            | Request::Verdicts { model, .. } => *model,
-        }
-    }
-}
-
 /// The first copy of the induction probe's repeated sequence (spec section 4).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ProbeSequence {
