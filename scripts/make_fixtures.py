@@ -824,6 +824,164 @@ def make_llama():
 
 
 # --------------------------------------------------------------------------------------------
+# 6. Hub layouts of seed 000's models: an older-transformers Pythia file (f16, old config keys,
+#    the buffers it carries) and a Llama-3.2-style model (tied, bf16, head_dim, llama3 rope)
+
+
+def make_pythia_hub():
+    """Pythia as checkpoints converted by older transformers store it: f16 weights, config keys
+    rotary_pct / rotary_emb_base (no rope_parameters), and per-layer buffers attention.bias
+    (BOOL causal mask), attention.masked_bias (0-dimensional) and attention.rotary_emb.inv_freq."""
+    from safetensors.torch import save_file
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+    from transformer_lens.pretrained.weight_conversions import convert_neox_weights
+
+    torch.manual_seed(3113)
+    gen = torch.Generator().manual_seed(3113)
+    rotary_pct, base, n_ctx = 0.5, 10000.0, 64
+    cfg = GPTNeoXConfig(hidden_size=32, num_attention_heads=4, num_hidden_layers=2,
+                        intermediate_size=64, vocab_size=50, max_position_embeddings=n_ctx,
+                        rope_parameters={"rope_type": "default", "rope_theta": base,
+                                         "partial_rotary_factor": rotary_pct},
+                        use_parallel_residual=True, tie_word_embeddings=False,
+                        attn_implementation="eager")
+    model = GPTNeoXForCausalLM(cfg)
+    hf_randomise(model, gen, conv1d=False)
+    H, dh = cfg.num_attention_heads, cfg.hidden_size // cfg.num_attention_heads
+    with torch.no_grad():
+        for layer in model.gpt_neox.layers:
+            w = layer.attention.query_key_value.weight.view(H, 3, dh, cfg.hidden_size)
+            w[:, 0] *= QK_GAIN
+            w[:, 1] *= QK_GAIN
+        # The file is f16: the reference model runs on the rounded weights.
+        for p in model.parameters():
+            p.copy_(p.half().float())
+    model.eval()
+    d = fresh_dir("pythia-hub")
+    rotary_dim = int(dh * rotary_pct)
+    tensors = {k: v.detach().half().contiguous() for k, v in model.state_dict().items()}
+    tensors["embed_out.weight"] = tensors.pop("lm_head.weight")  # the hub's name for it
+    for l in range(cfg.num_hidden_layers):
+        p = f"gpt_neox.layers.{l}.attention"
+        tensors[f"{p}.bias"] = torch.tril(torch.ones(n_ctx, n_ctx, dtype=torch.bool)).view(1, 1, n_ctx, n_ctx)
+        tensors[f"{p}.masked_bias"] = torch.tensor(-1e9)
+        tensors[f"{p}.rotary_emb.inv_freq"] = 1.0 / base ** (torch.arange(0, rotary_dim, 2).float() / rotary_dim)
+    save_file(tensors, str(d / "model.safetensors"), metadata={"format": "pt"})
+    old_config = {
+        "architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "bos_token_id": 0,
+        "eos_token_id": 0, "hidden_act": "gelu", "hidden_size": cfg.hidden_size,
+        "initializer_range": 0.02, "intermediate_size": cfg.intermediate_size,
+        "layer_norm_eps": cfg.layer_norm_eps, "max_position_embeddings": n_ctx,
+        "num_attention_heads": H, "num_hidden_layers": cfg.num_hidden_layers,
+        "rotary_emb_base": int(base), "rotary_pct": rotary_pct, "tie_word_embeddings": False,
+        "torch_dtype": "float16", "transformers_version": "4.24.0", "use_cache": True,
+        "use_parallel_residual": True, "vocab_size": cfg.vocab_size,
+    }
+    (d / "config.json").write_text(json.dumps(old_config, indent=2) + "\n")
+    spec = dict(n_layers=cfg.num_hidden_layers, d_model=cfg.hidden_size, n_ctx=n_ctx, d_head=dh,
+                n_heads=H, d_mlp=cfg.intermediate_size, d_vocab=cfg.vocab_size, act_fn="gelu",
+                normalization_type="LN", positional_embedding_type="rotary", rotary_dim=rotary_dim,
+                rotary_base=int(base), rotary_adjacent_pairs=False, parallel_attn_mlp=True,
+                eps=cfg.layer_norm_eps, original_architecture="GPTNeoXForCausalLM")
+    config = {"layers": cfg.num_hidden_layers, "heads": H, "kv_heads": H, "d_model": cfg.hidden_size,
+              "d_head": dh, "vocab": cfg.vocab_size, "n_ctx": n_ctx, "rotary_dim": rotary_dim}
+    sd_tl = convert_neox_weights(model, tl_config(spec, torch.float32))
+    fwd = [int(x) for x in np.random.default_rng(31).integers(0, cfg.vocab_size, 14)]
+    exp, peak = build_expected("neox", config, hf_run(model), sd_tl, spec, fwd)
+    exp["parameters_hf"] = int(sum(p.numel() for p in model.parameters()))
+    write_json(d / "expected.json", exp)
+    return d, peak
+
+
+def rope_inverse_frequencies():
+    """transformers' own rotary inverse frequencies for each scaling headprint applies, the
+    reference for src/model's RopeScaling (checked in tests/hub_layouts.rs)."""
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    cases = {
+        "default": {"rope_type": "default", "rope_theta": 500000.0},
+        "linear": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0},
+        "llama3": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+                   "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 8192},
+    }
+    out = {}
+    for name, rope in cases.items():
+        cfg = LlamaConfig(hidden_size=2048, num_attention_heads=32, head_dim=64,
+                          rope_parameters=dict(rope), max_position_embeddings=131072)
+        fn = ROPE_INIT_FUNCTIONS.get(rope["rope_type"])
+        if rope["rope_type"] == "default":
+            from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+            inv, scaling = LlamaRotaryEmbedding.compute_default_rope_parameters(cfg)
+        else:
+            inv, scaling = fn(cfg, "cpu")
+        assert scaling == 1.0, (name, scaling)
+        out[name] = {"rope_parameters": rope, "head_dim": 64,
+                     "inverse_frequencies": [float(x) for x in inv.float()]}
+    return out
+
+
+def make_llama32():
+    """Llama-3.2-style: tied embedding (no lm_head in the file), head_dim from config (not
+    hidden_size / heads), grouped-query attention, bf16 weights, llama3 rope scaling with a short
+    original context so the scaling changes positions the test reaches."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformer_lens.pretrained.weight_conversions import convert_llama_weights
+
+    torch.manual_seed(4224)
+    gen = torch.Generator().manual_seed(4224)
+    rope = {"rope_type": "llama3", "rope_theta": 500.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+    cfg = LlamaConfig(hidden_size=24, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                      num_hidden_layers=2, intermediate_size=40, vocab_size=50,
+                      max_position_embeddings=64, rms_norm_eps=1e-5, rope_parameters=dict(rope),
+                      tie_word_embeddings=True, bos_token_id=1, eos_token_id=2,
+                      attn_implementation="eager")
+    model = LlamaForCausalLM(cfg)
+    hf_randomise(model, gen, conv1d=False)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight *= QK_GAIN
+            layer.self_attn.k_proj.weight *= QK_GAIN
+        for p in model.parameters():
+            p.copy_(p.bfloat16().float())
+    model.eval()
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    d = fresh_dir("llama32")
+    # A bf16 copy is saved; the reference keeps running in f32 on the same (rounded) weights,
+    # with its rotary buffers unrounded (casting the model itself would round inv_freq too).
+    import copy
+    copy.deepcopy(model).to(torch.bfloat16).save_pretrained(str(d), safe_serialization=True)
+    from safetensors import safe_open
+    with safe_open(str(d / "model.safetensors"), "pt") as f:
+        names = list(f.keys())
+        assert "lm_head.weight" not in names, names
+        assert all(f.get_slice(n).get_dtype() == "BF16" for n in names)
+    H, KV, dh = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    spec = dict(n_layers=cfg.num_hidden_layers, d_model=cfg.hidden_size, n_ctx=64, d_head=dh,
+                n_heads=H, n_key_value_heads=KV, d_mlp=cfg.intermediate_size,
+                d_vocab=cfg.vocab_size, act_fn="silu", gated_mlp=True, normalization_type="RMS",
+                final_rms=True, positional_embedding_type="rotary", rotary_dim=dh,
+                rotary_base=rope["rope_theta"], rotary_adjacent_pairs=False, eps=cfg.rms_norm_eps,
+                use_NTK_by_parts_rope=True, NTK_by_parts_factor=rope["factor"],
+                NTK_by_parts_low_freq_factor=rope["low_freq_factor"],
+                NTK_by_parts_high_freq_factor=rope["high_freq_factor"],
+                NTK_original_ctx_len=rope["original_max_position_embeddings"],
+                original_architecture="LlamaForCausalLM")
+    config = {"layers": cfg.num_hidden_layers, "heads": H, "kv_heads": KV, "d_model": cfg.hidden_size,
+              "d_head": dh, "vocab": cfg.vocab_size, "n_ctx": 64, "rotary_dim": dh}
+    sd_tl = convert_llama_weights(model, tl_config(spec, torch.float32))
+    # Long enough (24 positions) that the low frequencies' scaling shows in the patterns.
+    fwd = [int(x) for x in np.random.default_rng(42).integers(0, cfg.vocab_size, 24)]
+    exp, peak = build_expected("llama", config, hf_run(model), sd_tl, spec, fwd)
+    exp["parameters_hf"] = int(sum(p.numel() for p in model.parameters()))
+    exp["rope_inverse_frequencies"] = rope_inverse_frequencies()
+    write_json(d / "expected.json", exp)
+    return d, peak
+
+
+# --------------------------------------------------------------------------------------------
 # benchmark model
 
 
@@ -849,7 +1007,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gpt2-small", nargs="?", const="bench-data/gpt2-small", metavar="DIR",
                     help="write a GPT-2-Small-shaped random model (float32, ~500 MB) into DIR instead")
-    ap.add_argument("--only", nargs="*", choices=["gptchar", "gpt2", "pythia", "llama"],
+    ap.add_argument("--only", nargs="*", choices=["gptchar", "gpt2", "pythia", "llama", "pythia-hub", "llama32"],
                     help="build only these fixtures (gpt2 also builds gpt2-nanogpt)")
     args = ap.parse_args()
     if args.gpt2_small:
@@ -860,7 +1018,7 @@ def main():
     import transformer_lens  # noqa: F401
     from importlib.metadata import version
 
-    only = set(args.only or ["gptchar", "gpt2", "pythia", "llama"])
+    only = set(args.only or ["gptchar", "gpt2", "pythia", "llama", "pythia-hub", "llama32"])
     built, extra = [], {}
     if "gptchar" in only:
         built.append(make_gptchar())
@@ -876,6 +1034,10 @@ def main():
         d, peak, shards = make_llama()
         built.append((d, peak))
         extra["llama shards"] = shards
+    if "pythia-hub" in only:
+        built.append(make_pythia_hub())
+    if "llama32" in only:
+        built.append(make_llama32())
 
     print(f"\ntorch {torch.__version__}, transformers {transformers.__version__}, "
           f"transformer_lens {version('transformer_lens')}, numpy {np.__version__}")

@@ -78,9 +78,10 @@ fn attend(model: &Model, layer: &crate::model::Layer, normed: &DMatrix<f32>) -> 
     let mut queries = project(&weights.w_q, &weights.b_q);
     let mut keys = project(&weights.w_k, &weights.b_k);
     let values = project(&weights.w_v, &weights.b_v);
-    if let Positions::Rotary { dims, base } = config.positions {
-        rotate(&mut queries, d_head, dims, base);
-        rotate(&mut keys, d_head, dims, base);
+    if let Positions::Rotary { dims, .. } = config.positions {
+        let frequencies = config.positions.inverse_frequencies();
+        rotate(&mut queries, d_head, dims, &frequencies);
+        rotate(&mut keys, d_head, dims, &frequencies);
     }
     let scale = 1.0 / (d_head as f32).sqrt();
     let mut mixed = DMatrix::zeros(seq, config.heads * d_head);
@@ -109,12 +110,11 @@ fn attend(model: &Model, layer: &crate::model::Layer, normed: &DMatrix<f32>) -> 
 }
 
 /// Hugging Face's rotate-half rotary embedding on the first `dims` dimensions of each head.
-fn rotate(projected: &mut DMatrix<f32>, d_head: usize, dims: usize, base: f32) {
+fn rotate(projected: &mut DMatrix<f32>, d_head: usize, dims: usize, inverse_frequencies: &[f32]) {
     let half = dims / 2;
     let heads = projected.ncols() / d_head;
     for t in 0..projected.nrows() {
-        for i in 0..half {
-            let inverse_frequency = 1.0 / base.powf((2 * i) as f32 / dims as f32);
+        for (i, &inverse_frequency) in inverse_frequencies.iter().enumerate() {
             let angle = t as f32 * inverse_frequency;
             let (sin, cos) = angle.sin_cos();
             for head in 0..heads {

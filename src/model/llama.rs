@@ -3,7 +3,7 @@
 
 use super::{
     Activation, Attention, Family, Layer, LoadParts, Mlp, Model, ModelConfig, NormKind, Positions, Reader,
-    check_dimensions, config_f32, config_usize, count_indexed,
+    check_dimensions, config_f32, config_usize, count_indexed, rope_settings,
 };
 use crate::{Error, Result};
 
@@ -14,11 +14,7 @@ pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>,
     let heads = config_usize(config_json, &["num_attention_heads"])?;
     let kv_heads = config_usize(config_json, &["num_key_value_heads"]).unwrap_or(heads);
     let d_head = config_usize(config_json, &["head_dim"]).unwrap_or(d_model / heads.max(1));
-    let rope_base = config_json
-        .get("rope_parameters")
-        .and_then(|r| r.get("rope_theta"))
-        .and_then(|v| v.as_f64())
-        .unwrap_or_else(|| config_f32(config_json, "rope_theta", 10000.0) as f64);
+    let (rope_base, scaling) = rope_settings(config_json)?;
     let vocab = reader.shape("model.embed_tokens.weight")?[0];
     let config = ModelConfig {
         family: Family::Llama,
@@ -32,7 +28,7 @@ pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>,
         context: None,
         norm: NormKind::RmsNorm,
         norm_eps: config_f32(config_json, "rms_norm_eps", 1e-6),
-        positions: Positions::Rotary { dims: d_head, base: rope_base as f32 },
+        positions: Positions::Rotary { dims: d_head, base: rope_base, scaling },
         activation: Activation::Silu,
         parallel_residual: false,
     };

@@ -55,7 +55,101 @@ pub enum Positions {
     /// A learned table added to the token embedding.
     Learned,
     /// Rotary embedding on the first `dims` dimensions of each query/key head (HF rotate-half layout).
-    Rotary { dims: usize, base: f32 },
+    Rotary { dims: usize, base: f32, scaling: RopeScaling },
+}
+
+/// How a checkpoint stretches its rotary frequencies for longer contexts (config.json
+/// `rope_scaling`, or `rope_parameters` in newer transformers).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum RopeScaling {
+    None,
+    /// Every frequency divided by `factor` (position interpolation).
+    Linear {
+        factor: f32,
+    },
+    /// Llama 3.x: low frequencies divided by `factor`, high ones kept, a smooth blend between.
+    Llama3 {
+        factor: f32,
+        low_freq_factor: f32,
+        high_freq_factor: f32,
+        original_context: f32,
+    },
+}
+
+impl Positions {
+    /// The rotary inverse frequencies θ_i = base^(-2i/dims), i < dims/2, with the checkpoint's
+    /// scaling applied exactly as Hugging Face computes them (f32); empty for learned positions.
+    pub fn inverse_frequencies(&self) -> Vec<f32> {
+        let Positions::Rotary { dims, base, scaling } = *self else { return Vec::new() };
+        (0..dims / 2)
+            .map(|i| {
+                let plain = 1.0 / base.powf((2 * i) as f32 / dims as f32);
+                match scaling {
+                    RopeScaling::None => plain,
+                    RopeScaling::Linear { factor } => plain / factor,
+                    RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_context } => {
+                        let wavelength = 2.0 * std::f32::consts::PI / plain;
+                        if wavelength < original_context / high_freq_factor {
+                            plain
+                        } else if wavelength > original_context / low_freq_factor {
+                            plain / factor
+                        } else {
+                            let smooth = (original_context / wavelength - low_freq_factor)
+                                / (high_freq_factor - low_freq_factor);
+                            (1.0 - smooth) * plain / factor + smooth * plain
+                        }
+                    }
+                }
+            })
+            .collect()
+    }
+}
+
+/// Rotary settings from config.json: the base (`rope_theta`, older NeoX `rotary_emb_base`, or
+/// inside `rope_parameters`) and the scaling (`rope_scaling`, or `rope_parameters.rope_type`).
+/// An unknown scaling type is an error: its positions would silently be wrong.
+pub fn rope_settings(config: &serde_json::Value) -> Result<(f32, RopeScaling)> {
+    let nested = config.get("rope_parameters").filter(|v| v.is_object());
+    let number = |key: &str| -> Option<f64> {
+        nested.and_then(|r| r.get(key)).and_then(|v| v.as_f64()).or_else(|| config.get(key).and_then(|v| v.as_f64()))
+    };
+    let base = number("rope_theta").or_else(|| number("rotary_emb_base")).unwrap_or(10000.0) as f32;
+    let scaling_table = config.get("rope_scaling").filter(|v| v.is_object()).or(nested);
+    let Some(table) = scaling_table else { return Ok((base, RopeScaling::None)) };
+    let kind = table.get("rope_type").or_else(|| table.get("type")).and_then(|v| v.as_str()).unwrap_or("default");
+    let field = |key: &str| -> Result<f32> {
+        table.get(key).and_then(|v| v.as_f64()).map(|v| v as f32).ok_or_else(|| {
+            Error::BadConfig(format!("rope scaling of type \"{kind}\" needs a number `{key}` in config.json"))
+        })
+    };
+    let scaling = match kind {
+        "default" => RopeScaling::None,
+        "linear" => RopeScaling::Linear { factor: field("factor")? },
+        "llama3" => RopeScaling::Llama3 {
+            factor: field("factor")?,
+            low_freq_factor: field("low_freq_factor")?,
+            high_freq_factor: field("high_freq_factor")?,
+            original_context: field("original_max_position_embeddings")?,
+        },
+        other => {
+            return Err(Error::BadConfig(format!(
+                "rope scaling of type \"{other}\" is not supported (headprint applies \"linear\" and \"llama3\")"
+            )));
+        }
+    };
+    if let RopeScaling::Linear { factor } | RopeScaling::Llama3 { factor, .. } = scaling
+        && !(factor.is_finite() && factor > 0.0)
+    {
+        return Err(Error::BadConfig(format!("rope scaling factor {factor} must be a positive number")));
+    }
+    if let RopeScaling::Llama3 { low_freq_factor, high_freq_factor, .. } = scaling
+        && high_freq_factor.partial_cmp(&low_freq_factor) != Some(std::cmp::Ordering::Greater)
+    {
+        return Err(Error::BadConfig(format!(
+            "llama3 rope scaling needs high_freq_factor ({high_freq_factor}) above low_freq_factor ({low_freq_factor})"
+        )));
+    }
+    Ok((base, scaling))
 }
 
 // Serde: the page's worker sends the configuration to the page.
@@ -267,17 +361,24 @@ impl Reader<'_> {
     }
 
     pub fn parameter_count(&self) -> u64 {
-        // Buffers that some files carry (causal masks, rotary tables) are not parameters.
-        let buffer = |n: &str| {
-            n.ends_with(".tril") || n.ends_with(".attn.bias") || n.ends_with("masked_bias") || n.ends_with("inv_freq")
-        };
         self.store
             .names()
-            .filter(|n| !buffer(n))
+            .filter(|n| !is_buffer(n))
             .filter_map(|n| self.store.entry(n))
             .map(|e| e.shape.iter().product::<usize>() as u64)
             .sum()
     }
+}
+
+/// Buffers that checkpoints converted from older code carry (causal masks, rotary tables): not
+/// parameters, never read. Pythia's `attention.bias` is a BOOL mask and `masked_bias` 0-dimensional.
+pub(crate) fn is_buffer(name: &str) -> bool {
+    name.ends_with(".tril")
+        || name.ends_with(".attn.bias")
+        || name.ends_with(".attn.masked_bias")
+        || name.ends_with(".attention.bias")
+        || name.ends_with(".attention.masked_bias")
+        || name.ends_with("rotary_emb.inv_freq")
 }
 
 /// Integer field of config.json, with a clear error when missing.

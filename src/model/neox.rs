@@ -5,18 +5,9 @@ use nalgebra::{DMatrix, DVector};
 
 use super::{
     Activation, Attention, Family, Layer, LoadParts, Mlp, Model, ModelConfig, NormKind, Positions, Reader,
-    check_dimensions, config_f32, config_usize, count_indexed,
+    check_dimensions, config_f32, config_usize, count_indexed, rope_settings,
 };
 use crate::{Error, Result};
-
-/// A value that newer transformers keep under `rope_parameters` and older ones at top level.
-fn rope_setting(config: &serde_json::Value, nested: &str, flat: &str) -> Option<f64> {
-    config
-        .get("rope_parameters")
-        .and_then(|r| r.get(nested))
-        .and_then(|v| v.as_f64())
-        .or_else(|| config.get(flat).and_then(|v| v.as_f64()))
-}
 
 pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>, parts: LoadParts) -> Result<Model> {
     let config_json = config_json.ok_or_else(|| Error::BadConfig("a GPT-NeoX model needs its config.json".into()))?;
@@ -24,8 +15,14 @@ pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>,
     let d_model = config_usize(config_json, &["hidden_size"])?;
     let heads = config_usize(config_json, &["num_attention_heads"])?;
     let d_head = d_model / heads.max(1);
-    let rotary_fraction = rope_setting(config_json, "partial_rotary_factor", "rotary_pct").unwrap_or(1.0);
-    let rotary_base = rope_setting(config_json, "rope_theta", "rotary_emb_base").unwrap_or(10000.0);
+    // Newer transformers keep the rotary fraction under `rope_parameters`, older ones at top level.
+    let rotary_fraction = config_json
+        .get("rope_parameters")
+        .and_then(|r| r.get("partial_rotary_factor"))
+        .or_else(|| config_json.get("rotary_pct"))
+        .and_then(|v| v.as_f64())
+        .unwrap_or(1.0);
+    let (rotary_base, scaling) = rope_settings(config_json)?;
     let vocab = reader.shape("gpt_neox.embed_in.weight")?[0];
     let config = ModelConfig {
         family: Family::Neox,
@@ -39,7 +36,7 @@ pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>,
         context: None,
         norm: NormKind::LayerNorm,
         norm_eps: config_f32(config_json, "layer_norm_eps", 1e-5),
-        positions: Positions::Rotary { dims: (d_head as f64 * rotary_fraction) as usize, base: rotary_base as f32 },
+        positions: Positions::Rotary { dims: (d_head as f64 * rotary_fraction) as usize, base: rotary_base, scaling },
         activation: if config_json.get("hidden_act").and_then(|v| v.as_str()) == Some("gelu_new") {
             Activation::GeluTanh
         } else {
@@ -100,7 +97,13 @@ pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>,
         w_pos: None,
         layers: layer_list,
         ln_final: reader.norm("gpt_neox.final_layer_norm", d_model, NormKind::LayerNorm)?,
-        w_u: Some(reader.linear("embed_out.weight", d_model, vocab)?),
+        // The hub's files call the unembedding `embed_out`; a state_dict saved directly from
+        // newer transformers calls it `lm_head`.
+        w_u: Some(reader.linear(
+            if reader.has("embed_out.weight") { "embed_out.weight" } else { "lm_head.weight" },
+            d_model,
+            vocab,
+        )?),
         b_u: None,
         vocab_strings: None,
         facts: Vec::new(),

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use headprint::model::{LoadParts, Model};
 use headprint::weights::ModelFiles;
 
-pub const FAMILIES: [&str; 5] = ["gptchar", "gpt2", "gpt2-nanogpt", "pythia", "llama"];
+pub const FAMILIES: [&str; 7] = ["gptchar", "gpt2", "gpt2-nanogpt", "pythia", "llama", "pythia-hub", "llama32"];
 
 /// Relative tolerance of every comparison against the Python references.
 pub const TOLERANCE: f64 = 1e-4;
