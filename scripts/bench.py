@@ -11,7 +11,9 @@ same work:
     imaginary fraction, κ and departure from normality for each, which TL does not);
   * probe: load, run the model on a 50-token random sequence repeated once (100 tokens) and
     read every head's attention (TL: run_with_cache).
-One thread each (OMP_NUM_THREADS=1; headprint is single-threaded), wall time, best of N runs.
+TransformerLens loads as its users do (see load_tl); both sides fold LayerNorm. TransformerLens
+runs with one torch thread (its float32 eig is erratic with two on these machines), headprint on
+every core; wall and CPU time are both reported, best of N runs.
 """
 import os
 
@@ -52,22 +54,24 @@ def best_of(fn, runs=RUNS):
 
 
 def load_tl():
-    from safetensors.torch import load_file
-    from transformers import GPT2Config, GPT2LMHeadModel
+    """As a TransformerLens user loads a local checkpoint: Hugging Face's `from_pretrained` from the
+    folder, then TL's weight conversion and processing (fold_ln) into a HookedTransformer built
+    without a random initialisation (`init_weights=False`, as TL's own `from_pretrained` does).
+    TL 3.9's `HookedTransformer.from_pretrained` cannot be used offline with transformers 5 (its
+    config conversion expects hub names), so the config is written from config.json by hand."""
+    from transformers import GPT2LMHeadModel
     from transformer_lens import HookedTransformer, HookedTransformerConfig
     from transformer_lens.pretrained.weight_conversions import convert_gpt2_weights
 
-    config = GPT2Config(**json.loads((MODEL / "config.json").read_text()))
-    hf = GPT2LMHeadModel(config)
-    hf.load_state_dict(load_file(str(MODEL / "model.safetensors")), strict=False)
-    hf.tie_weights()
+    hf = GPT2LMHeadModel.from_pretrained(str(MODEL))
+    config = hf.config
     cfg = HookedTransformerConfig(
         n_layers=config.n_layer, d_model=config.n_embd, n_ctx=config.n_positions,
         d_head=config.n_embd // config.n_head, n_heads=config.n_head, d_mlp=4 * config.n_embd,
         d_vocab=config.vocab_size, act_fn="gelu_new", normalization_type="LN",
         eps=config.layer_norm_epsilon, original_architecture="GPT2LMHeadModel",
-        default_prepend_bos=False, device="cpu")
-    model = HookedTransformer(cfg)
+        default_prepend_bos=False, init_weights=False, device="cpu")
+    model = HookedTransformer(cfg, move_to_device=False)
     model.load_and_process_state_dict(convert_gpt2_weights(hf, cfg), fold_ln=True,
                                       center_writing_weights=False, center_unembed=False)
     return model
