@@ -100,7 +100,11 @@ pub fn spearman_table(fingerprint: &ModelFingerprint, induction: &InductionRepor
         let x: Vec<f64> = pairs.iter().map(|(f, _)| feature(f)).collect();
         for (behavioural, score) in BEHAVIOURAL_SCORES {
             let y: Vec<f64> = pairs.iter().map(|(_, s)| score(s)).collect();
-            table.push(Correlation { spectral: spectral.into(), behavioural: behavioural.into(), rho: spearman(&x, &y) });
+            table.push(Correlation {
+                spectral: spectral.into(),
+                behavioural: behavioural.into(),
+                rho: spearman(&x, &y),
+            });
         }
     }
     table

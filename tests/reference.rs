@@ -144,7 +144,8 @@ fn induction_scores_match_reference() {
         for (got, want) in report.sequences.iter().zip(reference["sequences"].as_array().unwrap()) {
             assert_eq!(got.tokens, ids(&want["tokens"]), "{name}: BOS + copy + copy");
             assert_eq!(got.prefix_copy_accuracy, want["prefix_copy_accuracy"].as_f64().unwrap(), "{name} prefix copy");
-            for ((scores, ranks), want) in got.heads.iter().zip(&got.copy_ranks).zip(want["heads"].as_array().unwrap()) {
+            for ((scores, ranks), want) in got.heads.iter().zip(&got.copy_ranks).zip(want["heads"].as_array().unwrap())
+            {
                 let head = format!("{name} L{}H{}", scores.layer, scores.head);
                 assert_eq!(ranks, &ids(&want["copy_ranks"]), "{head} copy ranks");
                 assert_eq!(scores.copy_fidelity, want["copy_fidelity"].as_f64().unwrap(), "{head} copy fidelity");

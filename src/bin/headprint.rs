@@ -13,7 +13,9 @@ mod native {
     use headprint::analysis::{
         Circuits, HeadId, Mode, ModelSummary, OvTokenLogits, circuits::Grams, fingerprint_model,
     };
-    use headprint::compare::{BEHAVIOURAL_SCORES, ComparisonRow, INDUCTION_HEAD_THRESHOLD, SPECTRAL_FEATURES, spearman_table};
+    use headprint::compare::{
+        BEHAVIOURAL_SCORES, ComparisonRow, INDUCTION_HEAD_THRESHOLD, SPECTRAL_FEATURES, spearman_table,
+    };
     use headprint::model::{LoadParts, Model};
     use headprint::probes::induction::{
         DEFAULT_SEQUENCES, FirstCopy, InductionReport, RepeatSource, Spread, induction_probe, random_first_copies,
@@ -185,12 +187,9 @@ mod native {
                         std::fs::read_to_string(path).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
                     text_window_first_copies(&self.tokenizer.encode(&text)?, args.len, args.seed, args.sequences)
                 }
-                (None, None) => random_first_copies(
-                    &self.tokenizer.ordinary_ids(&self.model),
-                    args.len,
-                    args.seed,
-                    args.sequences,
-                ),
+                (None, None) => {
+                    random_first_copies(&self.tokenizer.ordinary_ids(&self.model), args.len, args.seed, args.sequences)
+                }
             }
         }
     }
@@ -421,9 +420,15 @@ mod native {
             describe_sources(&report),
             describe_bos(bos.as_ref())
         );
-        println!("prefix-copy accuracy: {}", mean_spread(report.prefix_copy_accuracy, &report.prefix_copy_accuracy_spread));
+        println!(
+            "prefix-copy accuracy: {}",
+            mean_spread(report.prefix_copy_accuracy, &report.prefix_copy_accuracy_spread)
+        );
         let heads = report.induction_heads(threshold);
-        println!("induction heads (score >= {threshold}): {}\n", if heads.is_empty() { "none".into() } else { heads.join(" ") });
+        println!(
+            "induction heads (score >= {threshold}): {}\n",
+            if heads.is_empty() { "none".into() } else { heads.join(" ") }
+        );
         println!(
             "{:<7} {:>10} {:>10} {:>10} {:>10}   {:>8}  (± population std over sequences)",
             "head", "induction", "previous", "duplicate", "copy fid.", "ind. ±"
@@ -448,8 +453,8 @@ mod native {
         let mut models = Vec::new();
         for path in &args.models {
             let common = Common { model: path.clone(), json: args.json };
-            let loaded = load(&common, LoadParts::Everything)
-                .map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))?;
+            let loaded =
+                load(&common, LoadParts::Everything).map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))?;
             let fingerprint = fingerprint_model(&loaded.model, mode)?;
             let bos = loaded.bos(&args.sequence.bos);
             let copies = loaded.first_copies(&args.sequence, None)?;
@@ -462,7 +467,8 @@ mod native {
                 describe_sources(&report),
                 describe_bos(bos.as_ref())
             );
-            let row = ComparisonRow::new(&path.display().to_string(), &fingerprint, Some(&report), &sequence, threshold);
+            let row =
+                ComparisonRow::new(&path.display().to_string(), &fingerprint, Some(&report), &sequence, threshold);
             let spearman = spearman_table(&fingerprint, &report);
             models.push((row, bos, report, spearman));
         }
@@ -496,11 +502,17 @@ mod native {
                 row.parameters,
                 row.mean_qk_imaginary_fraction,
                 row.induction_heads.unwrap_or(0),
-                mean_spread(row.prefix_copy_accuracy.unwrap_or(f64::NAN), &row.prefix_copy_accuracy_spread.unwrap_or_default()),
+                mean_spread(
+                    row.prefix_copy_accuracy.unwrap_or(f64::NAN),
+                    &row.prefix_copy_accuracy_spread.unwrap_or_default()
+                ),
                 row.sequence
             );
         }
-        println!("\ninduction heads count heads with mean induction score >= {threshold}; spectral features {} mode", mode.name());
+        println!(
+            "\ninduction heads count heads with mean induction score >= {threshold}; spectral features {} mode",
+            mode.name()
+        );
         for (row, _, _, spearman) in &models {
             println!("\nSpearman ρ across the {} heads of {}:", row.heads, row.model);
             print!("{:<30}", "");
@@ -511,7 +523,8 @@ mod native {
             for (feature, _) in SPECTRAL_FEATURES {
                 print!("{feature:<30}");
                 for (score, _) in BEHAVIOURAL_SCORES {
-                    let rho = spearman.iter().find(|c| c.spectral == feature && c.behavioural == score).and_then(|c| c.rho);
+                    let rho =
+                        spearman.iter().find(|c| c.spectral == feature && c.behavioural == score).and_then(|c| c.rho);
                     print!(" {:>22}", rho.map_or("undefined".into(), |r| format!("{r:+.3}")));
                 }
                 println!();

@@ -137,7 +137,10 @@ pub fn random_first_copies(ordinary: &[usize], n: usize, seed: u64, count: usize
     (0..count as u64)
         .map(|i| {
             let seed = seed + i;
-            Ok(FirstCopy { tokens: random_first_copy(ordinary, n, seed)?, source: RepeatSource::UniformRandom { seed } })
+            Ok(FirstCopy {
+                tokens: random_first_copy(ordinary, n, seed)?,
+                source: RepeatSource::UniformRandom { seed },
+            })
         })
         .collect()
 }
@@ -157,7 +160,10 @@ pub fn text_window_first_copies(text_ids: &[usize], n: usize, seed: u64, count: 
     (0..count as u64)
         .map(|i| {
             let seed = seed + i;
-            Ok(FirstCopy { tokens: text_window_first_copy(text_ids, n, seed)?, source: RepeatSource::TextWindow { seed } })
+            Ok(FirstCopy {
+                tokens: text_window_first_copy(text_ids, n, seed)?,
+                source: RepeatSource::TextWindow { seed },
+            })
         })
         .collect()
 }
@@ -168,11 +174,11 @@ pub fn induction_probe(model: &Model, copies: &[FirstCopy], bos: Option<usize>) 
     let sequences: Vec<SequenceScores> =
         copies.iter().map(|copy| sequence_scores(model, copy, bos)).collect::<Result<_>>()?;
     let accuracies: Vec<f64> = sequences.iter().map(|s| s.prefix_copy_accuracy).collect();
+    let counted: Vec<usize> = copies.iter().map(|c| c.tokens.len() - 1).collect();
     let heads = (0..sequences[0].heads.len())
         .map(|i| {
-            let per_sequence = |score: fn(&HeadScores) -> f64| -> Vec<f64> {
-                sequences.iter().map(|s| score(&s.heads[i])).collect()
-            };
+            let per_sequence =
+                |score: fn(&HeadScores) -> f64| -> Vec<f64> { sequences.iter().map(|s| score(&s.heads[i])).collect() };
             let induction = per_sequence(|h| h.induction_score);
             let previous = per_sequence(|h| h.previous_token_score);
             let duplicate = per_sequence(|h| h.duplicate_token_score);
@@ -183,7 +189,7 @@ pub fn induction_probe(model: &Model, copies: &[FirstCopy], bos: Option<usize>) 
                 induction_score: mean(&induction),
                 previous_token_score: mean(&previous),
                 duplicate_token_score: mean(&duplicate),
-                copy_fidelity: mean(&fidelity),
+                copy_fidelity: pooled(&fidelity, &counted),
                 spread: Some(HeadSpread {
                     induction_score: Spread::of(&induction),
                     previous_token_score: Spread::of(&previous),
@@ -197,7 +203,7 @@ pub fn induction_probe(model: &Model, copies: &[FirstCopy], bos: Option<usize>) 
         source: first.source.clone(),
         bos,
         tokens: sequences[0].tokens.clone(),
-        prefix_copy_accuracy: mean(&accuracies),
+        prefix_copy_accuracy: pooled(&accuracies, &counted),
         prefix_copy_accuracy_spread: Spread::of(&accuracies),
         heads,
         sequences,
@@ -206,6 +212,14 @@ pub fn induction_probe(model: &Model, copies: &[FirstCopy], bos: Option<usize>) 
 
 fn mean(values: &[f64]) -> f64 {
     values.iter().sum::<f64>() / values.len().max(1) as f64
+}
+
+/// The mean of fractions of counted positions, as total hits / total positions: the same number
+/// as `mean` when the sequences have one length, but without summation rounding, so two heads
+/// with the same counts get exactly the same value (and tie in Spearman's ranks).
+fn pooled(fractions: &[f64], positions: &[usize]) -> f64 {
+    let hits: f64 = fractions.iter().zip(positions).map(|(f, &p)| (f * p as f64).round()).sum();
+    hits / positions.iter().sum::<usize>().max(1) as f64
 }
 
 /// Runs one first copy repeated once, after `bos` when given, and scores every head.
@@ -340,12 +354,24 @@ mod tests {
     }
 
     #[test]
+    fn pooled_fractions_tie_exactly() {
+        // 0.2 + 0.3 + 0.175 ... summed in different orders differ in the last bit; counts do not.
+        let a = pooled(&[0.25, 0.125, 0.25, 0.275], &[40, 40, 40, 40]);
+        let b = pooled(&[0.275, 0.25, 0.125, 0.25], &[40, 40, 40, 40]);
+        assert_eq!(a, b);
+        assert_eq!(a, 36.0 / 160.0);
+    }
+
+    #[test]
     fn seeded_draws_are_deterministic_and_stay_in_the_ordinary_ids() {
         let ordinary = [3, 5, 8, 13, 21];
         let a = random_first_copies(&ordinary, 40, 7, 3).unwrap();
         let b = random_first_copies(&ordinary, 40, 7, 3).unwrap();
         assert_eq!(a, b);
-        assert_eq!(a.iter().map(|c| c.source.clone()).collect::<Vec<_>>(), [7, 8, 9].map(|seed| RepeatSource::UniformRandom { seed }));
+        assert_eq!(
+            a.iter().map(|c| c.source.clone()).collect::<Vec<_>>(),
+            [7, 8, 9].map(|seed| RepeatSource::UniformRandom { seed })
+        );
         assert_ne!(a[0].tokens, a[1].tokens, "consecutive seeds draw different sequences");
         assert_eq!(a[1].tokens, random_first_copy(&ordinary, 40, 8).unwrap());
         for copy in &a {
