@@ -56,9 +56,14 @@ impl ComparisonRow {
     }
 }
 
+/// A head's value of one spectral feature.
+pub type SpectralFeature = fn(&HeadFingerprint) -> f64;
+/// A head's value of one behavioural score.
+pub type BehaviouralScore = fn(&HeadScores) -> f64;
+
 /// The spectral features correlated with behaviour (spec section 5): JSON name and value per
 /// head; κ of a defective circuit is +∞ (it still ranks, as the largest).
-pub const SPECTRAL_FEATURES: [(&str, fn(&HeadFingerprint) -> f64); 10] = [
+pub const SPECTRAL_FEATURES: [(&str, SpectralFeature); 10] = [
     ("qk.copying_score", |h| h.qk.copying_score),
     ("qk.imaginary_fraction", |h| h.qk.imaginary_fraction),
     ("qk.eigenvector_condition", |h| h.qk.eigenvector_condition.unwrap_or(f64::INFINITY)),
@@ -72,7 +77,7 @@ pub const SPECTRAL_FEATURES: [(&str, fn(&HeadFingerprint) -> f64); 10] = [
 ];
 
 /// The behavioural scores (means over the probe's sequences), JSON name and value per head.
-pub const BEHAVIOURAL_SCORES: [(&str, fn(&HeadScores) -> f64); 4] = [
+pub const BEHAVIOURAL_SCORES: [(&str, BehaviouralScore); 4] = [
     ("induction_score", |h| h.induction_score),
     ("previous_token_score", |h| h.previous_token_score),
     ("duplicate_token_score", |h| h.duplicate_token_score),

@@ -231,8 +231,7 @@ fn out_of_range_bos_is_a_clear_error() {
     config["bos_token_id"] = 50256.into();
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
     let error = headprint::model::Model::load(&ModelFiles::from_path(&dir).unwrap(), LoadParts::Circuits)
-        .err()
-        .expect("a BOS outside the vocabulary is refused")
+        .expect_err("a BOS outside the vocabulary is refused")
         .to_string();
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(error.contains("bos_token_id 50256") && error.contains("40 tokens"), "{error}");
