@@ -331,12 +331,14 @@ def copy_fidelity_ranks(tl_folded, tokens, first, second_copy):
     first copy's distinct tokens by the head's direct logit contribution at t, from
     TransformerLens: stack_head_results -> apply_ln_to_stack (centre for LN, divide by
     ln_final's cached scale at t) -> @ W_U of the fold_ln model (ln_final weight folded in).
-    Rank 1 = strictly above every other candidate.  Also the smallest |gap| between the true
+    Rank 1 = strictly above every other candidate.  Also ln_final's scale at every position, and
+    the smallest |gap| between the true
     token's value and the best other candidate, relative to the largest |value| at t."""
     _, cache = tl_folded.run_with_cache(torch.tensor([tokens]))
     results = cache.stack_head_results(layer=-1, pos_slice=None)  # [heads, 1, pos, d_model]
     contrib = (cache.apply_ln_to_stack(results, layer=-1, pos_slice=None) @ tl_folded.W_U)[:, 0]
     contrib = contrib.detach().double().numpy()  # [heads, pos, vocab]
+    scale = cache["ln_final.hook_scale"][0, :, 0].detach().double().numpy()
     cands = sorted(set(first))
     ranks, min_gap = [], float("inf")
     for h in range(contrib.shape[0]):
@@ -349,7 +351,7 @@ def copy_fidelity_ranks(tl_folded, tokens, first, second_copy):
             if others.size:
                 min_gap = min(min_gap, abs(vals[truth] - others.max()) / np.abs(vals).max())
         ranks.append(row)
-    return ranks, min_gap
+    return ranks, min_gap, scale
 
 
 def induction_block(run, vocab, tl_models, ordinary=None, bos=None):
@@ -370,7 +372,7 @@ def induction_block(run, vocab, tl_models, ordinary=None, bos=None):
         L, H = pats.shape[:2]
         ts = range(second, second + n)
         qs = range(second, len(tokens) - 1)
-        ranks, gap = copy_fidelity_ranks(tl_folded, tokens, first, second)
+        ranks, gap, final_scale = copy_fidelity_ranks(tl_folded, tokens, first, second)
         CHECKS.upd("copy_rank_gap_inv", 1.0 / max(gap, 1e-300))
         heads = []
         for l in range(L):
@@ -389,7 +391,8 @@ def induction_block(run, vocab, tl_models, ordinary=None, bos=None):
                     }
                 )
         acc = np.mean([int(np.argmax(logits[t]) == tokens[t + 1]) for t in qs])
-        sequences.append({"first_copy": first, "tokens": tokens, "heads": heads, "prefix_copy_accuracy": flt(acc)})
+        sequences.append({"first_copy": first, "tokens": tokens, "heads": heads, "prefix_copy_accuracy": flt(acc),
+                          "final_scale": [flt(x) for x in final_scale]})
     metrics = ("induction_score", "previous_token_score", "duplicate_token_score", "copy_fidelity")
     mean_heads, spread_heads = [], []
     for i, h0 in enumerate(sequences[0]["heads"]):

@@ -290,3 +290,36 @@ fn character_vocabulary_comes_from_metadata() {
         .collect();
     assert_eq!(ids, tokens);
 }
+
+/// Per-head outputs on request: none by default; whole (`z W_O` per head, position x d_model)
+/// or projected, and the two agree; the final norm's scale is what the final norm divides by.
+#[test]
+fn forward_keeps_head_outputs_on_request() {
+    use headprint::forward::{HeadOutputs, run_with};
+    for name in ["gptchar", "llama"] {
+        let model = load(name, LoadParts::Everything);
+        let tokens = ids(&expected(name)["forward"]["tokens"]);
+        let plain = forward::run(&model, &tokens).unwrap();
+        assert!(plain.head_outputs.is_empty());
+        let full = run_with(&model, &tokens, HeadOutputs::Full).unwrap();
+        assert_eq!(full.head_outputs.len(), model.config.layers);
+        assert_eq!(full.logits, plain.logits, "keeping outputs changes nothing else");
+        let directions = nalgebra::DMatrix::from_fn(model.config.d_model, 3, |i, j| ((i * 7 + j * 3) % 5) as f32 - 2.0);
+        let projected = run_with(&model, &tokens, HeadOutputs::Projected(&directions)).unwrap();
+        for (whole, part) in full.head_outputs.iter().flatten().zip(projected.head_outputs.iter().flatten()) {
+            assert_eq!(whole.shape(), (tokens.len(), model.config.d_model));
+            let expected_part = whole * &directions;
+            let scale = expected_part.amax().max(1.0);
+            assert!((part - expected_part).amax() <= 1e-5 * scale, "{name}: projection of the whole output");
+        }
+    }
+    // The final norm's scale against TransformerLens's `ln_final.hook_scale` (LayerNorm and RMSNorm).
+    for name in FAMILIES {
+        let model = load(name, LoadParts::Everything);
+        let sequence = &expected(name)["induction"]["sequences"][0];
+        let output = run_with(&model, &ids(&sequence["tokens"]), HeadOutputs::None).unwrap();
+        for (t, (got, want)) in output.final_scale.iter().zip(floats(&sequence["final_scale"])).enumerate() {
+            assert_close(*got as f64, want, 1.0, &format!("{name} final scale at {t}"));
+        }
+    }
+}
