@@ -323,3 +323,26 @@ fn forward_keeps_head_outputs_on_request() {
         }
     }
 }
+
+/// Without `bos_token_id` in config.json the tokenizer's special `<|endoftext|>` is the BOS;
+/// with neither, there is none.
+#[test]
+fn bos_falls_back_to_the_tokenizer() {
+    let dir = std::env::temp_dir().join(format!("headprint-bos-fallback-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for file in ["model.safetensors", "tokenizer.json"] {
+        std::fs::copy(fixture("gpt2").join(file), dir.join(file)).unwrap();
+    }
+    let config = std::fs::read_to_string(fixture("gpt2/config.json")).unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    config.as_object_mut().unwrap().remove("bos_token_id");
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let files = ModelFiles::from_path(&dir).unwrap();
+    let model = headprint::model::Model::load(&files, LoadParts::Circuits).unwrap();
+    let with_tokenizer = Tokenizer::for_model(&model, files.tokenizer_json.as_deref()).unwrap();
+    let bos = choose_bos(&model, &with_tokenizer).expect("the tokenizer names one");
+    assert_eq!((bos.id, bos.token.as_str(), bos.source.as_str()), (1, "<|endoftext|>", "tokenizer special token"));
+    let ids_only = Tokenizer::for_model(&model, None).unwrap();
+    assert_eq!(choose_bos(&model, &ids_only), None);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
