@@ -104,7 +104,7 @@ def main():
         ("fingerprint, 144 heads (load + QK, OV, OV-token spectra)",
          best_of(lambda: headprint("fingerprint")), best_of(tl_fingerprint, runs=1)),
         ("forward + induction probe, 2 x 50 tokens (load included)",
-         best_of(lambda: headprint("probe", "--induction", "--len", "50", "--seed", "0")), best_of(tl_probe, runs=1)),
+         best_of(lambda: headprint("probe", "--induction", "--len", "50", "--seed", "0", "--sequences", "1", "--no-bos")), best_of(tl_probe, runs=1)),
     ]
     print(f"1-minute load average before the runs: {load_before:.2f} (2 cores)")
     print("| task | headprint wall (s) | TL 3.9 wall (s) | wall speed-up | headprint CPU (s) | TL CPU (s) | CPU speed-up |")

@@ -52,14 +52,13 @@ def show(token):
 
 
 def mean_probe(extra):
-    """Per-head scores and prefix-copy accuracy averaged over several seeds."""
-    reports = [cli("probe", MODEL, "--induction", "--len", 50, "--seed", s, *extra) for s in SEEDS]
-    heads = {}
-    for r in reports:
-        for h in r["heads"]:
-            heads.setdefault(name(h), []).append(h)
-    avg = {k: {m: statistics.mean(x[m] for x in v) for m in ("induction_score", "previous_token_score", "duplicate_token_score")} for k, v in heads.items()}
-    return avg, statistics.mean(r["prefix_copy_accuracy"] for r in reports)
+    """Per-head scores and prefix-copy accuracy averaged over the sequences of seeds SEEDS (the
+    CLI averages over consecutive seeds itself)."""
+    assert list(SEEDS) == list(range(SEEDS[0], SEEDS[0] + len(SEEDS)))
+    report = cli("probe", MODEL, "--induction", "--len", 50, "--seed", SEEDS[0], "--sequences", len(SEEDS), *extra)
+    metrics = ("induction_score", "previous_token_score", "duplicate_token_score", "copy_fidelity")
+    avg = {name(h): {m: h[m] for m in metrics} for h in report["heads"]}
+    return avg, report["prefix_copy_accuracy"]
 
 
 def verdict_section(lines, suite, head):

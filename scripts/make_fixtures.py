@@ -57,6 +57,7 @@ FIXTURES = REPO / "tests" / "fixtures"
 QK_GAIN = 1.6
 EMB_STD = 0.5
 INDUCTION_N = 8
+INDUCTION_SEQUENCES = 4  # given first copies in the induction reference (the tool's default is 8 seeded)
 PAIRS = [(2, 3), (3, 2), (0, 1), (5, 7), (-1, 0)]  # (i, j) for ov_token_logits; -1 = last token
 
 # --------------------------------------------------------------------------------------------
@@ -117,6 +118,9 @@ class Checks:
         self.f16_vs_f32 = 0.0  # |copying score (f16 weights) - copying score (f32)|
         self.kappa_small_rel = 0.0  # kappa on full M vs on the d_head x d_head R B Q
         self.fro2_trace_rel = 0.0  # ||M||_F^2 vs tr((A^T A)(B B^T))
+        # 1 / smallest relative gap between a copy-fidelity candidate and the true token: the
+        # Rust f32 ranks can only differ from these f64 ones where the gap is below ~1e-5
+        self.copy_rank_gap_inv = 0.0
 
     def upd(self, name, v):
         setattr(self, name, max(getattr(self, name), float(v)))
@@ -231,7 +235,9 @@ def ov_token_logits(model, layer=1, head=0):
 def tl_config(spec, dtype):
     from transformer_lens import HookedTransformerConfig
 
-    return HookedTransformerConfig(dtype=dtype, device="cpu", default_prepend_bos=False, **spec)
+    # Our probes prepend the BOS id themselves and hand TL token tensors (never strings), so
+    # this flag only documents the convention: prepend_bos=True, as TL's induction demo.
+    return HookedTransformerConfig(dtype=dtype, device="cpu", default_prepend_bos=True, **spec)
 
 
 def tl_model(spec, sd_tl, mode):
@@ -302,29 +308,107 @@ def forward_block(run, tokens, tl_models):
     return logits, pats
 
 
-def induction_block(run, vocab, tl_models):
+def ordinary_ids(rows, tok=None, config_specials=()):
+    """Ids random probe tokens come from: the tokenizer's tokens below the embedding's row count,
+    minus special tokens and the ids config.json names bos/eos/pad (all rows without a tokenizer)."""
+    if tok is None:
+        known = range(rows)
+        specials = set()
+    else:
+        known = [i for i in tok.get_vocab(with_added_tokens=True).values() if i < rows]
+        specials = {i for i, t in tok.get_added_tokens_decoder().items() if t.special}
+    excluded = specials | set(config_specials)
+    return sorted(i for i in set(known) if i not in excluded)
+
+
+def spread(values):
+    v = np.asarray(values, dtype=np.float64)
+    return {"std": flt(v.std()), "min": flt(v.min()), "max": flt(v.max())}
+
+
+def copy_fidelity_ranks(tl_folded, tokens, first, second_copy):
+    """Per head, per second-copy position t with a next token: the rank of tokens[t+1] among the
+    first copy's distinct tokens by the head's direct logit contribution at t, from
+    TransformerLens: stack_head_results -> apply_ln_to_stack (centre for LN, divide by
+    ln_final's cached scale at t) -> @ W_U of the fold_ln model (ln_final weight folded in).
+    Rank 1 = strictly above every other candidate.  Also ln_final's scale at every position, and
+    the smallest |gap| between the true
+    token's value and the best other candidate, relative to the largest |value| at t."""
+    _, cache = tl_folded.run_with_cache(torch.tensor([tokens]))
+    results = cache.stack_head_results(layer=-1, pos_slice=None)  # [heads, 1, pos, d_model]
+    contrib = (cache.apply_ln_to_stack(results, layer=-1, pos_slice=None) @ tl_folded.W_U)[:, 0]
+    contrib = contrib.detach().double().numpy()  # [heads, pos, vocab]
+    scale = cache["ln_final.hook_scale"][0, :, 0].detach().double().numpy()
+    cands = sorted(set(first))
+    ranks, min_gap = [], float("inf")
+    for h in range(contrib.shape[0]):
+        row = []
+        for t in range(second_copy, len(tokens) - 1):
+            vals = contrib[h, t, cands]
+            truth = cands.index(tokens[t + 1])
+            others = np.delete(vals, truth)
+            row.append(int(1 + np.sum(others >= vals[truth])))
+            if others.size:
+                min_gap = min(min_gap, abs(vals[truth] - others.max()) / np.abs(vals).max())
+        ranks.append(row)
+    return ranks, min_gap, scale
+
+
+def induction_block(run, vocab, tl_models, ordinary=None, bos=None):
+    """INDUCTION_SEQUENCES first copies of n tokens drawn here (numpy, seed 0) from `ordinary`,
+    each run as [BOS] + copy + copy.  Attention scores: means over the n second-copy positions;
+    prefix-copy accuracy and copy fidelity over the n - 1 of them that have a next token.  The
+    tool's means and spreads (population std, min, max) over the sequences are recorded."""
     n = INDUCTION_N
-    first = [int(x) for x in np.random.default_rng(0).integers(0, vocab, n)]
-    tokens = first + first
-    logits, pats = forward_block(run, tokens, tl_models)
-    L, H = pats.shape[:2]
-    ts = range(n, 2 * n)
-    heads = []
-    for l in range(L):
-        for h in range(H):
-            A = pats[l, h]
-            heads.append(
-                {
-                    "layer": l,
-                    "head": h,
-                    "induction_score": flt(np.mean([A[t, t - n + 1] for t in ts])),
-                    "previous_token_score": flt(np.mean([A[t, t - 1] for t in ts])),
-                    "duplicate_token_score": flt(np.mean([A[t, t - n] for t in ts])),
-                }
-            )
-    qs = range(n, 2 * n - 1)
-    acc = np.mean([int(np.argmax(logits[t]) == tokens[t + 1]) for t in qs])
-    return {"first_copy": first, "heads": heads, "prefix_copy_accuracy": flt(acc)}
+    ordinary = list(range(vocab)) if ordinary is None else ordinary
+    rng = np.random.default_rng(0)
+    tl_folded = tl_models[0]
+    sequences = []
+    for _ in range(INDUCTION_SEQUENCES):
+        first = [int(x) for x in rng.choice(ordinary, n)]
+        tokens = ([bos] if bos is not None else []) + first + first
+        logits, pats = forward_block(run, tokens, tl_models)
+        second = len(tokens) - n
+        L, H = pats.shape[:2]
+        ts = range(second, second + n)
+        qs = range(second, len(tokens) - 1)
+        ranks, gap, final_scale = copy_fidelity_ranks(tl_folded, tokens, first, second)
+        CHECKS.upd("copy_rank_gap_inv", 1.0 / max(gap, 1e-300))
+        heads = []
+        for l in range(L):
+            for h in range(H):
+                A = pats[l, h]
+                r = ranks[l * H + h]
+                heads.append(
+                    {
+                        "layer": l,
+                        "head": h,
+                        "induction_score": flt(np.mean([A[t, t - n + 1] for t in ts])),
+                        "previous_token_score": flt(np.mean([A[t, t - 1] for t in ts])),
+                        "duplicate_token_score": flt(np.mean([A[t, t - n] for t in ts])),
+                        "copy_fidelity": flt(np.mean([x == 1 for x in r])),
+                        "copy_ranks": r,
+                    }
+                )
+        acc = np.mean([int(np.argmax(logits[t]) == tokens[t + 1]) for t in qs])
+        sequences.append({"first_copy": first, "tokens": tokens, "heads": heads, "prefix_copy_accuracy": flt(acc),
+                          "final_scale": [flt(x) for x in final_scale]})
+    metrics = ("induction_score", "previous_token_score", "duplicate_token_score", "copy_fidelity")
+    mean_heads, spread_heads = [], []
+    for i, h0 in enumerate(sequences[0]["heads"]):
+        per = {m: [s["heads"][i][m] for s in sequences] for m in metrics}
+        mean_heads.append({"layer": h0["layer"], "head": h0["head"], **{m: flt(np.mean(per[m])) for m in metrics}})
+        spread_heads.append({m: spread(per[m]) for m in metrics})
+    accs = [s["prefix_copy_accuracy"] for s in sequences]
+    return {
+        "bos": bos,
+        "first_copy": sequences[0]["first_copy"],
+        "sequences": sequences,
+        "heads": mean_heads,
+        "heads_spread": spread_heads,
+        "prefix_copy_accuracy": flt(np.mean(accs)),
+        "prefix_copy_accuracy_spread": spread(accs),
+    }
 
 
 def peakedness(pats):
@@ -333,10 +417,16 @@ def peakedness(pats):
     return float(pats[..., 3:, :].max(-1).mean()) if T > 3 else float("nan")
 
 
-def build_expected(family, config, run, sd_tl, spec, fwd_tokens):
+def build_expected(family, config, run, sd_tl, spec, fwd_tokens, bos=None, ordinary=None):
+    """bos: {"id", "token", "source"} of the model's BOS (None for character models); it is
+    prepended to the forward tokens and to every induction sequence.  ordinary: the ids random
+    probe tokens come from."""
     folded = tl_model(spec, sd_tl, "folded")
     raw = tl_model(spec, sd_tl, "raw")
     compare_folds(folded, tl_model_reference_fold(spec, sd_tl))
+    bos_id = bos["id"] if bos else None
+    ordinary = list(range(config["vocab"])) if ordinary is None else ordinary
+    fwd_tokens = ([bos_id] if bos else []) + list(fwd_tokens)
     logits, pats = forward_block(run, fwd_tokens, [folded, raw])
     exp = {
         "family": family,
@@ -349,7 +439,9 @@ def build_expected(family, config, run, sd_tl, spec, fwd_tokens):
             "patterns": pats.tolist(),
             "logits": logits.tolist(),
         },
-        "induction": induction_block(run, config["vocab"], [folded]),
+        "induction": induction_block(run, config["vocab"], [folded], ordinary, bos_id),
+        "bos": bos,
+        "ordinary_ids": ordinary,
         "notes": NOTES,
     }
     return exp, peakedness(pats)
@@ -366,9 +458,13 @@ NOTES = {
     "eigenvalues": "TL FactoredMatrix.eigenvalues in float64, sorted by |lambda| desc, conjugate "
     "pairs Im>0 first; eigenvector_condition and departure_from_normality from the full matrix.",
     "forward": "patterns [layer][head][query][key] and logits [pos][vocab] from the HF / PyTorch "
-    "model in float32, no BOS.",
-    "induction": "first_copy repeated twice (no BOS), scores averaged over t = n..2n-1; "
-    "prefix_copy_accuracy over t = n..2n-2 (argmax logits[t] == tokens[t+1]).",
+    "model in float32; tokens start with the BOS where the model has one (prepend_bos=True).",
+    "induction": "each first copy run as [BOS] + copy + copy (BOS where the model has one); with "
+    "s = start of the second copy, attention scores average over t = s..s+n-1, "
+    "prefix_copy_accuracy and copy_fidelity over t = s..len-2 (argmax logits[t] == tokens[t+1]; "
+    "rank 1 of tokens[t+1] among the first copy's distinct tokens by the head's direct logit "
+    "contribution, TL stack_head_results -> apply_ln_to_stack -> @ W_U of the fold_ln model). "
+    "heads / prefix_copy_accuracy: means over the sequences; *_spread: population std, min, max.",
 }
 
 
@@ -593,12 +689,12 @@ TOKENIZER_SENTENCES = [
 TOKENIZER_SAMPLE = "the red dog hid the ball in the shed!"  # "!" is not in the alphabet -> [UNK]
 
 
-def train_tokenizer(vocab_size):
+def train_tokenizer(vocab_size, special_tokens=("[UNK]",)):
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["[UNK]"], show_progress=False)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(special_tokens), show_progress=False)
     tok.train_from_iterator(TOKENIZER_SENTENCES, trainer)
     assert tok.get_vocab_size() == vocab_size, tok.get_vocab_size()
     return tok
@@ -621,11 +717,17 @@ def hf_randomise(model, gen, conv1d):
                 p.copy_(randn(gen, *p.shape) / math.sqrt(fan_in))
 
 
+# GPT-2's BOS (= EOS) is its one special token <|endoftext|>; the fixture's tokenizer has it too,
+# as id 1 after [UNK] (the trainer numbers special tokens first, in this order).
+GPT2_SPECIALS = ("[UNK]", "<|endoftext|>")
+GPT2_EOT = 1
+
+
 def gpt2_config():
     from transformers import GPT2Config
 
     return GPT2Config(n_layer=2, n_head=2, n_embd=16, vocab_size=40, n_positions=32,
-                      attn_implementation="eager")
+                      bos_token_id=GPT2_EOT, eos_token_id=GPT2_EOT, attn_implementation="eager")
 
 
 def hf_run(model):
@@ -661,7 +763,8 @@ def make_gpt2():
 
     d = fresh_dir("gpt2")
     model.save_pretrained(str(d), safe_serialization=True)
-    tok = train_tokenizer(cfg.vocab_size)
+    tok = train_tokenizer(cfg.vocab_size, GPT2_SPECIALS)
+    assert tok.token_to_id("<|endoftext|>") == GPT2_EOT
     tok.save(str(d / "tokenizer.json"))
     sample_ids = tok.encode(TOKENIZER_SAMPLE).ids
 
@@ -680,7 +783,9 @@ def make_gpt2():
     sd_tl = convert_gpt2_weights(model, tl_config(spec, torch.float32))
     fwd = sample_ids if 10 <= len(sample_ids) <= 16 else None
     assert fwd is not None, sample_ids
-    exp, peak = build_expected("gpt2", config, hf_run(model), sd_tl, spec, fwd)
+    bos = {"id": GPT2_EOT, "token": "<|endoftext|>", "source": "config.json bos_token_id"}
+    exp, peak = build_expected("gpt2", config, hf_run(model), sd_tl, spec, fwd, bos,
+                               ordinary_ids(cfg.vocab_size, tok, [GPT2_EOT]))
     exp["tokenizer"] = {"text": TOKENIZER_SAMPLE, "ids": [int(i) for i in sample_ids]}
     exp["forward"]["text"] = TOKENIZER_SAMPLE
     write_json(d / "expected.json", exp)
@@ -702,6 +807,10 @@ def make_gpt2():
     shutil.copy(d / "config.json", dn / "config.json")
     exp_n = dict(exp)
     exp_n.pop("tokenizer")
+    # no tokenizer beside these weights: the BOS is named by config.json alone (shown as #id),
+    # and random probe tokens come from every row except config.json's special ids
+    exp_n["bos"] = dict(bos, token=f"#{GPT2_EOT}")
+    exp_n["ordinary_ids"] = ordinary_ids(cfg.vocab_size, None, [GPT2_EOT])
     write_json(dn / "expected.json", exp_n)
     back = load_file(str(dn / "model.safetensors"))
     assert set(back) == set(sd), set(back) ^ set(sd)
@@ -717,6 +826,9 @@ def make_gpt2():
 # 4. Pythia / GPT-NeoX
 
 
+PYTHIA_TOKENIZER_SIZE = 44
+
+
 def make_pythia():
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
     from transformer_lens.pretrained.weight_conversions import convert_neox_weights
@@ -728,7 +840,7 @@ def make_pythia():
                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                          "partial_rotary_factor": 0.25},
                         use_parallel_residual=True, tie_word_embeddings=False,
-                        attn_implementation="eager")
+                        bos_token_id=0, eos_token_id=0, attn_implementation="eager")
     model = GPTNeoXForCausalLM(cfg)
     hf_randomise(model, gen, conv1d=False)
     H, dh = cfg.num_attention_heads, cfg.hidden_size // cfg.num_attention_heads
@@ -763,8 +875,15 @@ def make_pythia():
     config = {"layers": cfg.num_hidden_layers, "heads": H, "kv_heads": H, "d_model": cfg.hidden_size,
               "d_head": dh, "vocab": cfg.vocab_size, "n_ctx": 64, "rotary_dim": rotary_dim}
     sd_tl = convert_neox_weights(model, tl_config(spec, torch.float32))
+    # As Pythia's: <|endoftext|> (id 0) is BOS and EOS, and the tokenizer knows fewer tokens
+    # (PYTHIA_TOKENIZER_SIZE) than the embedding has rows (50): rows past it are padding.
+    tok = train_tokenizer(PYTHIA_TOKENIZER_SIZE, ("<|endoftext|>", "<|padding|>", "[UNK]"))
+    assert tok.token_to_id("<|endoftext|>") == 0 and tok.get_vocab_size() < cfg.vocab_size
+    tok.save(str(d / "tokenizer.json"))
     fwd = [int(x) for x in np.random.default_rng(3).integers(0, cfg.vocab_size, 14)]
-    exp, peak = build_expected("neox", config, hf_run(model), sd_tl, spec, fwd)
+    bos = {"id": 0, "token": "<|endoftext|>", "source": "config.json bos_token_id"}
+    exp, peak = build_expected("neox", config, hf_run(model), sd_tl, spec, fwd, bos,
+                               ordinary_ids(cfg.vocab_size, tok, [0]))
     write_json(d / "expected.json", exp)
     return d, peak, rotary_key
 
@@ -811,7 +930,11 @@ def make_llama():
               "d_head": dh, "vocab": cfg.vocab_size, "n_ctx": 64, "rotary_dim": dh}
     sd_tl = convert_llama_weights(model, tl_config(spec, torch.float32))
     fwd = [int(x) for x in np.random.default_rng(4).integers(0, cfg.vocab_size, 16)]
-    exp, peak = build_expected("llama", config, hf_run(model), sd_tl, spec, fwd)
+    # No tokenizer: the BOS is config.json's bos_token_id (Llama's <s> = 1), shown as #1.
+    assert (cfg.bos_token_id, cfg.eos_token_id) == (1, 2)
+    bos = {"id": 1, "token": "#1", "source": "config.json bos_token_id"}
+    exp, peak = build_expected("llama", config, hf_run(model), sd_tl, spec, fwd, bos,
+                               ordinary_ids(cfg.vocab_size, None, [1, 2]))
     # GQA: TL repeats KV heads with repeat_interleave, query head h reads KV head h // (H // KV)
     m = tl_model(spec, sd_tl, "raw")
     for l, layer in enumerate(model.model.layers):
@@ -887,7 +1010,10 @@ def make_pythia_hub():
               "d_head": dh, "vocab": cfg.vocab_size, "n_ctx": n_ctx, "rotary_dim": rotary_dim}
     sd_tl = convert_neox_weights(model, tl_config(spec, torch.float32))
     fwd = [int(x) for x in np.random.default_rng(31).integers(0, cfg.vocab_size, 14)]
-    exp, peak = build_expected("neox", config, hf_run(model), sd_tl, spec, fwd)
+    # No tokenizer: the BOS is config.json's bos_token_id (0, which is also the eos).
+    bos = {"id": 0, "token": "#0", "source": "config.json bos_token_id"}
+    exp, peak = build_expected("neox", config, hf_run(model), sd_tl, spec, fwd, bos,
+                               ordinary_ids(cfg.vocab_size, None, [0]))
     exp["parameters_hf"] = int(sum(p.numel() for p in model.parameters()))
     write_json(d / "expected.json", exp)
     return d, peak
@@ -974,7 +1100,9 @@ def make_llama32():
     sd_tl = convert_llama_weights(model, tl_config(spec, torch.float32))
     # Long enough (24 positions) that the low frequencies' scaling shows in the patterns.
     fwd = [int(x) for x in np.random.default_rng(42).integers(0, cfg.vocab_size, 24)]
-    exp, peak = build_expected("llama", config, hf_run(model), sd_tl, spec, fwd)
+    bos = {"id": 1, "token": "#1", "source": "config.json bos_token_id"}
+    exp, peak = build_expected("llama", config, hf_run(model), sd_tl, spec, fwd, bos,
+                               ordinary_ids(cfg.vocab_size, None, [1, 2]))
     exp["parameters_hf"] = int(sum(p.numel() for p in model.parameters()))
     exp["rope_inverse_frequencies"] = rope_inverse_frequencies()
     write_json(d / "expected.json", exp)

@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::ModelFingerprint;
-use crate::probes::induction::InductionReport;
+use crate::analysis::{HeadFingerprint, ModelFingerprint};
+use crate::probes::induction::{HeadScores, InductionReport, RepeatSource, Spread};
 
 /// Induction score at or above which a head counts as an induction head (spec section 4).
 pub const INDUCTION_HEAD_THRESHOLD: f64 = 0.4;
@@ -17,10 +17,17 @@ pub struct ComparisonRow {
     pub heads: usize,
     /// Mean over heads of the QK imaginary fraction (from the fingerprint given: folded or raw).
     pub mean_qk_imaginary_fraction: f64,
+    /// The induction-score threshold `induction_heads` counts at.
+    pub threshold: f64,
     pub induction_heads: Option<usize>,
+    /// Mean over the probe's sequences, and its spread over them.
     pub prefix_copy_accuracy: Option<f64>,
-    /// Which repeated sequence the behavioural columns come from.
+    pub prefix_copy_accuracy_spread: Option<Spread>,
+    /// Which repeated sequences the behavioural columns come from.
     pub sequence: String,
+    pub sequences: Vec<RepeatSource>,
+    /// The BOS id the sequences started with, if any.
+    pub bos: Option<usize>,
 }
 
 impl ComparisonRow {
@@ -38,11 +45,74 @@ impl ComparisonRow {
             parameters: fingerprint.model.parameters,
             heads,
             mean_qk_imaginary_fraction: mean,
-            induction_heads: induction.map(|r| r.heads.iter().filter(|h| h.induction_score >= threshold).count()),
+            threshold,
+            induction_heads: induction.map(|r| r.induction_heads(threshold).len()),
             prefix_copy_accuracy: induction.map(|r| r.prefix_copy_accuracy),
+            prefix_copy_accuracy_spread: induction.map(|r| r.prefix_copy_accuracy_spread),
             sequence: sequence.into(),
+            sequences: induction.map(|r| r.sequences.iter().map(|s| s.source.clone()).collect()).unwrap_or_default(),
+            bos: induction.and_then(|r| r.bos),
         }
     }
+}
+
+/// A head's value of one spectral feature.
+pub type SpectralFeature = fn(&HeadFingerprint) -> f64;
+/// A head's value of one behavioural score.
+pub type BehaviouralScore = fn(&HeadScores) -> f64;
+
+/// The spectral features correlated with behaviour (spec section 5): JSON name and value per
+/// head; κ of a defective circuit is +∞ (it still ranks, as the largest).
+pub const SPECTRAL_FEATURES: [(&str, SpectralFeature); 10] = [
+    ("qk.copying_score", |h| h.qk.copying_score),
+    ("qk.imaginary_fraction", |h| h.qk.imaginary_fraction),
+    ("qk.eigenvector_condition", |h| h.qk.eigenvector_condition.unwrap_or(f64::INFINITY)),
+    ("qk.departure_from_normality", |h| h.qk.departure_from_normality),
+    ("qk.scale", |h| h.qk.scale),
+    ("ov.copying_score", |h| h.ov.copying_score),
+    ("ov.imaginary_fraction", |h| h.ov.imaginary_fraction),
+    ("ov.eigenvector_condition", |h| h.ov.eigenvector_condition.unwrap_or(f64::INFINITY)),
+    ("ov.departure_from_normality", |h| h.ov.departure_from_normality),
+    ("ov.scale", |h| h.ov.scale),
+];
+
+/// The behavioural scores (means over the probe's sequences), JSON name and value per head.
+pub const BEHAVIOURAL_SCORES: [(&str, BehaviouralScore); 4] = [
+    ("induction_score", |h| h.induction_score),
+    ("previous_token_score", |h| h.previous_token_score),
+    ("duplicate_token_score", |h| h.duplicate_token_score),
+    ("copy_fidelity", |h| h.copy_fidelity),
+];
+
+/// Spearman's ρ of one spectral feature against one behavioural score across a model's heads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Correlation {
+    pub spectral: String,
+    pub behavioural: String,
+    /// None when undefined (fewer than 3 heads, or one side constant).
+    pub rho: Option<f64>,
+}
+
+/// ρ for every spectral feature against every behavioural score, heads matched by L/H.
+pub fn spearman_table(fingerprint: &ModelFingerprint, induction: &InductionReport) -> Vec<Correlation> {
+    let pairs: Vec<(&HeadFingerprint, &HeadScores)> = fingerprint
+        .heads
+        .iter()
+        .filter_map(|f| induction.heads.iter().find(|s| s.layer == f.layer && s.head == f.head).map(|s| (f, s)))
+        .collect();
+    let mut table = Vec::new();
+    for (spectral, feature) in SPECTRAL_FEATURES {
+        let x: Vec<f64> = pairs.iter().map(|(f, _)| feature(f)).collect();
+        for (behavioural, score) in BEHAVIOURAL_SCORES {
+            let y: Vec<f64> = pairs.iter().map(|(_, s)| score(s)).collect();
+            table.push(Correlation {
+                spectral: spectral.into(),
+                behavioural: behavioural.into(),
+                rho: spearman(&x, &y),
+            });
+        }
+    }
+    table
 }
 
 /// Ranks from 1, ties sharing their mean rank (as scipy's `rankdata`).

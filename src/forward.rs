@@ -11,6 +11,23 @@ pub struct ForwardOutput {
     pub patterns: Vec<Vec<DMatrix<f32>>>,
     /// position x vocab.
     pub logits: DMatrix<f32>,
+    /// `head_outputs[layer][head]`: what each head writes to the residual stream (`z W_O` for
+    /// that head, no bias; TransformerLens's `cache.stack_head_results`), position x d_model, or
+    /// that times the projection asked for. Empty unless asked for (see [`HeadOutputs`]).
+    pub head_outputs: Vec<Vec<DMatrix<f32>>>,
+    /// The final norm's divisor at each position: `sqrt(var + eps)` (LayerNorm) or
+    /// `sqrt(mean square + eps)` (RMSNorm), TransformerLens's `ln_final.hook_scale`.
+    pub final_scale: Vec<f32>,
+}
+
+/// Which per-head outputs a forward pass keeps: none by default (they cost a
+/// position x d_model matrix per head), all of them, or each projected onto a few directions
+/// (position x k per head, e.g. the unembedding columns of a handful of tokens).
+#[derive(Clone, Copy)]
+pub enum HeadOutputs<'a> {
+    None,
+    Full,
+    Projected(&'a DMatrix<f32>),
 }
 
 /// Checks a token sequence against the model before running it.
@@ -30,6 +47,11 @@ pub fn check_tokens(model: &Model, tokens: &[usize]) -> Result<()> {
 }
 
 pub fn run(model: &Model, tokens: &[usize]) -> Result<ForwardOutput> {
+    run_with(model, tokens, HeadOutputs::None)
+}
+
+/// The forward pass, keeping per-head outputs as asked.
+pub fn run_with(model: &Model, tokens: &[usize], keep: HeadOutputs) -> Result<ForwardOutput> {
     check_tokens(model, tokens)?;
     let config = &model.config;
     let seq = tokens.len();
@@ -38,12 +60,16 @@ pub fn run(model: &Model, tokens: &[usize]) -> Result<ForwardOutput> {
         residual += w_pos.rows(0, seq);
     }
     let mut patterns = Vec::with_capacity(config.layers);
+    let mut head_outputs = Vec::new();
     for layer in &model.layers {
         let mlp =
             layer.mlp.as_ref().ok_or_else(|| Error::Invalid("the model was loaded without its MLP weights".into()))?;
         let normed = normalise(&residual, &layer.ln1, config.norm, config.norm_eps);
-        let (attention_out, layer_patterns) = attend(model, layer, &normed);
+        let (attention_out, layer_patterns, layer_head_outputs) = attend(model, layer, &normed, keep);
         patterns.push(layer_patterns);
+        if !matches!(keep, HeadOutputs::None) {
+            head_outputs.push(layer_head_outputs);
+        }
         if config.parallel_residual {
             let mlp_out =
                 feed_forward(mlp, config.activation, &normalise(&residual, &layer.ln2, config.norm, config.norm_eps));
@@ -55,6 +81,7 @@ pub fn run(model: &Model, tokens: &[usize]) -> Result<ForwardOutput> {
             residual += mlp_out;
         }
     }
+    let final_scale = norm_scales(&residual, config.norm, config.norm_eps);
     let normed = normalise(&residual, &model.ln_final, config.norm, config.norm_eps);
     let mut logits = match &model.w_u {
         Some(w_u) => &normed * w_u,
@@ -63,10 +90,13 @@ pub fn run(model: &Model, tokens: &[usize]) -> Result<ForwardOutput> {
     if let Some(b_u) = &model.b_u {
         add_row_bias(&mut logits, b_u);
     }
-    Ok(ForwardOutput { patterns, logits })
+    Ok(ForwardOutput { patterns, logits, head_outputs, final_scale })
 }
 
-fn attend(model: &Model, layer: &crate::model::Layer, normed: &DMatrix<f32>) -> (DMatrix<f32>, Vec<DMatrix<f32>>) {
+/// Per layer: the attention block's output, every head's pattern, and the head outputs kept.
+type Attended = (DMatrix<f32>, Vec<DMatrix<f32>>, Vec<DMatrix<f32>>);
+
+fn attend(model: &Model, layer: &crate::model::Layer, normed: &DMatrix<f32>, keep: HeadOutputs) -> Attended {
     let config = &model.config;
     let weights = &layer.attention;
     let (seq, d_head) = (normed.nrows(), config.d_head);
@@ -86,6 +116,7 @@ fn attend(model: &Model, layer: &crate::model::Layer, normed: &DMatrix<f32>) -> 
     let scale = 1.0 / (d_head as f32).sqrt();
     let mut mixed = DMatrix::zeros(seq, config.heads * d_head);
     let mut patterns = Vec::with_capacity(config.heads);
+    let mut head_outputs = Vec::new();
     for head in 0..config.heads {
         let kv = config.kv_head_of(head) * d_head;
         let q = queries.columns(head * d_head, d_head);
@@ -101,12 +132,20 @@ fn attend(model: &Model, layer: &crate::model::Layer, normed: &DMatrix<f32>) -> 
             }
             row /= total;
         }
-        mixed.columns_mut(head * d_head, d_head).copy_from(&(&pattern * values.columns(kv, d_head)));
+        let z = &pattern * values.columns(kv, d_head);
+        match keep {
+            HeadOutputs::None => {}
+            HeadOutputs::Full => head_outputs.push(&z * weights.w_o.rows(head * d_head, d_head)),
+            HeadOutputs::Projected(directions) => {
+                head_outputs.push(&z * (weights.w_o.rows(head * d_head, d_head) * directions))
+            }
+        }
+        mixed.columns_mut(head * d_head, d_head).copy_from(&z);
         patterns.push(pattern);
     }
     let mut out = mixed * &weights.w_o;
     add_row_bias(&mut out, &weights.b_o);
-    (out, patterns)
+    (out, patterns, head_outputs)
 }
 
 /// Hugging Face's rotate-half rotary embedding on the first `dims` dimensions of each head.
@@ -151,6 +190,20 @@ fn activate(activation: Activation, x: f32) -> f32 {
         Activation::GeluErf => 0.5 * x * (1.0 + libm::erff(x / std::f32::consts::SQRT_2)),
         Activation::Silu => x / (1.0 + (-x).exp()),
     }
+}
+
+/// Each row's norm divisor (what `normalise` divides by).
+fn norm_scales(x: &DMatrix<f32>, kind: NormKind, eps: f32) -> Vec<f32> {
+    let d = x.ncols() as f32;
+    x.row_iter()
+        .map(|row| match kind {
+            NormKind::LayerNorm => {
+                let mean = row.sum() / d;
+                (row.add_scalar(-mean).norm_squared() / d + eps).sqrt()
+            }
+            NormKind::RmsNorm => (row.norm_squared() / d + eps).sqrt(),
+        })
+        .collect()
 }
 
 fn normalise(x: &DMatrix<f32>, norm: &Norm, kind: NormKind, eps: f32) -> DMatrix<f32> {

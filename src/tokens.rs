@@ -2,7 +2,9 @@
 //! the `tokenizers` crate, or bare ids when a model has neither. Ids are accepted everywhere
 //! text is.
 
-use crate::model::Model;
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Family, Model};
 use crate::{Error, Result};
 
 pub enum Tokenizer {
@@ -91,6 +93,65 @@ impl Tokenizer {
             _ => Vec::new(),
         }
     }
+
+    /// The ids random probe tokens are drawn from (spec section 4): the tokens the tokenizer
+    /// knows, without its special tokens and without embedding rows past its vocabulary (Pythia
+    /// pads its embedding from 50277 to 50304 rows that training never touched). Without a
+    /// tokenizer, every row but the ids config.json names special.
+    pub fn ordinary_ids(&self, model: &Model) -> Vec<usize> {
+        let rows = model.config.vocab;
+        let mut excluded = self.special_ids();
+        excluded.extend(&model.config.config_special_ids);
+        let known: Vec<usize> = match self {
+            Tokenizer::Chars(chars) => (0..chars.len().min(rows)).collect(),
+            Tokenizer::Hugging(tokenizer) => {
+                let mut ids: Vec<usize> =
+                    tokenizer.get_vocab(true).into_values().map(|id| id as usize).filter(|&id| id < rows).collect();
+                ids.sort_unstable();
+                ids
+            }
+            Tokenizer::IdsOnly { .. } => (0..rows).collect(),
+        };
+        known.into_iter().filter(|id| !excluded.contains(id)).collect()
+    }
+}
+
+/// Names that tokenizers give the token models are trained to see first (GPT-2 and Pythia's
+/// `<|endoftext|>`, Llama 2's `<s>`, Llama 3's `<|begin_of_text|>`, Gemma's `<bos>`), in order of
+/// preference when config.json names none.
+const BOS_NAMES: [&str; 4] = ["<|begin_of_text|>", "<s>", "<bos>", "<|endoftext|>"];
+
+/// The token prepended to probes and prompts (spec section 4, "BOS"), and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bos {
+    pub id: usize,
+    pub token: String,
+    /// `config.json bos_token_id` or `tokenizer special token`.
+    pub source: String,
+}
+
+/// The model's BOS: config.json's `bos_token_id` (validated when the model was loaded), else a
+/// special token of the tokenizer with a known BOS name. Character models have none.
+pub fn choose_bos(model: &Model, tokenizer: &Tokenizer) -> Option<Bos> {
+    if model.config.family == Family::GptChar {
+        return None;
+    }
+    if let Some(id) = model.config.bos_token_id {
+        return Some(Bos { id, token: tokenizer.token_text(id), source: "config.json bos_token_id".into() });
+    }
+    let Tokenizer::Hugging(hugging) = tokenizer else { return None };
+    let specials = hugging.get_added_tokens_decoder();
+    BOS_NAMES.iter().find_map(|name| {
+        specials
+            .iter()
+            .find(|(id, t)| t.special && t.content == *name && (**id as usize) < model.config.vocab)
+            .map(|(&id, t)| Bos { id: id as usize, token: t.content.clone(), source: "tokenizer special token".into() })
+    })
+}
+
+/// `ids` with the BOS in front when there is one.
+pub fn with_bos(bos: Option<usize>, ids: &[usize]) -> Vec<usize> {
+    bos.into_iter().chain(ids.iter().copied()).collect()
 }
 
 /// Parses `3,1,4` (spaces allowed).

@@ -50,37 +50,167 @@ fn fingerprint_json_contract() {
 #[test]
 fn attention_json_contract() {
     let path = fixture("llama");
+    // Llama's config.json names bos_token_id 1: it goes in front unless --no-bos.
     let report = json(&["attention", path.to_str().unwrap(), "--tokens", "3,1,4,1,5", "--json"]);
-    assert_eq!(report["tokens"], serde_json::json!([3, 1, 4, 1, 5]));
+    assert_eq!(report["tokens"], serde_json::json!([1, 3, 1, 4, 1, 5]));
+    assert_eq!((report["prepend_bos"].as_bool(), report["bos"]["id"].as_u64()), (Some(true), Some(1)));
     let patterns = report["patterns"].as_array().unwrap();
     assert_eq!(patterns.len(), 2);
     let p = &patterns[1][3];
-    assert_eq!(p.as_array().unwrap().len(), 5);
-    let row: Vec<f64> = p[4].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert_eq!(p.as_array().unwrap().len(), 6);
+    let row: Vec<f64> = p[5].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
     assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-5);
     assert_eq!(p[0][1].as_f64(), Some(0.0), "causal");
+    let plain = json(&["attention", path.to_str().unwrap(), "--tokens", "3,1,4,1,5", "--no-bos", "--json"]);
+    assert_eq!(plain["tokens"], serde_json::json!([3, 1, 4, 1, 5]));
+    assert!(plain["bos"].is_null());
+    // Position 0 attends only to itself; with the BOS in front that is the BOS, without it token 3,
+    // so the rows of the same token differ (the BOS changes what every later position sees).
+    assert_ne!(plain["patterns"][1][3][4], report["patterns"][1][3][5]);
+}
+
+fn numbers(value: &Value) -> Vec<f64> {
+    value.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect()
 }
 
 #[test]
 fn induction_probe_contract() {
-    let path = fixture("gptchar");
-    let report = json(&["probe", path.to_str().unwrap(), "--induction", "--len", "6", "--seed", "7", "--json"]);
-    assert_eq!(report["tokens"].as_array().unwrap().len(), 12);
-    assert_eq!(report["tokens"][0], report["tokens"][6]);
-    let acc = report["prefix_copy_accuracy"].as_f64().unwrap();
-    assert!(
-        (0.0..=1.0).contains(&acc) && (acc * 5.0 - (acc * 5.0).round()).abs() < 1e-9,
-        "counts of 5 positions: {acc}"
-    );
+    let path = fixture("gpt2");
+    let args = ["probe", path.to_str().unwrap(), "--induction", "--len", "6", "--seed", "7", "--json"];
+    let report = json(&args);
+    // BOS <|endoftext|> (id 1, config.json) + 6 tokens twice.
+    assert_eq!(report["tokens"].as_array().unwrap().len(), 13);
+    assert_eq!((report["tokens"][0].as_u64(), report["bos"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(report["bos_token"]["token"], "<|endoftext|>");
+    assert_eq!(report["tokens"][1], report["tokens"][7]);
+    // Eight sequences by default, seeds 7..14, each drawn from the ordinary vocabulary.
+    let sequences = report["sequences"].as_array().unwrap();
+    assert_eq!(sequences.len(), 8);
+    let ordinary: Vec<u64> =
+        common::expected("gpt2")["ordinary_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    for (i, sequence) in sequences.iter().enumerate() {
+        assert_eq!(sequence["source"]["seed"].as_u64(), Some(7 + i as u64));
+        let tokens: Vec<u64> = sequence["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+        assert_eq!(tokens[0], 1);
+        assert!(tokens[1..].iter().all(|t| ordinary.contains(t)), "{tokens:?}");
+    }
+    assert_eq!(sequences[0]["tokens"], report["tokens"]);
+    // The means and spreads are those of the per-sequence numbers.
+    let accuracies: Vec<f64> = sequences.iter().map(|s| s["prefix_copy_accuracy"].as_f64().unwrap()).collect();
+    for acc in &accuracies {
+        assert!((acc * 5.0 - (acc * 5.0).round()).abs() < 1e-9, "counts of 5 positions: {acc}");
+    }
+    let mean = accuracies.iter().sum::<f64>() / 8.0;
+    assert!((report["prefix_copy_accuracy"].as_f64().unwrap() - mean).abs() < 1e-12);
     let head = &report["heads"][3];
-    for key in ["layer", "head", "induction_score", "previous_token_score", "duplicate_token_score"] {
+    let per_sequence: Vec<f64> = sequences.iter().map(|s| s["heads"][3]["induction_score"].as_f64().unwrap()).collect();
+    let head_mean = per_sequence.iter().sum::<f64>() / 8.0;
+    let std = (per_sequence.iter().map(|v| (v - head_mean).powi(2)).sum::<f64>() / 8.0).sqrt();
+    assert!((head["induction_score"].as_f64().unwrap() - head_mean).abs() < 1e-12);
+    assert!((head["spread"]["induction_score"]["std"].as_f64().unwrap() - std).abs() < 1e-12);
+    let lowest = per_sequence.iter().copied().fold(f64::INFINITY, f64::min);
+    assert_eq!(head["spread"]["induction_score"]["min"].as_f64(), Some(lowest));
+    for key in ["layer", "head", "induction_score", "previous_token_score", "duplicate_token_score", "copy_fidelity"] {
         assert!(head[key].is_number(), "{key}");
     }
-    // The same seed draws the same sequence; given tokens are used as they are.
-    let again = json(&["probe", path.to_str().unwrap(), "--induction", "--len", "6", "--seed", "7", "--json"]);
+    let fidelity = head["copy_fidelity"].as_f64().unwrap();
+    assert!((fidelity * 40.0 - (fidelity * 40.0).round()).abs() < 1e-9, "5 positions x 8 sequences: {fidelity}");
+    // The threshold decides which heads count.
+    assert_eq!(report["threshold"].as_f64(), Some(0.4));
+    let all = json(&[&args[..], &["--threshold", "0"]].concat());
+    assert_eq!(all["induction_heads"].as_array().unwrap().len(), 4);
+    let none = json(&[&args[..], &["--threshold", "1.01"]].concat());
+    assert_eq!(none["induction_heads"], serde_json::json!([]));
+    // The same seed draws the same sequences; --sequences and --no-bos change what is run.
+    let again = json(&args);
     assert_eq!(again["tokens"], report["tokens"]);
+    let three = json(&[&args[..], &["--sequences", "3", "--no-bos"]].concat());
+    assert_eq!(three["sequences"].as_array().unwrap().len(), 3);
+    assert_eq!(three["tokens"].as_array().unwrap().len(), 12);
+    assert_eq!(&three["tokens"].as_array().unwrap()[..6], &report["tokens"].as_array().unwrap()[1..7]);
+    assert_eq!((three["prepend_bos"].as_bool(), three["bos"].is_null()), (Some(false), true));
+    // Given tokens are one sequence, used as they are (after the BOS).
     let given = json(&["probe", path.to_str().unwrap(), "--induction", "--tokens", "4,5,6", "--json"]);
-    assert_eq!(given["tokens"], serde_json::json!([4, 5, 6, 4, 5, 6]));
+    assert_eq!(given["tokens"], serde_json::json!([1, 4, 5, 6, 4, 5, 6]));
+    assert_eq!(given["sequences"].as_array().unwrap().len(), 1);
+    assert_eq!(given["heads"][0]["spread"]["induction_score"]["std"].as_f64(), Some(0.0));
+    // A character model has no BOS.
+    let chars = json(&["probe", fixture("gptchar").to_str().unwrap(), "--induction", "--len", "6", "--json"]);
+    assert_eq!(chars["tokens"].as_array().unwrap().len(), 12);
+    assert!(chars["bos"].is_null());
+}
+
+/// Ranks from 1, ties sharing their mean rank, counted pairwise (not by sorting, so not the
+/// same computation as the tool's).
+fn mean_ranks(values: &[f64]) -> Vec<f64> {
+    values
+        .iter()
+        .map(|&v| {
+            let below = values.iter().filter(|&&w| w < v).count() as f64;
+            let equal = values.iter().filter(|&&w| w == v).count() as f64;
+            below + (equal + 1.0) / 2.0
+        })
+        .collect()
+}
+
+fn spearman_by_hand(x: &[f64], y: &[f64]) -> Option<f64> {
+    let (rx, ry) = (mean_ranks(x), mean_ranks(y));
+    let n = x.len() as f64;
+    let (mx, my) = (rx.iter().sum::<f64>() / n, ry.iter().sum::<f64>() / n);
+    let sxy: f64 = rx.iter().zip(&ry).map(|(a, b)| (a - mx) * (b - my)).sum();
+    let sxx: f64 = rx.iter().map(|a| (a - mx).powi(2)).sum();
+    let syy: f64 = ry.iter().map(|b| (b - my).powi(2)).sum();
+    (sxx > 0.0 && syy > 0.0).then(|| sxy / (sxx * syy).sqrt())
+}
+
+#[test]
+fn compare_makes_seed_000s_table() {
+    let (chars, pythia) = (fixture("gptchar"), fixture("pythia"));
+    let report = json(&["compare", chars.to_str().unwrap(), pythia.to_str().unwrap(), "--len", "6", "--json"]);
+    assert_eq!((report["threshold"].as_f64(), report["mode"].as_str()), (Some(0.4), Some("folded")));
+    let models = report["models"].as_array().unwrap();
+    assert_eq!(models.len(), 2);
+    for (path, entry) in [(&chars, &models[0]), (&pythia, &models[1])] {
+        let what = path.display().to_string();
+        let fingerprint = json(&["fingerprint", path.to_str().unwrap(), "--json"]);
+        assert_eq!(entry["parameters"], fingerprint["model"]["parameters"], "{what}");
+        let fingerprint_heads = fingerprint["heads"].as_array().unwrap();
+        let mean_imaginary =
+            fingerprint_heads.iter().map(|h| h["qk"]["imaginary_fraction"].as_f64().unwrap()).sum::<f64>()
+                / fingerprint_heads.len() as f64;
+        assert!((entry["mean_qk_imaginary_fraction"].as_f64().unwrap() - mean_imaginary).abs() < 1e-12, "{what}");
+        // The behavioural columns are the probe's, on the same sequences.
+        let probe = json(&["probe", path.to_str().unwrap(), "--induction", "--len", "6", "--json"]);
+        assert_eq!(entry["prefix_copy_accuracy"], probe["prefix_copy_accuracy"], "{what}");
+        assert_eq!(entry["prefix_copy_accuracy_spread"], probe["prefix_copy_accuracy_spread"], "{what}");
+        assert_eq!(entry["head_scores"], probe["heads"], "{what}");
+        assert_eq!(entry["sequences"].as_array().unwrap().len(), 8);
+        let scores = entry["head_scores"].as_array().unwrap();
+        let above = scores.iter().filter(|h| h["induction_score"].as_f64().unwrap() >= 0.4).count();
+        assert_eq!(entry["induction_heads"].as_u64(), Some(above as u64), "{what}");
+        // Every spectral feature against every behavioural score, ρ recomputed here.
+        let spearman = entry["spearman"].as_array().unwrap();
+        assert_eq!(spearman.len(), 10 * 4);
+        for correlation in spearman {
+            let (spectral, behavioural) =
+                (correlation["spectral"].as_str().unwrap(), correlation["behavioural"].as_str().unwrap());
+            let (circuit, feature) = spectral.split_once('.').unwrap();
+            let x: Vec<f64> =
+                fingerprint_heads.iter().map(|h| h[circuit][feature].as_f64().unwrap_or(f64::INFINITY)).collect();
+            let y = numbers(&Value::Array(scores.iter().map(|h| h[behavioural].clone()).collect()));
+            let want = spearman_by_hand(&x, &y);
+            match (correlation["rho"].as_f64(), want) {
+                (Some(got), Some(want)) => {
+                    assert!((got - want).abs() < 1e-12, "{what} {spectral} {behavioural}: {got} vs {want}")
+                }
+                (got, want) => assert_eq!(got, want, "{what} {spectral} {behavioural}: defined in one only"),
+            }
+        }
+        assert!(spearman.iter().filter(|c| c["rho"].is_number()).count() >= 30, "{what}: ρ mostly defined");
+    }
+    // The table names the columns, one line per model.
+    let (ok, stdout, _) = headprint(&["compare", chars.to_str().unwrap(), pythia.to_str().unwrap(), "--len", "6"]);
+    assert!(ok && stdout.contains("prefix-copy accuracy") && stdout.contains("copy_fidelity"), "{stdout}");
 }
 
 #[test]
@@ -103,6 +233,31 @@ fn suite_verdicts_and_ov_logits() {
     assert_eq!(logits["top_raw"].as_array().unwrap().len(), 3);
     assert_eq!(logits["pair"]["from"], "(");
     assert!(logits["pair"]["value"].is_number());
+}
+
+#[test]
+fn suite_positions_count_from_the_bos() {
+    // With a BOS (gpt2's <|endoftext|>) positions count from it: a given query moves by one.
+    let gpt2 = fixture("gpt2");
+    let suite = std::env::temp_dir().join("headprint-cli-bos-suite.json");
+    std::fs::write(&suite, r#"{"name": "q", "prompts": [{"id": "A", "text": "the cat sat", "query": 1}]}"#).unwrap();
+    let with_bos =
+        json(&["probe", gpt2.to_str().unwrap(), "--suite", suite.to_str().unwrap(), "--head", "L1H0", "--json"]);
+    let plain = json(&[
+        "probe",
+        gpt2.to_str().unwrap(),
+        "--suite",
+        suite.to_str().unwrap(),
+        "--head",
+        "L1H0",
+        "--no-bos",
+        "--json",
+    ]);
+    let (a, b) = (&with_bos["rows"][0], &plain["rows"][0]);
+    assert_eq!((a["query_position"].as_u64(), b["query_position"].as_u64()), (Some(2), Some(1)));
+    assert_eq!(a["query_token"], b["query_token"]);
+    assert_eq!(a["tokens"][0], "<|endoftext|>");
+    assert_eq!(a["tokens"].as_array().unwrap().len(), b["tokens"].as_array().unwrap().len() + 1);
 }
 
 #[test]

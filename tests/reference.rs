@@ -8,8 +8,8 @@ use headprint::analysis::circuits::Grams;
 use headprint::analysis::{Circuits, HeadId, Mode, OvTokenLogits, fingerprint_model};
 use headprint::forward;
 use headprint::model::LoadParts;
-use headprint::probes::induction::{RepeatSource, induction_probe};
-use headprint::tokens::Tokenizer;
+use headprint::probes::induction::{FirstCopy, RepeatSource, induction_probe, random_first_copies};
+use headprint::tokens::{Tokenizer, choose_bos};
 use headprint::weights::ModelFiles;
 
 fn check_fingerprints(name: &str, mode: Mode, key: &str) {
@@ -113,39 +113,128 @@ fn forward_pass_matches_hugging_face() {
     }
 }
 
+fn ids(value: &serde_json::Value) -> Vec<usize> {
+    value.as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as usize).collect()
+}
+
+fn tokenizer_of(name: &str, model: &headprint::model::Model) -> Tokenizer {
+    let files = ModelFiles::from_path(&fixture(name)).unwrap();
+    Tokenizer::for_model(model, files.tokenizer_json.as_deref()).unwrap()
+}
+
+/// The probe on the reference's given first copies, after the reference's BOS: every
+/// sequence's scores, the means and the spreads against numpy; copy fidelity and each
+/// position's rank exactly against TransformerLens (the reference records that no candidate
+/// comes within 0.6% of the true token, far above f32 rounding).
 #[test]
 fn induction_scores_match_reference() {
     for name in FAMILIES {
         let model = load(name, LoadParts::Everything);
-        let reference = expected(name);
-        let first: Vec<usize> = reference["induction"]["first_copy"]
+        let reference = &expected(name)["induction"];
+        let bos = reference["bos"].as_u64().map(|b| b as usize);
+        let copies: Vec<FirstCopy> = reference["sequences"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|t| t.as_u64().unwrap() as usize)
+            .map(|s| FirstCopy { tokens: ids(&s["first_copy"]), source: RepeatSource::Given })
             .collect();
-        let report = induction_probe(&model, &first, RepeatSource::Given).unwrap();
+        assert!(copies.len() >= 2, "{name}: several sequences");
+        let report = induction_probe(&model, &copies, bos).unwrap();
+        assert_eq!(report.sequences.len(), copies.len());
+        for (got, want) in report.sequences.iter().zip(reference["sequences"].as_array().unwrap()) {
+            assert_eq!(got.tokens, ids(&want["tokens"]), "{name}: BOS + copy + copy");
+            assert_eq!(got.prefix_copy_accuracy, want["prefix_copy_accuracy"].as_f64().unwrap(), "{name} prefix copy");
+            for ((scores, ranks), want) in got.heads.iter().zip(&got.copy_ranks).zip(want["heads"].as_array().unwrap())
+            {
+                let head = format!("{name} L{}H{}", scores.layer, scores.head);
+                assert_eq!(ranks, &ids(&want["copy_ranks"]), "{head} copy ranks");
+                assert_eq!(scores.copy_fidelity, want["copy_fidelity"].as_f64().unwrap(), "{head} copy fidelity");
+                for (metric, value) in [
+                    ("induction_score", scores.induction_score),
+                    ("previous_token_score", scores.previous_token_score),
+                    ("duplicate_token_score", scores.duplicate_token_score),
+                ] {
+                    assert_close(value, want[metric].as_f64().unwrap(), 1.0, &format!("{head} {metric}"));
+                }
+            }
+        }
         assert_close(
             report.prefix_copy_accuracy,
-            reference["induction"]["prefix_copy_accuracy"].as_f64().unwrap(),
+            reference["prefix_copy_accuracy"].as_f64().unwrap(),
             1.0,
-            "prefix copy",
+            "mean prefix copy",
         );
-        for (got, want) in report.heads.iter().zip(reference["induction"]["heads"].as_array().unwrap()) {
-            for (metric, value) in [
-                ("induction_score", got.induction_score),
-                ("previous_token_score", got.previous_token_score),
-                ("duplicate_token_score", got.duplicate_token_score),
+        let accuracy_spread = &reference["prefix_copy_accuracy_spread"];
+        for (got, key) in [
+            (report.prefix_copy_accuracy_spread.std, "std"),
+            (report.prefix_copy_accuracy_spread.min, "min"),
+            (report.prefix_copy_accuracy_spread.max, "max"),
+        ] {
+            assert_close(got, accuracy_spread[key].as_f64().unwrap(), 1.0, &format!("{name} prefix copy {key}"));
+        }
+        let (means, spreads) = (reference["heads"].as_array().unwrap(), reference["heads_spread"].as_array().unwrap());
+        assert_eq!(report.heads.len(), means.len());
+        for ((got, want), want_spread) in report.heads.iter().zip(means).zip(spreads) {
+            let spread = got.spread.expect("means carry their spread");
+            for (metric, value, metric_spread) in [
+                ("induction_score", got.induction_score, spread.induction_score),
+                ("previous_token_score", got.previous_token_score, spread.previous_token_score),
+                ("duplicate_token_score", got.duplicate_token_score, spread.duplicate_token_score),
+                ("copy_fidelity", got.copy_fidelity, spread.copy_fidelity),
             ] {
-                assert_close(
-                    value,
-                    want[metric].as_f64().unwrap(),
-                    1.0,
-                    &format!("{name} L{}H{} {metric}", got.layer, got.head),
-                );
+                let what = format!("{name} L{}H{} {metric}", got.layer, got.head);
+                assert_close(value, want[metric].as_f64().unwrap(), 1.0, &format!("{what} mean"));
+                for (v, key) in [(metric_spread.std, "std"), (metric_spread.min, "min"), (metric_spread.max, "max")] {
+                    assert_close(v, want_spread[metric][key].as_f64().unwrap(), 1.0, &format!("{what} {key}"));
+                }
             }
         }
     }
+}
+
+/// The BOS each fixture's config / tokenizer names, and the ids random probe tokens come from:
+/// Pythia's tokenizer knows 44 tokens for 50 embedding rows, so rows 44-49 must never be drawn,
+/// nor the special tokens of any tokenizer or config.json.
+#[test]
+fn bos_and_ordinary_vocabulary_match_reference() {
+    for name in FAMILIES {
+        let model = load(name, LoadParts::Circuits);
+        let reference = expected(name);
+        let tokenizer = tokenizer_of(name, &model);
+        let bos = choose_bos(&model, &tokenizer);
+        assert_eq!(serde_json::to_value(&bos).unwrap(), reference["bos"], "{name} BOS");
+        let ordinary = tokenizer.ordinary_ids(&model);
+        assert_eq!(ordinary, ids(&reference["ordinary_ids"]), "{name} ordinary ids");
+        if let Some(bos) = bos {
+            assert!(!ordinary.contains(&bos.id), "{name}: the BOS is never a random probe token");
+        }
+    }
+    let model = load("pythia", LoadParts::Circuits);
+    let tokenizer = tokenizer_of("pythia", &model);
+    let Tokenizer::Hugging(hugging) = &tokenizer else { panic!("pythia has a tokenizer.json") };
+    let known = hugging.get_vocab_size(true);
+    assert!(known < model.config.vocab, "the fixture pads its embedding: {known} < {}", model.config.vocab);
+    let drawn = random_first_copies(&tokenizer.ordinary_ids(&model), 200, 0, 8).unwrap();
+    for copy in &drawn {
+        assert!(copy.tokens.iter().all(|&t| t < known), "a padding row was drawn: {:?}", copy.tokens);
+        assert!(!copy.tokens.iter().any(|t| tokenizer.special_ids().contains(t)), "a special token was drawn");
+    }
+}
+
+#[test]
+fn out_of_range_bos_is_a_clear_error() {
+    let dir = std::env::temp_dir().join(format!("headprint-bad-bos-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(fixture("gpt2/model.safetensors"), dir.join("model.safetensors")).unwrap();
+    let config = std::fs::read_to_string(fixture("gpt2/config.json")).unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    config["bos_token_id"] = 50256.into();
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let error = headprint::model::Model::load(&ModelFiles::from_path(&dir).unwrap(), LoadParts::Circuits)
+        .expect_err("a BOS outside the vocabulary is refused")
+        .to_string();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(error.contains("bos_token_id 50256") && error.contains("40 tokens"), "{error}");
 }
 
 #[test]
@@ -200,4 +289,60 @@ fn character_vocabulary_comes_from_metadata() {
         .map(|t| t.as_u64().unwrap() as usize)
         .collect();
     assert_eq!(ids, tokens);
+}
+
+/// Per-head outputs on request: none by default; whole (`z W_O` per head, position x d_model)
+/// or projected, and the two agree; the final norm's scale is what the final norm divides by.
+#[test]
+fn forward_keeps_head_outputs_on_request() {
+    use headprint::forward::{HeadOutputs, run_with};
+    for name in ["gptchar", "llama"] {
+        let model = load(name, LoadParts::Everything);
+        let tokens = ids(&expected(name)["forward"]["tokens"]);
+        let plain = forward::run(&model, &tokens).unwrap();
+        assert!(plain.head_outputs.is_empty());
+        let full = run_with(&model, &tokens, HeadOutputs::Full).unwrap();
+        assert_eq!(full.head_outputs.len(), model.config.layers);
+        assert_eq!(full.logits, plain.logits, "keeping outputs changes nothing else");
+        let directions = nalgebra::DMatrix::from_fn(model.config.d_model, 3, |i, j| ((i * 7 + j * 3) % 5) as f32 - 2.0);
+        let projected = run_with(&model, &tokens, HeadOutputs::Projected(&directions)).unwrap();
+        for (whole, part) in full.head_outputs.iter().flatten().zip(projected.head_outputs.iter().flatten()) {
+            assert_eq!(whole.shape(), (tokens.len(), model.config.d_model));
+            let expected_part = whole * &directions;
+            let scale = expected_part.amax().max(1.0);
+            assert!((part - expected_part).amax() <= 1e-5 * scale, "{name}: projection of the whole output");
+        }
+    }
+    // The final norm's scale against TransformerLens's `ln_final.hook_scale` (LayerNorm and RMSNorm).
+    for name in FAMILIES {
+        let model = load(name, LoadParts::Everything);
+        let sequence = &expected(name)["induction"]["sequences"][0];
+        let output = run_with(&model, &ids(&sequence["tokens"]), HeadOutputs::None).unwrap();
+        for (t, (got, want)) in output.final_scale.iter().zip(floats(&sequence["final_scale"])).enumerate() {
+            assert_close(*got as f64, want, 1.0, &format!("{name} final scale at {t}"));
+        }
+    }
+}
+
+/// Without `bos_token_id` in config.json the tokenizer's special `<|endoftext|>` is the BOS;
+/// with neither, there is none.
+#[test]
+fn bos_falls_back_to_the_tokenizer() {
+    let dir = std::env::temp_dir().join(format!("headprint-bos-fallback-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for file in ["model.safetensors", "tokenizer.json"] {
+        std::fs::copy(fixture("gpt2").join(file), dir.join(file)).unwrap();
+    }
+    let config = std::fs::read_to_string(fixture("gpt2/config.json")).unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    config.as_object_mut().unwrap().remove("bos_token_id");
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let files = ModelFiles::from_path(&dir).unwrap();
+    let model = headprint::model::Model::load(&files, LoadParts::Circuits).unwrap();
+    let with_tokenizer = Tokenizer::for_model(&model, files.tokenizer_json.as_deref()).unwrap();
+    let bos = choose_bos(&model, &with_tokenizer).expect("the tokenizer names one");
+    assert_eq!((bos.id, bos.token.as_str(), bos.source.as_str()), (1, "<|endoftext|>", "tokenizer special token"));
+    let ids_only = Tokenizer::for_model(&model, None).unwrap();
+    assert_eq!(choose_bos(&model, &ids_only), None);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -34,7 +34,7 @@ fn the_page_pipeline_runs_in_wasm() {
     }
     let logits = OvTokenLogits::new(&Circuits::new(&model, &grams, Mode::Folded), HeadId::new(0, 0));
     assert_eq!(logits.diagonal().len(), model.config.vocab);
-    let rows = verdict_table(&model, &tokenizer, &Suite::builtin("bracket").unwrap(), HeadId::new(1, 0));
+    let rows = verdict_table(&model, &tokenizer, &Suite::builtin("bracket").unwrap(), HeadId::new(1, 0), None);
     // The tiny fixture's vocabulary may lack characters of the suite: then a message, not a panic.
     match rows {
         Ok(rows) => assert!(!rows.is_empty()),

@@ -43,7 +43,13 @@ fn ask_reporting(
 }
 
 fn load(session: &mut Session, id: u64, name: &str, contents: Vec<u8>) -> Result<Reply, String> {
-    let request = Request::Load { model: id, names: vec![format!("{name}.safetensors")], analyse: true, hash: true };
+    let request = Request::Load {
+        model: id,
+        names: vec![format!("{name}.safetensors")],
+        analyse: true,
+        hash: true,
+        prepend_bos: true,
+    };
     ask(session, request, files(name, contents))
 }
 
@@ -150,7 +156,8 @@ fn patterns_and_verdicts_come_from_the_forward_pass() {
     let text = forward["text"].as_str().unwrap().to_string();
     for layer in 0..2 {
         for head in 0..2 {
-            let request = Request::Pattern { model: 3, head: HeadId::new(layer, head), text: text.clone() };
+            let request =
+                Request::Pattern { model: 3, head: HeadId::new(layer, head), text: text.clone(), prepend_bos: true };
             let Ok(Reply::Pattern(pattern)) = ask(&mut session, request, vec![]) else { panic!("pattern answers") };
             let want = &forward["patterns"][layer][head];
             for (q, row) in pattern.rows.iter().enumerate() {
@@ -166,7 +173,8 @@ fn patterns_and_verdicts_come_from_the_forward_pass() {
         r#"{"name": "tiny", "prompts": [{"id": "Q1", "text": "a \"b\" c \""}, {"id": "B1", "text": "(a(b)c"}]}"#,
     )
     .unwrap();
-    let reply = ask(&mut session, Request::Verdicts { model: 3, head: HeadId::new(1, 1), suite }, vec![]);
+    let reply =
+        ask(&mut session, Request::Verdicts { model: 3, head: HeadId::new(1, 1), suite, prepend_bos: true }, vec![]);
     let rows = match reply {
         Ok(Reply::Verdicts(rows)) => rows,
         other => panic!("verdicts answer: {other:?}"),
@@ -184,15 +192,16 @@ fn the_held_out_text_probe_says_which_sequence_it_used() {
     let mut session = Session::new(clock);
     load(&mut session, 1, "gptchar", bytes("gptchar")).unwrap();
     let text = "a(b)c \"d\" e(f)g ".repeat(8);
-    let request = Request::Induction { model: 1, sequence: ProbeSequence::TextWindow { text, seed: 0, len: 12 } };
+    let sequence = ProbeSequence::TextWindow { text, seed: 0, len: 12, count: 3 };
+    let request = Request::Induction { model: 1, sequence, prepend_bos: true };
     let Ok(Reply::Induction(run)) = ask(&mut session, request, vec![]) else { panic!("probe answers") };
-    assert!(run.sequence.contains("held-out text"), "{}", run.sequence);
-    assert_eq!(run.report.unwrap().tokens.len(), 24);
-    let too_short = ProbeSequence::TextWindow { text: "abc".into(), seed: 0, len: 12 };
-    let Ok(Reply::Induction(run)) = ask(&mut session, Request::Induction { model: 1, sequence: too_short }, vec![])
-    else {
-        panic!("probe answers")
-    };
+    assert!(run.sequence.contains("held-out text") && run.sequence.contains("seeds 0–2"), "{}", run.sequence);
+    let report = run.report.unwrap();
+    // A character model has no BOS, whatever the switch says.
+    assert_eq!((report.tokens.len(), report.bos, report.sequences.len()), (24, None, 3));
+    let too_short = ProbeSequence::TextWindow { text: "abc".into(), seed: 0, len: 12, count: 8 };
+    let request = Request::Induction { model: 1, sequence: too_short, prepend_bos: true };
+    let Ok(Reply::Induction(run)) = ask(&mut session, request, vec![]) else { panic!("probe answers") };
     assert!(run.report.unwrap_err().contains("fewer than the 12"));
 }
 
@@ -206,13 +215,13 @@ fn a_failed_load_keeps_the_held_model_and_bad_requests_get_messages() {
     assert!(error.contains("broken.safetensors"), "{error}");
     assert_eq!(session.models_held(), 1);
     // The first model still answers.
-    let pattern = Request::Pattern { model: 1, head: HeadId::new(0, 0), text: "abc".into() };
+    let pattern = Request::Pattern { model: 1, head: HeadId::new(0, 0), text: "abc".into(), prepend_bos: true };
     assert!(matches!(ask(&mut session, pattern, vec![]), Ok(Reply::Pattern(_))));
     // A head the model does not have, and a model the worker does not hold.
-    let missing_head = Request::Pattern { model: 1, head: HeadId::new(9, 0), text: "abc".into() };
+    let missing_head = Request::Pattern { model: 1, head: HeadId::new(9, 0), text: "abc".into(), prepend_bos: true };
     assert!(ask(&mut session, missing_head, vec![]).unwrap_err().contains("L9H0"));
     assert!(matches!(ask(&mut session, Request::Forget { model: 1 }, vec![]), Ok(Reply::Done)));
-    let gone = Request::Pattern { model: 1, head: HeadId::new(0, 0), text: "abc".into() };
+    let gone = Request::Pattern { model: 1, head: HeadId::new(0, 0), text: "abc".into(), prepend_bos: true };
     assert!(ask(&mut session, gone, vec![]).unwrap_err().contains("not loaded"));
     assert_eq!(session.models_held(), 0);
 }
@@ -232,7 +241,7 @@ fn loading_reports_progress_up_to_every_byte_and_head() {
         .zip(contents)
         .map(|(name, c)| Box::new(MemorySource::new(name.clone(), c)) as Box<dyn ByteSource>)
         .collect();
-    let request = Request::Load { model: 1, names, analyse: true, hash: true };
+    let request = Request::Load { model: 1, names, analyse: true, hash: true, prepend_bos: true };
     let reply = ask_reporting(&mut session, request, sources, Rc::new(move |p| sink.borrow_mut().push(p)));
     let analysis = match reply {
         Ok(Reply::Analysed(analysis)) => analysis,
@@ -267,4 +276,61 @@ fn loading_reports_progress_up_to_every_byte_and_head() {
             assert!(pair[1].done >= pair[0].done, "{pair:?}");
         }
     }
+}
+
+/// A folder's files, as the page sends them.
+fn folder(name: &str, files: &[&str]) -> (Vec<String>, Vec<Box<dyn ByteSource>>) {
+    let names: Vec<String> = files.iter().map(|f| f.to_string()).collect();
+    let sources = files
+        .iter()
+        .map(|f| {
+            let contents = std::fs::read(fixture(name).join(f)).unwrap();
+            Box::new(MemorySource::new(f.to_string(), contents)) as Box<dyn ByteSource>
+        })
+        .collect();
+    (names, sources)
+}
+
+#[test]
+fn the_bos_switch_reaches_patterns_verdicts_and_probes() {
+    let mut session = Session::new(clock);
+    let (names, sources) = folder("gpt2", &["config.json", "tokenizer.json", "model.safetensors"]);
+    let request = Request::Load { model: 1, names, analyse: true, hash: false, prepend_bos: true };
+    let Ok(Reply::Analysed(analysis)) = ask(&mut session, request, sources) else { panic!("gpt2 loads") };
+    let reference = expected("gpt2");
+    assert_eq!(serde_json::to_value(&analysis.info.bos).unwrap(), reference["bos"]);
+    // The load's probe: 8 sequences, each BOS + 15 tokens twice (the context is 32).
+    let report = analysis.induction.report.as_ref().unwrap();
+    assert_eq!((report.bos, report.sequences.len(), report.tokens.len()), (Some(1), 8, 31));
+    assert!(analysis.induction.sequence.contains("after BOS <|endoftext|>"), "{}", analysis.induction.sequence);
+    // The pattern of the reference's text, after the BOS, is the reference's forward pass.
+    let forward = &reference["forward"];
+    let text = forward["text"].as_str().unwrap().to_string();
+    let request = Request::Pattern { model: 1, head: HeadId::new(1, 1), text: text.clone(), prepend_bos: true };
+    let Ok(Reply::Pattern(pattern)) = ask(&mut session, request, vec![]) else { panic!("pattern answers") };
+    assert_eq!(pattern.tokens[0], "<|endoftext|>");
+    let want = &forward["patterns"][1][1];
+    assert_eq!(pattern.rows.len(), want.as_array().unwrap().len());
+    for (q, row) in pattern.rows.iter().enumerate() {
+        for (k, value) in row.iter().enumerate() {
+            assert_close(*value, want[q][k].as_f64().unwrap(), 1.0, &format!("L1H1 [{q},{k}]"));
+        }
+    }
+    let request = Request::Pattern { model: 1, head: HeadId::new(1, 1), text, prepend_bos: false };
+    let Ok(Reply::Pattern(plain)) = ask(&mut session, request, vec![]) else { panic!("pattern answers") };
+    assert_eq!(plain.tokens[..], pattern.tokens[1..]);
+    // Verdicts: the query shifts with the BOS; the probe switches it off on request.
+    let suite =
+        Suite::from_json(r#"{"name": "s", "prompts": [{"id": "A", "text": "the cat sat", "query": 1}]}"#).unwrap();
+    for (prepend_bos, position) in [(true, 2), (false, 1)] {
+        let request = Request::Verdicts { model: 1, head: HeadId::new(0, 0), suite: suite.clone(), prepend_bos };
+        let Ok(Reply::Verdicts(rows)) = ask(&mut session, request, vec![]) else { panic!("verdicts answer") };
+        assert_eq!(rows[0].query_position, position);
+    }
+    let sequence = ProbeSequence::UniformRandom { seed: 0, len: 15, count: 2 };
+    let request = Request::Induction { model: 1, sequence, prepend_bos: false };
+    let Ok(Reply::Induction(run)) = ask(&mut session, request, vec![]) else { panic!("probe answers") };
+    let plain = run.report.unwrap();
+    assert_eq!((plain.bos, plain.tokens.len()), (None, 30));
+    assert_eq!(plain.tokens[..15], report.tokens[1..16], "the same seed draws the same tokens");
 }

@@ -13,10 +13,16 @@ mod native {
     use headprint::analysis::{
         Circuits, HeadId, Mode, ModelSummary, OvTokenLogits, circuits::Grams, fingerprint_model,
     };
+    use headprint::compare::{
+        BEHAVIOURAL_SCORES, ComparisonRow, INDUCTION_HEAD_THRESHOLD, SPECTRAL_FEATURES, spearman_table,
+    };
     use headprint::model::{LoadParts, Model};
-    use headprint::probes::induction::{RepeatSource, induction_probe, random_first_copy, text_window_first_copy};
+    use headprint::probes::induction::{
+        DEFAULT_SEQUENCES, FirstCopy, InductionReport, RepeatSource, Spread, induction_probe, random_first_copies,
+        text_window_first_copies,
+    };
     use headprint::probes::{Suite, verdict_table};
-    use headprint::tokens::{Tokenizer, parse_ids};
+    use headprint::tokens::{Bos, Tokenizer, choose_bos, parse_ids, with_bos};
     use headprint::weights::ModelFiles;
     use headprint::{Error, Result, forward};
     use serde_json::json;
@@ -57,9 +63,14 @@ mod native {
             /// Text, tokenized with the model's vocabulary.
             #[arg(long)]
             text: Option<String>,
+            #[command(flatten)]
+            bos: BosArg,
         },
-        /// Run a probe: induction scores on a repeated sequence, or a suite's verdict table.
+        /// Run a probe: induction scores on repeated sequences, or a suite's verdict table.
         Probe(ProbeArgs),
+        /// Seed 000's table: each model's facts and the Spearman ρ of every spectral feature
+        /// against every behavioural score across its heads.
+        Compare(CompareArgs),
         /// The token-space OV circuit of one head read as logits.
         OvLogits {
             #[command(flatten)]
@@ -81,23 +92,62 @@ mod native {
     }
 
     #[derive(Args)]
+    struct BosArg {
+        /// Do not start sequences with the model's BOS token (default: prepend it, as
+        /// TransformerLens does, when config.json or the tokenizer names one).
+        #[arg(long)]
+        no_bos: bool,
+    }
+
+    /// How the induction probe's sequences are drawn.
+    #[derive(Args)]
+    struct SequenceArgs {
+        /// Length of each drawn first copy.
+        #[arg(long, default_value_t = 50)]
+        len: usize,
+        /// Seed of the first sequence; sequence i uses seed + i.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// How many seeded sequences the scores average over.
+        #[arg(long, default_value_t = DEFAULT_SEQUENCES, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+        sequences: usize,
+        /// Draw each first copy as a random window of this text file instead of uniform random tokens.
+        #[arg(long)]
+        text_file: Option<PathBuf>,
+        /// Induction score at or above which a head counts as an induction head.
+        #[arg(long, default_value_t = INDUCTION_HEAD_THRESHOLD)]
+        threshold: f64,
+        #[command(flatten)]
+        bos: BosArg,
+    }
+
+    #[derive(Args)]
+    struct CompareArgs {
+        /// Models (.safetensors files or folders), one row each.
+        #[arg(required = true, num_args = 1..)]
+        models: Vec<PathBuf>,
+        /// Print JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+        /// Spectral features from the weights as stored (default: LayerNorm folded).
+        #[arg(long)]
+        raw: bool,
+        #[command(flatten)]
+        sequence: SequenceArgs,
+    }
+
+    #[derive(Args)]
     struct ProbeArgs {
         #[command(flatten)]
         common: Common,
-        /// Induction / previous-token / duplicate-token scores and prefix-copy accuracy.
+        /// Induction / previous-token / duplicate-token scores, copy fidelity and prefix-copy accuracy.
         #[arg(long, conflicts_with = "suite")]
         induction: bool,
-        /// First copy as token ids (repeated once).
-        #[arg(long)]
+        /// One first copy as token ids (repeated once; no averaging over sequences).
+        #[arg(long, conflicts_with_all = ["text_file", "sequences", "seed", "len"])]
         tokens: Option<String>,
-        /// Length of a drawn first copy.
-        #[arg(long, default_value_t = 50)]
-        len: usize,
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// Draw the first copy as a random window of this text file instead of uniform random tokens.
-        #[arg(long)]
-        text_file: Option<PathBuf>,
+        #[command(flatten)]
+        sequence: SequenceArgs,
         /// A suite JSON file, or a built-in suite: quote, bracket, swap.
         #[arg(long)]
         suite: Option<String>,
@@ -120,6 +170,28 @@ mod native {
     struct Loaded {
         model: Model,
         tokenizer: Tokenizer,
+    }
+
+    impl Loaded {
+        /// The model's BOS unless switched off.
+        fn bos(&self, arg: &BosArg) -> Option<Bos> {
+            if arg.no_bos { None } else { choose_bos(&self.model, &self.tokenizer) }
+        }
+
+        /// The probe's first copies: given ids (one sequence), text windows or random draws.
+        fn first_copies(&self, args: &SequenceArgs, given: Option<&str>) -> Result<Vec<FirstCopy>> {
+            match (given, &args.text_file) {
+                (Some(ids), _) => Ok(vec![FirstCopy { tokens: parse_ids(ids)?, source: RepeatSource::Given }]),
+                (None, Some(path)) => {
+                    let text =
+                        std::fs::read_to_string(path).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+                    text_window_first_copies(&self.tokenizer.encode(&text)?, args.len, args.seed, args.sequences)
+                }
+                (None, None) => {
+                    random_first_copies(&self.tokenizer.ordinary_ids(&self.model), args.len, args.seed, args.sequences)
+                }
+            }
+        }
     }
 
     fn load(common: &Common, parts: LoadParts) -> Result<Loaded> {
@@ -164,13 +236,15 @@ mod native {
                 }
                 Ok(())
             }
-            Command::Attention { common, tokens, text } => {
+            Command::Attention { common, tokens, text, bos } => {
                 let loaded = load(&common, LoadParts::Everything)?;
                 let ids = match (tokens, text) {
                     (Some(ids), _) => parse_ids(&ids)?,
                     (None, Some(text)) => loaded.tokenizer.encode(&text)?,
                     (None, None) => return Err(Error::BadTokens("give --tokens 3,1,4 or --text \"...\"".into())),
                 };
+                let bos_token = loaded.bos(&bos);
+                let ids = with_bos(bos_token.as_ref().map(|b| b.id), &ids);
                 let output = forward::run(&loaded.model, &ids)?;
                 let patterns: Vec<Vec<Vec<Vec<f32>>>> = output
                     .patterns
@@ -180,7 +254,9 @@ mod native {
                     })
                     .collect();
                 if common.json {
-                    return print_json(&json!({"tokens": ids, "patterns": patterns}));
+                    return print_json(
+                        &json!({"tokens": ids, "prepend_bos": !bos.no_bos, "bos": bos_token, "patterns": patterns}),
+                    );
                 }
                 let labels: Vec<String> = ids.iter().map(|&i| loaded.tokenizer.token_text(i)).collect();
                 for (layer, heads) in patterns.iter().enumerate() {
@@ -200,6 +276,7 @@ mod native {
                 Ok(())
             }
             Command::Probe(args) => probe(args),
+            Command::Compare(args) => compare(args),
             Command::OvLogits { common, head, top, pair, row, raw } => {
                 let loaded = load(&common, LoadParts::Circuits)?;
                 let (model, tokenizer) = (&loaded.model, &loaded.tokenizer);
@@ -278,6 +355,8 @@ mod native {
     fn probe(args: ProbeArgs) -> Result<()> {
         let loaded = load(&args.common, LoadParts::Everything)?;
         let (model, tokenizer) = (&loaded.model, &loaded.tokenizer);
+        let bos = loaded.bos(&args.sequence.bos);
+        let bos_id = bos.as_ref().map(|b| b.id);
         if let Some(suite_name) = &args.suite {
             let suite = match Suite::builtin(suite_name) {
                 Some(suite) => suite,
@@ -293,11 +372,17 @@ mod native {
                 .or(suite.head.as_deref())
                 .ok_or_else(|| Error::BadSuite("give --head L5H0".into()))?;
             let head = HeadId::parse(head_name, &model.config)?;
-            let rows = verdict_table(model, tokenizer, &suite, head)?;
+            let rows = verdict_table(model, tokenizer, &suite, head, bos_id)?;
             if args.common.json {
-                return print_json(&json!({"suite": suite.name, "head": head.to_string(), "rows": rows}));
+                return print_json(&json!({
+                    "suite": suite.name,
+                    "head": head.to_string(),
+                    "prepend_bos": !args.sequence.bos.no_bos,
+                    "bos": bos,
+                    "rows": rows,
+                }));
             }
-            println!("suite {} on {head}", suite.name);
+            println!("suite {} on {head}; {}", suite.name, describe_bos(bos.as_ref()));
             println!("{:<6} {:<28} {:>4}  {:<30} {:<30}", "id", "prompt", "q", "top (pos tok weight)", "runner-up");
             for row in &rows {
                 let cell = |a: &headprint::probes::suite::Attended| {
@@ -317,37 +402,163 @@ mod native {
         if !args.induction {
             return Err(Error::Invalid("probe needs --induction or --suite FILE --head LxHy".into()));
         }
-        let (first_copy, source) = match (&args.tokens, &args.text_file) {
-            (Some(ids), _) => (parse_ids(ids)?, RepeatSource::Given),
-            (None, Some(path)) => {
-                let text = std::fs::read_to_string(path).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
-                (
-                    text_window_first_copy(&tokenizer.encode(&text)?, args.len, args.seed)?,
-                    RepeatSource::TextWindow { seed: args.seed },
-                )
-            }
-            (None, None) => (
-                random_first_copy(model.config.vocab, args.len, args.seed, &tokenizer.special_ids())?,
-                RepeatSource::UniformRandom { seed: args.seed },
-            ),
-        };
-        let report = induction_probe(model, &first_copy, source)?;
+        let threshold = args.sequence.threshold;
+        let copies = loaded.first_copies(&args.sequence, args.tokens.as_deref())?;
+        let report = induction_probe(model, &copies, bos_id)?;
         if args.common.json {
-            return print_json(&report);
+            let mut value = serde_json::to_value(&report).map_err(|e| Error::Invalid(e.to_string()))?;
+            value["prepend_bos"] = json!(!args.sequence.bos.no_bos);
+            value["bos_token"] = json!(bos);
+            value["threshold"] = json!(threshold);
+            value["induction_heads"] = json!(report.induction_heads(threshold));
+            return print_json(&value);
         }
-        println!("repeated sequence: {} tokens ({:?})", report.tokens.len(), report.source);
-        println!("prefix-copy accuracy: {:.4}\n", report.prefix_copy_accuracy);
-        println!("{:<7} {:>10} {:>10} {:>10}", "head", "induction", "previous", "duplicate");
+        println!(
+            "{} repeated sequence(s) of {} tokens ({}); {}",
+            report.sequences.len(),
+            report.tokens.len(),
+            describe_sources(&report),
+            describe_bos(bos.as_ref())
+        );
+        println!(
+            "prefix-copy accuracy: {}",
+            mean_spread(report.prefix_copy_accuracy, &report.prefix_copy_accuracy_spread)
+        );
+        let heads = report.induction_heads(threshold);
+        println!(
+            "induction heads (score >= {threshold}): {}\n",
+            if heads.is_empty() { "none".into() } else { heads.join(" ") }
+        );
+        println!(
+            "{:<7} {:>10} {:>10} {:>10} {:>10}   {:>8}  (± population std over sequences)",
+            "head", "induction", "previous", "duplicate", "copy fid.", "ind. ±"
+        );
         for h in &report.heads {
             println!(
-                "{:<7} {:>10.4} {:>10.4} {:>10.4}",
+                "{:<7} {:>10.4} {:>10.4} {:>10.4} {:>10.4}   {:>8.4}",
                 format!("L{}H{}", h.layer, h.head),
                 h.induction_score,
                 h.previous_token_score,
-                h.duplicate_token_score
+                h.duplicate_token_score,
+                h.copy_fidelity,
+                h.spread.map_or(0.0, |s| s.induction_score.std)
             );
         }
         Ok(())
+    }
+
+    fn compare(args: CompareArgs) -> Result<()> {
+        let threshold = args.sequence.threshold;
+        let mode = if args.raw { Mode::Raw } else { Mode::Folded };
+        let mut models = Vec::new();
+        for path in &args.models {
+            let common = Common { model: path.clone(), json: args.json };
+            let loaded =
+                load(&common, LoadParts::Everything).map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))?;
+            let fingerprint = fingerprint_model(&loaded.model, mode)?;
+            let bos = loaded.bos(&args.sequence.bos);
+            let copies = loaded.first_copies(&args.sequence, None)?;
+            let report = induction_probe(&loaded.model, &copies, bos.as_ref().map(|b| b.id))
+                .map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))?;
+            let sequence = format!(
+                "{} sequences of {} tokens repeated twice ({}); {}",
+                report.sequences.len(),
+                copies[0].tokens.len(),
+                describe_sources(&report),
+                describe_bos(bos.as_ref())
+            );
+            let row =
+                ComparisonRow::new(&path.display().to_string(), &fingerprint, Some(&report), &sequence, threshold);
+            let spearman = spearman_table(&fingerprint, &report);
+            models.push((row, bos, report, spearman));
+        }
+        if args.json {
+            let entries: Vec<serde_json::Value> = models
+                .iter()
+                .map(|(row, bos, report, spearman)| {
+                    let mut value = serde_json::to_value(row).unwrap_or_default();
+                    value["bos_token"] = json!(bos);
+                    value["induction_head_names"] = json!(report.induction_heads(threshold));
+                    value["head_scores"] = json!(report.heads);
+                    value["spearman"] = json!(spearman);
+                    value
+                })
+                .collect();
+            return print_json(&json!({
+                "mode": mode.name(),
+                "threshold": threshold,
+                "prepend_bos": !args.sequence.bos.no_bos,
+                "models": entries,
+            }));
+        }
+        println!(
+            "{:<32} {:>12} {:>10} {:>10}  {:<34} sequences",
+            "model", "parameters", "QK imag", "ind. heads", "prefix-copy accuracy"
+        );
+        for (row, ..) in &models {
+            println!(
+                "{:<32} {:>12} {:>10.4} {:>10}  {:<34} {}",
+                row.model,
+                row.parameters,
+                row.mean_qk_imaginary_fraction,
+                row.induction_heads.unwrap_or(0),
+                mean_spread(
+                    row.prefix_copy_accuracy.unwrap_or(f64::NAN),
+                    &row.prefix_copy_accuracy_spread.unwrap_or_default()
+                ),
+                row.sequence
+            );
+        }
+        println!(
+            "\ninduction heads count heads with mean induction score >= {threshold}; spectral features {} mode",
+            mode.name()
+        );
+        for (row, _, _, spearman) in &models {
+            println!("\nSpearman ρ across the {} heads of {}:", row.heads, row.model);
+            print!("{:<30}", "");
+            for (name, _) in BEHAVIOURAL_SCORES {
+                print!(" {name:>22}");
+            }
+            println!();
+            for (feature, _) in SPECTRAL_FEATURES {
+                print!("{feature:<30}");
+                for (score, _) in BEHAVIOURAL_SCORES {
+                    let rho =
+                        spearman.iter().find(|c| c.spectral == feature && c.behavioural == score).and_then(|c| c.rho);
+                    print!(" {:>22}", rho.map_or("undefined".into(), |r| format!("{r:+.3}")));
+                }
+                println!();
+            }
+        }
+        Ok(())
+    }
+
+    fn mean_spread(mean: f64, spread: &Spread) -> String {
+        format!("{mean:.4} ± {:.4} [{:.4}, {:.4}]", spread.std, spread.min, spread.max)
+    }
+
+    fn describe_sources(report: &InductionReport) -> String {
+        let seeds: Vec<String> = report
+            .sequences
+            .iter()
+            .filter_map(|s| match s.source {
+                RepeatSource::UniformRandom { seed } => Some(format!("random seed {seed}")),
+                RepeatSource::TextWindow { seed } => Some(format!("text window seed {seed}")),
+                RepeatSource::Given => None,
+            })
+            .collect();
+        match (seeds.first(), seeds.last()) {
+            (Some(first), Some(last)) if seeds.len() > 1 => format!("{first} .. {last}"),
+            (Some(first), _) => first.clone(),
+            _ => "given tokens".into(),
+        }
+    }
+
+    fn describe_bos(bos: Option<&Bos>) -> String {
+        match bos {
+            Some(b) => format!("BOS {} (id {}, from {}) prepended", show(&b.token), b.id, b.source),
+            None => "no BOS".into(),
+        }
     }
 
     fn print_summary(model: &ModelSummary) {

@@ -55,6 +55,8 @@ pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>,
         positions: Positions::Learned,
         activation,
         parallel_residual: false,
+        bos_token_id: None,
+        config_special_ids: Vec::new(),
     };
     check_dimensions(&config)?;
 

@@ -42,6 +42,8 @@ pub(super) fn load(reader: &mut Reader, parts: LoadParts) -> Result<Model> {
         positions: Positions::Learned,
         activation: Activation::Relu,
         parallel_residual: false,
+        bos_token_id: None,
+        config_special_ids: Vec::new(),
     };
     check_dimensions(&config)?;
 

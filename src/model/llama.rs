@@ -31,6 +31,8 @@ pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>,
         positions: Positions::Rotary { dims: d_head, base: rope_base, scaling },
         activation: Activation::Silu,
         parallel_residual: false,
+        bos_token_id: None,
+        config_special_ids: Vec::new(),
     };
     check_dimensions(&config)?;
     let (d_q, d_kv, d_mlp) = (heads * d_head, kv_heads * d_head, config.d_mlp);

@@ -172,6 +172,13 @@ pub struct ModelConfig {
     pub activation: Activation,
     /// GPT-NeoX: attention and MLP both read the same residual.
     pub parallel_residual: bool,
+    /// config.json's `bos_token_id`, checked to be a row of the embedding.
+    #[serde(default)]
+    pub bos_token_id: Option<usize>,
+    /// The ids config.json names `bos_token_id`, `eos_token_id` or `pad_token_id` that are inside
+    /// the vocabulary: never drawn as random probe tokens, even without a tokenizer.
+    #[serde(default)]
+    pub config_special_ids: Vec<usize>,
 }
 
 impl ModelConfig {
@@ -268,6 +275,11 @@ impl Model {
             Family::Neox => neox::load(&mut reader, config_json.as_ref(), parts)?,
             Family::Llama => llama::load(&mut reader, config_json.as_ref(), parts)?,
         };
+        let mut model = model;
+        if let Some(config) = &config_json {
+            model.config.bos_token_id = bos_from_config(config, model.config.vocab)?;
+            model.config.config_special_ids = special_ids_from_config(config, model.config.vocab);
+        }
         Ok(model)
     }
 }
@@ -379,6 +391,38 @@ pub(crate) fn is_buffer(name: &str) -> bool {
         || name.ends_with(".attention.bias")
         || name.ends_with(".attention.masked_bias")
         || name.ends_with("rotary_emb.inv_freq")
+}
+
+/// config.json's `bos_token_id`: None when absent or null; an error when it is not a row of the
+/// embedding (a config copied from a bigger model), since prepending it would fail every probe.
+fn bos_from_config(config: &serde_json::Value, vocab: usize) -> Result<Option<usize>> {
+    match config.get("bos_token_id") {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(value) => match value.as_u64() {
+            Some(id) if (id as usize) < vocab => Ok(Some(id as usize)),
+            Some(id) => Err(Error::BadConfig(format!(
+                "bos_token_id {id} is outside the vocabulary of {vocab} tokens (ids 0..{})",
+                vocab - 1
+            ))),
+            None => Err(Error::BadConfig(format!("bos_token_id {value} is not a token id"))),
+        },
+    }
+}
+
+fn special_ids_from_config(config: &serde_json::Value, vocab: usize) -> Vec<usize> {
+    let mut ids: Vec<usize> = ["bos_token_id", "eos_token_id", "pad_token_id"]
+        .iter()
+        .filter_map(|key| config.get(*key))
+        .flat_map(|v| match v {
+            serde_json::Value::Array(items) => items.iter().filter_map(|i| i.as_u64()).collect(),
+            other => other.as_u64().into_iter().collect::<Vec<u64>>(),
+        })
+        .map(|id| id as usize)
+        .filter(|&id| id < vocab)
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
 }
 
 /// Integer field of config.json, with a clear error when missing.

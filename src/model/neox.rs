@@ -43,6 +43,8 @@ pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>,
             Activation::GeluErf
         },
         parallel_residual: config_json.get("use_parallel_residual").and_then(|v| v.as_bool()).unwrap_or(true),
+        bos_token_id: None,
+        config_special_ids: Vec::new(),
     };
     check_dimensions(&config)?;
     let d_mlp = config.d_mlp;

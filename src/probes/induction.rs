@@ -1,15 +1,26 @@
-//! Induction, previous-token and duplicate-token scores and prefix-copy accuracy on a
-//! sequence repeated once (Olsson et al.; TransformerLens's induction demo).
+//! Induction, previous-token and duplicate-token scores, copy fidelity and prefix-copy accuracy
+//! on sequences repeated once (Olsson et al.; TransformerLens's induction demo), averaged over
+//! several seeded sequences (spec section 4).
+//!
+//! Positions: with a BOS, the sequence is `BOS, x_1..x_n, x_1..x_n` (2n + 1 tokens) and the
+//! second copy is positions n + 1 ..= 2n; without one, `x_1..x_n, x_1..x_n` and n ..= 2n - 1.
+//! Attention scores average over all n second-copy positions; prefix-copy accuracy and copy
+//! fidelity over the n - 1 of them whose next token exists.
 
+use nalgebra::DMatrix;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::forward::{self, ForwardOutput};
-use crate::model::Model;
+use crate::forward::{self, ForwardOutput, HeadOutputs};
+use crate::model::{Model, NormKind};
+use crate::tokens::with_bos;
 use crate::{Error, Result};
 
-/// Where the first copy came from, so every score says which sequence it was measured on.
+/// How many seeded sequences the scores average over by default (spec section 4).
+pub const DEFAULT_SEQUENCES: usize = 8;
+
+/// Where a first copy came from, so every score says which sequence it was measured on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RepeatSource {
@@ -18,6 +29,45 @@ pub enum RepeatSource {
     TextWindow { seed: u64 },
 }
 
+/// One first copy to repeat, and where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FirstCopy {
+    pub tokens: Vec<usize>,
+    pub source: RepeatSource,
+}
+
+/// Standard deviation (population: divided by the number of sequences, numpy's default),
+/// minimum and maximum of one score over the sequences.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Spread {
+    pub std: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    pub fn of(values: &[f64]) -> Spread {
+        let n = values.len().max(1) as f64;
+        let mean = values.iter().sum::<f64>() / n;
+        Spread {
+            std: (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt(),
+            min: values.iter().copied().fold(f64::INFINITY, f64::min),
+            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        }
+    }
+}
+
+/// The spread of each of a head's scores over the sequences.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct HeadSpread {
+    pub induction_score: Spread,
+    pub previous_token_score: Spread,
+    pub duplicate_token_score: Spread,
+    pub copy_fidelity: Spread,
+}
+
+/// One head's scores: on one sequence, or (in a report's `heads`) the mean over its sequences
+/// with their spread.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HeadScores {
     pub layer: usize,
@@ -25,25 +75,74 @@ pub struct HeadScores {
     pub induction_score: f64,
     pub previous_token_score: f64,
     pub duplicate_token_score: f64,
+    /// Fraction of second-copy positions where the head's direct logit contribution ranks the
+    /// true next token first among the first copy's distinct tokens (spec section 4).
+    pub copy_fidelity: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread: Option<HeadSpread>,
+}
+
+/// The scores of one repeated sequence.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SequenceScores {
+    pub source: RepeatSource,
+    /// The whole sequence run: the BOS if any, then the first copy twice.
+    pub tokens: Vec<usize>,
+    pub prefix_copy_accuracy: f64,
+    pub heads: Vec<HeadScores>,
+    /// Per head (in `heads` order), per counted position: the rank of the true next token in
+    /// the head's direct logit contribution (1 = strictly above every other candidate).
+    #[serde(skip)]
+    pub copy_ranks: Vec<Vec<usize>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct InductionReport {
+    /// Where the first sequence came from (each sequence's own is in `sequences`).
     pub source: RepeatSource,
-    /// The whole repeated sequence (2n tokens).
+    /// The BOS id put in front of every sequence; None when switched off or the model has none.
+    pub bos: Option<usize>,
+    /// The first sequence run (2n + 1 tokens with a BOS, 2n without).
     pub tokens: Vec<usize>,
+    /// Mean over the sequences.
     pub prefix_copy_accuracy: f64,
+    pub prefix_copy_accuracy_spread: Spread,
+    /// Per head: means over the sequences, with their spread.
     pub heads: Vec<HeadScores>,
+    pub sequences: Vec<SequenceScores>,
 }
 
-/// n ids drawn uniformly (seeded) from the vocabulary, skipping special tokens.
-pub fn random_first_copy(vocab: usize, n: usize, seed: u64, excluded: &[usize]) -> Result<Vec<usize>> {
-    let allowed: Vec<usize> = (0..vocab).filter(|id| !excluded.contains(id)).collect();
-    if allowed.is_empty() {
-        return Err(Error::BadTokens("no token left to draw from".into()));
+impl InductionReport {
+    /// Heads whose mean induction score reaches `threshold`, as L{layer}H{head}.
+    pub fn induction_heads(&self, threshold: f64) -> Vec<String> {
+        self.heads
+            .iter()
+            .filter(|h| h.induction_score >= threshold)
+            .map(|h| format!("L{}H{}", h.layer, h.head))
+            .collect()
+    }
+}
+
+/// n ids drawn uniformly (seeded, ChaCha8) from `ordinary` (see `Tokenizer::ordinary_ids`).
+pub fn random_first_copy(ordinary: &[usize], n: usize, seed: u64) -> Result<Vec<usize>> {
+    if ordinary.is_empty() {
+        return Err(Error::BadTokens("no ordinary token left to draw probe tokens from".into()));
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    Ok((0..n).map(|_| allowed[rng.random_range(0..allowed.len())]).collect())
+    Ok((0..n).map(|_| ordinary[rng.random_range(0..ordinary.len())]).collect())
+}
+
+/// `count` random first copies with seeds `seed, seed + 1, ...`.
+pub fn random_first_copies(ordinary: &[usize], n: usize, seed: u64, count: usize) -> Result<Vec<FirstCopy>> {
+    (0..count as u64)
+        .map(|i| {
+            let seed = seed + i;
+            Ok(FirstCopy {
+                tokens: random_first_copy(ordinary, n, seed)?,
+                source: RepeatSource::UniformRandom { seed },
+            })
+        })
+        .collect()
 }
 
 /// A seeded random window of n tokens from a longer text (in-distribution repeats).
@@ -56,26 +155,152 @@ pub fn text_window_first_copy(text_ids: &[usize], n: usize, seed: u64) -> Result
     Ok(text_ids[start..start + n].to_vec())
 }
 
-/// Runs the model on `first_copy` repeated once (no BOS added) and scores every head.
-pub fn induction_probe(model: &Model, first_copy: &[usize], source: RepeatSource) -> Result<InductionReport> {
-    let n = first_copy.len();
-    if n < 2 {
-        return Err(Error::BadTokens("an induction probe needs a first copy of at least 2 tokens".into()));
-    }
-    let tokens: Vec<usize> = first_copy.iter().chain(first_copy).copied().collect();
-    let output = forward::run(model, &tokens)?;
+/// `count` text windows with seeds `seed, seed + 1, ...`.
+pub fn text_window_first_copies(text_ids: &[usize], n: usize, seed: u64, count: usize) -> Result<Vec<FirstCopy>> {
+    (0..count as u64)
+        .map(|i| {
+            let seed = seed + i;
+            Ok(FirstCopy {
+                tokens: text_window_first_copy(text_ids, n, seed)?,
+                source: RepeatSource::TextWindow { seed },
+            })
+        })
+        .collect()
+}
+
+/// Runs every first copy repeated once (after `bos` when given) and averages the scores.
+pub fn induction_probe(model: &Model, copies: &[FirstCopy], bos: Option<usize>) -> Result<InductionReport> {
+    let first = copies.first().ok_or_else(|| Error::BadTokens("an induction probe needs a sequence".into()))?;
+    let sequences: Vec<SequenceScores> =
+        copies.iter().map(|copy| sequence_scores(model, copy, bos)).collect::<Result<_>>()?;
+    let accuracies: Vec<f64> = sequences.iter().map(|s| s.prefix_copy_accuracy).collect();
+    let counted: Vec<usize> = copies.iter().map(|c| c.tokens.len() - 1).collect();
+    let heads = (0..sequences[0].heads.len())
+        .map(|i| {
+            let per_sequence =
+                |score: fn(&HeadScores) -> f64| -> Vec<f64> { sequences.iter().map(|s| score(&s.heads[i])).collect() };
+            let induction = per_sequence(|h| h.induction_score);
+            let previous = per_sequence(|h| h.previous_token_score);
+            let duplicate = per_sequence(|h| h.duplicate_token_score);
+            let fidelity = per_sequence(|h| h.copy_fidelity);
+            HeadScores {
+                layer: sequences[0].heads[i].layer,
+                head: sequences[0].heads[i].head,
+                induction_score: mean(&induction),
+                previous_token_score: mean(&previous),
+                duplicate_token_score: mean(&duplicate),
+                copy_fidelity: pooled(&fidelity, &counted),
+                spread: Some(HeadSpread {
+                    induction_score: Spread::of(&induction),
+                    previous_token_score: Spread::of(&previous),
+                    duplicate_token_score: Spread::of(&duplicate),
+                    copy_fidelity: Spread::of(&fidelity),
+                }),
+            }
+        })
+        .collect();
     Ok(InductionReport {
-        source,
-        prefix_copy_accuracy: prefix_copy_accuracy(&output, &tokens, n),
-        heads: head_scores(&output, n),
-        tokens,
+        source: first.source.clone(),
+        bos,
+        tokens: sequences[0].tokens.clone(),
+        prefix_copy_accuracy: pooled(&accuracies, &counted),
+        prefix_copy_accuracy_spread: Spread::of(&accuracies),
+        heads,
+        sequences,
     })
 }
 
-/// Per head, means over the second copy's query positions t = n .. 2n-1.
-pub fn head_scores(output: &ForwardOutput, n: usize) -> Vec<HeadScores> {
-    let queries = n..2 * n;
-    let mean = |pattern: &nalgebra::DMatrix<f32>, key_of: &dyn Fn(usize) -> usize| {
+fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len().max(1) as f64
+}
+
+/// The mean of fractions of counted positions, as total hits / total positions: the same number
+/// as `mean` when the sequences have one length, but without summation rounding, so two heads
+/// with the same counts get exactly the same value (and tie in Spearman's ranks).
+fn pooled(fractions: &[f64], positions: &[usize]) -> f64 {
+    let hits: f64 = fractions.iter().zip(positions).map(|(f, &p)| (f * p as f64).round()).sum();
+    hits / positions.iter().sum::<usize>().max(1) as f64
+}
+
+/// Runs one first copy repeated once, after `bos` when given, and scores every head.
+pub fn sequence_scores(model: &Model, copy: &FirstCopy, bos: Option<usize>) -> Result<SequenceScores> {
+    let n = copy.tokens.len();
+    if n < 2 {
+        return Err(Error::BadTokens("an induction probe needs a first copy of at least 2 tokens".into()));
+    }
+    let repeated: Vec<usize> = copy.tokens.iter().chain(&copy.tokens).copied().collect();
+    let tokens = with_bos(bos, &repeated);
+    let second_copy = tokens.len() - n;
+    let mut candidates = copy.tokens.clone();
+    candidates.sort_unstable();
+    candidates.dedup();
+    let directions = unembedding_directions(model, &candidates);
+    let output = forward::run_with(model, &tokens, HeadOutputs::Projected(&directions))?;
+    let copy_ranks = copy_ranks(&output, &tokens, &candidates, second_copy);
+    let mut heads = attention_scores(&output, n, second_copy);
+    for (scores, ranks) in heads.iter_mut().zip(&copy_ranks) {
+        scores.copy_fidelity = ranks.iter().filter(|&&r| r == 1).count() as f64 / ranks.len() as f64;
+    }
+    Ok(SequenceScores {
+        source: copy.source.clone(),
+        prefix_copy_accuracy: prefix_copy_accuracy(&output, &tokens, second_copy),
+        heads,
+        tokens,
+        copy_ranks,
+    })
+}
+
+/// The direction in the residual stream that raises each candidate's logit, after the final
+/// norm: d_model x k, column j = `C diag(w_ln) W_U[:, candidate j]` with C the centring over
+/// d_model for LayerNorm (identity for RMSNorm). A head output x at position t then contributes
+/// `x · column / scale_t`: TransformerLens's `cache.apply_ln_to_stack(..) @ W_U` with
+/// `fold_ln=True` (the norm bias and the unembedding bias are not the head's).
+fn unembedding_directions(model: &Model, candidates: &[usize]) -> DMatrix<f32> {
+    let d_model = model.config.d_model;
+    let weight = &model.ln_final.weight;
+    let mut directions = DMatrix::from_fn(d_model, candidates.len(), |i, j| {
+        let w_u = match &model.w_u {
+            Some(w_u) => w_u[(i, candidates[j])],
+            None => model.w_e[(candidates[j], i)],
+        };
+        w_u * weight[i]
+    });
+    if model.config.norm == NormKind::LayerNorm {
+        for mut column in directions.column_iter_mut() {
+            let mean = column.sum() / d_model as f32;
+            column.add_scalar_mut(-mean);
+        }
+    }
+    directions
+}
+
+/// Per head, per counted position t (second copy, next token exists): the rank of the true
+/// next token among the candidates by the head's direct logit contribution at t.
+fn copy_ranks(output: &ForwardOutput, tokens: &[usize], candidates: &[usize], second_copy: usize) -> Vec<Vec<usize>> {
+    let positions = second_copy..tokens.len() - 1;
+    output
+        .head_outputs
+        .iter()
+        .flatten()
+        .map(|projected| {
+            positions
+                .clone()
+                .map(|t| {
+                    let truth = candidates.binary_search(&tokens[t + 1]).expect("next tokens are candidates");
+                    // Dividing by the final norm's scale at t, a positive number, keeps the order;
+                    // it is applied anyway so the values are the contributions themselves.
+                    let value = |j: usize| projected[(t, j)] / output.final_scale[t];
+                    1 + (0..candidates.len()).filter(|&j| j != truth && value(j) >= value(truth)).count()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Per head, means over the n second-copy query positions (copy fidelity left at 0).
+fn attention_scores(output: &ForwardOutput, n: usize, second_copy: usize) -> Vec<HeadScores> {
+    let queries = second_copy..second_copy + n;
+    let mean = |pattern: &DMatrix<f32>, key_of: &dyn Fn(usize) -> usize| {
         queries.clone().map(|t| pattern[(t, key_of(t))] as f64).sum::<f64>() / n as f64
     };
     let mut scores = Vec::new();
@@ -87,25 +312,76 @@ pub fn head_scores(output: &ForwardOutput, n: usize) -> Vec<HeadScores> {
                 induction_score: mean(pattern, &|t| t + 1 - n),
                 previous_token_score: mean(pattern, &|t| t - 1),
                 duplicate_token_score: mean(pattern, &|t| t - n),
+                copy_fidelity: 0.0,
+                spread: None,
             });
         }
     }
     scores
 }
 
-/// Fraction of query positions n .. 2n-2 whose argmax logit is the true next token.
-pub fn prefix_copy_accuracy(output: &ForwardOutput, tokens: &[usize], n: usize) -> f64 {
-    let hits = (n..2 * n - 1)
+/// Fraction of the second copy's positions (next token exists) whose argmax logit is the true
+/// next token.
+fn prefix_copy_accuracy(output: &ForwardOutput, tokens: &[usize], second_copy: usize) -> f64 {
+    let positions = second_copy..tokens.len() - 1;
+    let hits = positions
+        .clone()
         .filter(|&t| {
             let row = output.logits.row(t);
             let argmax = (0..row.len()).max_by(|&a, &b| row[a].total_cmp(&row[b])).unwrap_or(0);
             argmax == tokens[t + 1]
         })
         .count();
-    hits as f64 / (n - 1) as f64
+    hits as f64 / positions.len() as f64
 }
 
 /// Induction cells: (query t, key j + 1) where j < t is the previous occurrence of token t.
 pub fn induction_cells(ids: &[usize]) -> Vec<(usize, usize)> {
     (0..ids.len()).filter_map(|t| (0..t).rev().find(|&j| ids[j] == ids[t]).map(|j| (t, j + 1))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_is_population_std_min_max() {
+        let spread = Spread::of(&[1.0, 2.0, 3.0, 6.0]);
+        // mean 3, squared deviations 4 + 1 + 0 + 9 = 14, / 4 = 3.5
+        assert!((spread.std - 3.5f64.sqrt()).abs() < 1e-15);
+        assert_eq!((spread.min, spread.max), (1.0, 6.0));
+        assert_eq!(Spread::of(&[0.25]), Spread { std: 0.0, min: 0.25, max: 0.25 });
+    }
+
+    #[test]
+    fn pooled_fractions_tie_exactly() {
+        // 0.2 + 0.3 + 0.175 ... summed in different orders differ in the last bit; counts do not.
+        let a = pooled(&[0.25, 0.125, 0.25, 0.275], &[40, 40, 40, 40]);
+        let b = pooled(&[0.275, 0.25, 0.125, 0.25], &[40, 40, 40, 40]);
+        assert_eq!(a, b);
+        assert_eq!(a, 36.0 / 160.0);
+    }
+
+    #[test]
+    fn seeded_draws_are_deterministic_and_stay_in_the_ordinary_ids() {
+        let ordinary = [3, 5, 8, 13, 21];
+        let a = random_first_copies(&ordinary, 40, 7, 3).unwrap();
+        let b = random_first_copies(&ordinary, 40, 7, 3).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(
+            a.iter().map(|c| c.source.clone()).collect::<Vec<_>>(),
+            [7, 8, 9].map(|seed| RepeatSource::UniformRandom { seed })
+        );
+        assert_ne!(a[0].tokens, a[1].tokens, "consecutive seeds draw different sequences");
+        assert_eq!(a[1].tokens, random_first_copy(&ordinary, 40, 8).unwrap());
+        for copy in &a {
+            assert!(copy.tokens.iter().all(|t| ordinary.contains(t)), "{:?}", copy.tokens);
+        }
+        // 40 draws from 5 ids reach all of them (a draw that skipped ids would be biased).
+        let mut seen = a[0].tokens.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen, ordinary);
+        assert!(random_first_copy(&[], 4, 0).is_err());
+    }
 }

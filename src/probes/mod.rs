@@ -5,5 +5,5 @@
 pub mod induction;
 pub mod suite;
 
-pub use induction::{InductionReport, RepeatSource, induction_probe, random_first_copy};
+pub use induction::{FirstCopy, InductionReport, RepeatSource, induction_probe, random_first_copy};
 pub use suite::{Suite, Verdict, VerdictRow, verdict_table};

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::analysis::HeadId;
 use crate::forward;
 use crate::model::Model;
-use crate::tokens::Tokenizer;
+use crate::tokens::{Tokenizer, with_bos};
 use crate::{Error, Result};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -157,21 +157,32 @@ pub fn classify(tokens: &[String], query: usize, key: usize) -> Verdict {
     Verdict::Other
 }
 
-pub fn verdict_table(model: &Model, tokenizer: &Tokenizer, suite: &Suite, head: HeadId) -> Result<Vec<VerdictRow>> {
+/// One verdict row per prompt for `head`. With `bos`, every prompt runs as `BOS, tokens...`:
+/// positions (the query, the keys, `tokens`) then count from the BOS, and a prompt's `query`,
+/// which counts the prompt's own tokens from 0, is shifted by one to stay on the same token.
+pub fn verdict_table(
+    model: &Model,
+    tokenizer: &Tokenizer,
+    suite: &Suite,
+    head: HeadId,
+    bos: Option<usize>,
+) -> Result<Vec<VerdictRow>> {
     suite
         .prompts
         .iter()
         .map(|prompt| {
-            let ids =
+            let prompt_ids =
                 tokenizer.encode(&prompt.text).map_err(|e| Error::BadSuite(format!("prompt {}: {e}", prompt.id)))?;
-            let query = prompt.query.unwrap_or(ids.len().saturating_sub(1));
-            if query >= ids.len() {
+            if let Some(query) = prompt.query.filter(|&q| q >= prompt_ids.len()) {
                 return Err(Error::BadSuite(format!(
                     "prompt {}: query position {query} is past its {} tokens",
                     prompt.id,
-                    ids.len()
+                    prompt_ids.len()
                 )));
             }
+            let ids = with_bos(bos, &prompt_ids);
+            let offset = ids.len() - prompt_ids.len();
+            let query = prompt.query.map_or(ids.len().saturating_sub(1), |q| q + offset);
             let output = forward::run(model, &ids)?;
             let pattern = &output.patterns[head.layer][head.head];
             let attention: Vec<f64> = (0..ids.len()).map(|k| pattern[(query, k)] as f64).collect();

@@ -199,7 +199,7 @@ pub fn restart(reason: &str) {
     if let Some((model, files)) = shown {
         wasm_bindgen_futures::spawn_local(async move {
             let names = files.iter().map(|(name, _)| name.clone()).collect();
-            let reload = Request::Load { model, names, analyse: false, hash: false };
+            let reload = Request::Load { model, names, analyse: false, hash: false, prepend_bos: true };
             if let Err(e) = send(&reload, &files, false).await
                 && let Some(hooks) = hooks()
             {

@@ -8,7 +8,7 @@ use super::export::ChartExport;
 use super::state::{Ctx, Metric, Tab};
 use super::svg::{Point, num, scatter};
 use crate::analysis::HeadId;
-use crate::compare::{ComparisonRow, INDUCTION_HEAD_THRESHOLD, spearman};
+use crate::compare::{ComparisonRow, spearman};
 
 /// Seed 000's claimed rows (model, mean QK imaginary fraction, induction heads, prefix-copy
 /// accuracy), shown beside what the weights say: claims to test, not facts.
@@ -20,6 +20,17 @@ const CLAIMED: [(&str, f64, usize, f64); 4] = [
 ];
 
 fn row_view(row: &ComparisonRow) -> impl IntoView + use<> {
+    let accuracy = match (row.prefix_copy_accuracy, row.prefix_copy_accuracy_spread) {
+        (Some(mean), Some(spread)) if row.sequences.len() > 1 => format!(
+            "{:.1}% ± {:.1} (min {:.1}, max {:.1})",
+            100.0 * mean,
+            100.0 * spread.std,
+            100.0 * spread.min,
+            100.0 * spread.max
+        ),
+        (Some(mean), _) => format!("{:.1}%", 100.0 * mean),
+        (None, _) => "–".into(),
+    };
     view! {
         <tr>
             <td>{row.model.clone()}</td>
@@ -27,9 +38,7 @@ fn row_view(row: &ComparisonRow) -> impl IntoView + use<> {
             <td class="num">{row.heads.to_string()}</td>
             <td class="num">{format!("{:.3}", row.mean_qk_imaginary_fraction)}</td>
             <td class="num">{row.induction_heads.map(|n| n.to_string()).unwrap_or_else(|| "–".into())}</td>
-            <td class="num">
-                {row.prefix_copy_accuracy.map(|a| format!("{:.1}%", 100.0 * a)).unwrap_or_else(|| "–".into())}
-            </td>
+            <td class="num">{accuracy}</td>
             <td class="note">{row.sequence.clone()}</td>
         </tr>
     }
@@ -64,6 +73,7 @@ pub fn Compare() -> impl IntoView {
     let behaviour = RwSignal::new(Metric::Induction);
 
     let table = move || {
+        let threshold = ctx.threshold.get();
         let mut rows = ctx.compared.get();
         // The shown model's held-out-text row, once that probe has run.
         if let Some(loaded) = ctx.loaded.get()
@@ -71,7 +81,7 @@ pub fn Compare() -> impl IntoView {
         {
             rows.push(loaded.comparison(super::state::Sequence::HeldOutText));
         }
-        rows.iter().map(row_view).collect_view()
+        rows.iter().map(|r| row_view(&r.at(threshold))).collect_view()
     };
     let claimed = CLAIMED
         .iter()
@@ -151,10 +161,31 @@ pub fn Compare() -> impl IntoView {
         <section class="compare">
             <h3>"Models in this session (seed 000's table)"</h3>
             <p class="note">
-                {format!(
-                    "Mean QK imaginary fraction over heads (folded); induction heads: induction score ≥ {INDUCTION_HEAD_THRESHOLD}; prefix-copy accuracy on the same repeated sequence. Open more models to add rows. Seed 000's own numbers are listed below as claims to test.",
+                {move || format!(
+                    "Mean QK imaginary fraction over heads (folded); induction heads: mean induction score ≥ {}; prefix-copy accuracy: mean over the same repeated sequences ± their standard deviation (population), with the lowest and highest. Open more models to add rows. Seed 000's own numbers are listed below as claims to test.",
+                    ctx.threshold.get(),
                 )}
             </p>
+            <div class="controls">
+                <label>
+                    "Induction head threshold "
+                    <input
+                        id="threshold"
+                        type="number"
+                        min="0"
+                        max="1"
+                        step="0.05"
+                        prop:value=move || ctx.threshold.get().to_string()
+                        on:change=move |ev| {
+                            if let Ok(value) = event_target_value(&ev).parse::<f64>()
+                                && (0.0..=1.0).contains(&value)
+                            {
+                                ctx.threshold.set(value);
+                            }
+                        }
+                    />
+                </label>
+            </div>
             <table class="verdicts" id="compare-table">
                 <thead>
                     <tr>

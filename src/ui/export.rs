@@ -27,6 +27,9 @@ pub fn results_json(loaded: &Loaded) -> Result<String, String> {
         "folded": loaded.folded,
         // null until raw mode has been shown (the worker computes it on demand).
         "raw": loaded.raw,
+        // Whether the probes below started with the model's BOS (`bos`, null when it has none).
+        "prepend_bos": loaded.probe_bos,
+        "bos": loaded.info.bos,
         "induction": {
             "uniform_random": loaded.random_run,
             "held_out_text": loaded.text_run,
@@ -43,7 +46,9 @@ pub fn results_csv(loaded: &Loaded) -> String {
     header.extend(spectral.iter().map(|m| m.key().to_string()));
     for sequence in [Sequence::UniformRandom, Sequence::HeldOutText] {
         header.extend(behavioural.iter().map(|m| format!("{}-{}", m.key(), sequence.key())));
+        header.push(format!("induction-std-{}", sequence.key()));
     }
+    header.push("prepend_bos".into());
     let mut lines = vec![header.join(",")];
     let cell =
         |v: Option<f64>| v.map(|v| if v.is_infinite() { "inf".into() } else { format!("{v}") }).unwrap_or_default();
@@ -56,7 +61,9 @@ pub fn results_csv(loaded: &Loaded) -> String {
             for sequence in [Sequence::UniformRandom, Sequence::HeldOutText] {
                 let scores = loaded.scores(sequence, id);
                 row.extend(behavioural.iter().map(|m| cell(scores.and_then(|s| m.value(head, Some(s))))));
+                row.push(cell(scores.and_then(|s| s.spread).map(|s| s.induction_score.std)));
             }
+            row.push(loaded.probe_bos.to_string());
             lines.push(row.join(","));
         }
     }

@@ -138,10 +138,24 @@ pub fn HeadView() -> impl IntoView {
             .collect_view();
         let behaviour = match loaded.run(ctx.sequence.get()) {
             Some(run) => match (&run.report, loaded.scores(ctx.sequence.get(), id)) {
-                (Ok(_), Some(s)) => format!(
-                    "Running the model on {}: induction score {:.3}, previous-token score {:.3}, duplicate-token score {:.3}.",
-                    run.sequence, s.induction_score, s.previous_token_score, s.duplicate_token_score
-                ),
+                (Ok(_), Some(s)) => {
+                    let spread =
+                        |get: fn(&crate::probes::induction::HeadSpread) -> crate::probes::induction::Spread| {
+                            s.spread.map(|sp| format!(" ± {:.3}", get(&sp).std)).unwrap_or_default()
+                        };
+                    format!(
+                        "Running the model on {}: induction score {:.3}{}, previous-token score {:.3}{}, duplicate-token score {:.3}{}, copy fidelity {:.3}{} (means ± population standard deviation over the sequences).",
+                        run.sequence,
+                        s.induction_score,
+                        spread(|sp| sp.induction_score),
+                        s.previous_token_score,
+                        spread(|sp| sp.previous_token_score),
+                        s.duplicate_token_score,
+                        spread(|sp| sp.duplicate_token_score),
+                        s.copy_fidelity,
+                        spread(|sp| sp.copy_fidelity)
+                    )
+                }
                 (Err(e), _) => format!("The induction probe on {} failed: {e}", run.sequence),
                 (Ok(_), None) => String::new(),
             },

@@ -1,5 +1,5 @@
 //! Share links: the URL's fragment holds the view (model, tab, head, metric, mode, sequence,
-//! suite, prompt), so a link opens the same view. A local model is named by its file name and
+//! BOS switch, induction-head threshold, suite, prompt), so a link opens the same view. A local model is named by its file name and
 //! the first digits of its SHA-256; the page asks for the file and checks the hash.
 
 use leptos::prelude::*;
@@ -36,6 +36,8 @@ pub fn fragment(ctx: Ctx) -> Option<String> {
     parts.push(format!("metric={}", ctx.metric.get().key()));
     parts.push(format!("mode={}", ctx.mode.get().name()));
     parts.push(format!("seq={}", ctx.sequence.get().key()));
+    parts.push(format!("bos={}", if ctx.prepend_bos.get() { "on" } else { "off" }));
+    parts.push(format!("threshold={}", ctx.threshold.get()));
     let suite = ctx.suite.get();
     if Suite::BUILTIN.contains(&suite.name.as_str()) {
         parts.push(format!("suite={}", encode(&suite.name)));
@@ -79,6 +81,14 @@ pub fn apply(ctx: Ctx, fragment: &str) -> bool {
             "seq" => {
                 if let Some(sequence) = Sequence::from_key(&value) {
                     ctx.sequence.set(sequence);
+                }
+            }
+            "bos" => ctx.prepend_bos.set(value != "off"),
+            "threshold" => {
+                if let Ok(threshold) = value.parse::<f64>()
+                    && (0.0..=1.0).contains(&threshold)
+                {
+                    ctx.threshold.set(threshold);
                 }
             }
             "suite" => {

@@ -110,6 +110,13 @@ fn App() -> impl IntoView {
             spawn_local(state::ensure_text_run(ctx));
         }
     });
+    // The probe reruns when the BOS switch no longer matches what the shown model ran with.
+    Effect::new(move |_| {
+        let prepend_bos = ctx.prepend_bos.get();
+        if ctx.loaded.with(|l| l.as_ref().is_some_and(|l| l.probe_bos != prepend_bos)) {
+            spawn_local(state::ensure_bos(ctx));
+        }
+    });
     // Raw mode's fingerprints are computed the first time raw mode is shown.
     Effect::new(move |_| {
         if ctx.mode.get() == Mode::Raw && ctx.loaded.with(|l| l.as_ref().is_some_and(|l| l.raw.is_none())) {
@@ -270,8 +277,17 @@ fn ModelBar() -> impl IntoView {
                                 .map(|(k, v)| view! { <span class="fact">{format!("{k}: {v}")}</span> })
                                 .collect_view();
                             let accuracy = match &l.random_run.report {
-                                Ok(r) => format!("prefix-copy accuracy {:.0}%", 100.0 * r.prefix_copy_accuracy),
+                                Ok(r) => format!(
+                                    "prefix-copy accuracy {:.0}% ± {:.0} over {} sequences",
+                                    100.0 * r.prefix_copy_accuracy,
+                                    100.0 * r.prefix_copy_accuracy_spread.std,
+                                    r.sequences.len()
+                                ),
                                 Err(_) => String::new(),
+                            };
+                            let bos = match &l.info.bos {
+                                Some(b) => format!("BOS {} (id {}, from {})", b.token, b.id, b.source),
+                                None => "no BOS token (character models and models whose config and tokenizer name none)".into(),
                             };
                             let hash = match &l.origin {
                                 state::Origin::Local { sha256, .. } => format!("SHA-256 {}…", &sha256[..12.min(sha256.len())]),
@@ -292,6 +308,7 @@ fn ModelBar() -> impl IntoView {
                                     )}
                                 </span>
                                 <span>{accuracy}</span>
+                                <span class="fact" id="model-bos">{bos}</span>
                                 <span class="fact" id="model-hash">{hash}</span>
                                 {timings(&l.timings)}
                                 {facts}
@@ -299,6 +316,15 @@ fn ModelBar() -> impl IntoView {
                         })
                 }}
             </div>
+            <label class="setting" title="As TransformerLens (prepend_bos=True): probes, patterns and verdict prompts start with the model's BOS token, and positions count from it. Models without a BOS are unaffected.">
+                <input
+                    id="prepend-bos"
+                    type="checkbox"
+                    prop:checked=move || ctx.prepend_bos.get()
+                    on:change=move |ev| ctx.prepend_bos.set(event_target_checked(&ev))
+                />
+                " Start sequences with the model's BOS"
+            </label>
             {file_button(ctx, "file-input", "Open model files…", false)}
             {file_button(ctx, "folder-input", "Open a folder…", true)}
             <span class="hint">".safetensors, or config.json + tokenizer.json + shards + index"</span>

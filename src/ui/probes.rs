@@ -22,7 +22,14 @@ fn attended(a: &Attended) -> String {
 /// The shown head's attention pattern on `text`, asked of the worker.
 fn pattern_of(ctx: Ctx, text: impl Fn() -> String + 'static) -> ReadSignal<Option<Result<Pattern, String>>> {
     requested(
-        move || ctx.loaded.get().map(|l| Request::Pattern { model: l.id, head: ctx.head.get(), text: text() }),
+        move || {
+            ctx.loaded.get().map(|l| Request::Pattern {
+                model: l.id,
+                head: ctx.head.get(),
+                text: text(),
+                prepend_bos: ctx.prepend_bos.get(),
+            })
+        },
         |reply| match reply {
             Reply::Pattern(p) => Some(p),
             _ => None,
@@ -92,7 +99,12 @@ pub fn Probes() -> impl IntoView {
 
     let verdict_rows = requested(
         move || {
-            ctx.loaded.get().map(|l| Request::Verdicts { model: l.id, head: ctx.head.get(), suite: ctx.suite.get() })
+            ctx.loaded.get().map(|l| Request::Verdicts {
+                model: l.id,
+                head: ctx.head.get(),
+                suite: ctx.suite.get(),
+                prepend_bos: ctx.prepend_bos.get(),
+            })
         },
         |reply| match reply {
             Reply::Verdicts(rows) => Some(rows),

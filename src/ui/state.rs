@@ -11,7 +11,7 @@ use crate::analysis::{HeadFingerprint, HeadId, Mode, ModelFingerprint};
 use crate::compare::{ComparisonRow, INDUCTION_HEAD_THRESHOLD};
 use crate::probes::Suite;
 use crate::probes::induction::HeadScores;
-use crate::worker::protocol::{Analysis, InductionRun, ModelInfo, Progress, Reply, Request, Timing};
+use crate::worker::protocol::{Analysis, InductionRun, ModelInfo, ProbeSequence, Progress, Reply, Request, Timing};
 
 /// The model the page opens with (one of its own static files).
 pub const DEFAULT_MODEL_URL: &str = "models/nietzsche-char.safetensors";
@@ -62,6 +62,8 @@ pub struct Loaded {
     /// The induction probe on uniform random tokens (run at load) and, once asked for, on held-out text.
     pub random_run: InductionRun,
     pub text_run: Option<InductionRun>,
+    /// Whether the runs above started with the model's BOS (the setting they were made with).
+    pub probe_bos: bool,
     pub timings: Vec<Timing>,
 }
 
@@ -103,24 +105,64 @@ impl Loaded {
             .unwrap_or(HeadId::new(0, 0))
     }
 
-    /// Seed 000's row for this model (folded QK, the chosen sequence's behaviour).
-    pub fn comparison(&self, sequence: Sequence) -> ComparisonRow {
+    /// Seed 000's row for this model (folded QK, the chosen sequence's behaviour), with the
+    /// induction scores to count induction heads at any threshold.
+    pub fn comparison(&self, sequence: Sequence) -> Compared {
         let run = self.run(sequence).unwrap_or(&self.random_run);
-        ComparisonRow::new(&self.name, &self.folded, run.report.as_ref().ok(), &run.sequence, INDUCTION_HEAD_THRESHOLD)
+        let report = run.report.as_ref().ok();
+        Compared {
+            id: self.id,
+            sequence,
+            row: ComparisonRow::new(&self.name, &self.folded, report, &run.sequence, INDUCTION_HEAD_THRESHOLD),
+            induction_scores: report.map(|r| r.heads.iter().map(|h| h.induction_score).collect()),
+        }
     }
 
     /// A copy with more results (the page's signal holds an immutable `Arc<Loaded>`).
     fn with(&self, raw: Option<ModelFingerprint>, text_run: Option<InductionRun>, timing: Option<Timing>) -> Loaded {
+        Loaded {
+            raw: raw.or_else(|| self.raw.clone()),
+            text_run: text_run.or_else(|| self.text_run.clone()),
+            timings: self.timings.iter().cloned().chain(timing).collect(),
+            ..self.rerun(self.random_run.clone(), self.probe_bos)
+        }
+    }
+
+    /// A copy whose probes were rerun with the BOS switched (the held-out text run is dropped
+    /// until asked for again).
+    fn rerun(&self, random_run: InductionRun, probe_bos: bool) -> Loaded {
         Loaded {
             id: self.id,
             name: self.name.clone(),
             origin: self.origin.clone(),
             info: self.info.clone(),
             folded: self.folded.clone(),
-            raw: raw.or_else(|| self.raw.clone()),
-            random_run: self.random_run.clone(),
-            text_run: text_run.or_else(|| self.text_run.clone()),
-            timings: self.timings.iter().cloned().chain(timing).collect(),
+            raw: self.raw.clone(),
+            random_run,
+            text_run: None,
+            probe_bos,
+            timings: self.timings.clone(),
+        }
+    }
+}
+
+/// One row of seed 000's table as loaded, re-countable at any induction-head threshold.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Compared {
+    /// The worker's name for the model (a BOS rerun replaces its row).
+    pub id: u64,
+    pub sequence: Sequence,
+    pub row: ComparisonRow,
+    /// Every head's mean induction score; None when the probe failed.
+    pub induction_scores: Option<Vec<f64>>,
+}
+
+impl Compared {
+    pub fn at(&self, threshold: f64) -> ComparisonRow {
+        ComparisonRow {
+            threshold,
+            induction_heads: self.induction_scores.as_ref().map(|s| s.iter().filter(|&&v| v >= threshold).count()),
+            ..self.row.clone()
         }
     }
 }
@@ -202,7 +244,11 @@ pub struct Ctx {
     pub suite: RwSignal<Suite>,
     pub prompt: RwSignal<String>,
     /// Seed 000's table: one row per model loaded in this session.
-    pub compared: RwSignal<Vec<ComparisonRow>>,
+    pub compared: RwSignal<Vec<Compared>>,
+    /// Whether probes, patterns and verdicts start with the model's BOS (spec section 4).
+    pub prepend_bos: RwSignal<bool>,
+    /// Induction score at or above which a head counts as an induction head.
+    pub threshold: RwSignal<f64>,
     /// A share link's local model, until the user opens it.
     pub awaited: RwSignal<Option<Awaited>>,
     /// The head a share link asked for, applied when its model has loaded.
@@ -226,6 +272,8 @@ impl Default for Ctx {
             suite: RwSignal::new(Suite::builtin("bracket").expect("built-in suite")),
             prompt: RwSignal::new(DEFAULT_PROMPT.to_string()),
             compared: RwSignal::new(Vec::new()),
+            prepend_bos: RwSignal::new(true),
+            threshold: RwSignal::new(INDUCTION_HEAD_THRESHOLD),
             awaited: RwSignal::new(None),
             linked_head: RwSignal::new(None),
         }
@@ -262,7 +310,9 @@ pub async fn load(ctx: Ctx, label: String, demo: bool, files: Files) {
     ctx.busy.set(Some(format!("Loading {label}…")));
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let names = files.iter().map(|(name, _)| name.clone()).collect();
-    let reply = client::request(&Request::Load { model: id, names, analyse: true, hash: !demo }, &files).await;
+    let prepend_bos = ctx.prepend_bos.get_untracked();
+    let reply =
+        client::request(&Request::Load { model: id, names, analyse: true, hash: !demo, prepend_bos }, &files).await;
     match reply {
         Ok(Reply::Analysed(analysis)) => {
             let Analysis { info, folded, induction, timings } = *analysis;
@@ -277,6 +327,7 @@ pub async fn load(ctx: Ctx, label: String, demo: bool, files: Files) {
                 raw: None,
                 random_run: induction,
                 text_run: None,
+                probe_bos: prepend_bos,
                 timings,
             };
             show(ctx, loaded, files);
@@ -361,19 +412,55 @@ pub async fn ensure_text_run(ctx: Ctx) {
     let run = match super::browser::fetch_text(HELD_OUT_TEXT_URL).await {
         Ok(text) => {
             let len = crate::worker::session::probe_len(&loaded.info.config);
-            let sequence = crate::worker::protocol::ProbeSequence::TextWindow { text, seed: 0, len };
-            match client::request(&Request::Induction { model: loaded.id, sequence: sequence.clone() }, &Vec::new())
-                .await
-            {
+            let count = crate::probes::induction::DEFAULT_SEQUENCES;
+            let sequence = ProbeSequence::TextWindow { text, seed: 0, len, count };
+            let request =
+                Request::Induction { model: loaded.id, sequence: sequence.clone(), prepend_bos: loaded.probe_bos };
+            let describe = || sequence.describe(loaded.info.bos.as_ref().filter(|_| loaded.probe_bos));
+            match client::request(&request, &Vec::new()).await {
                 Ok(Reply::Induction(run)) => run,
-                Ok(_) => InductionRun { sequence: sequence.describe(), report: Err("unexpected answer".into()) },
-                Err(e) => InductionRun { sequence: sequence.describe(), report: Err(e) },
+                Ok(_) => InductionRun { sequence: describe(), report: Err("unexpected answer".into()) },
+                Err(e) => InductionRun { sequence: describe(), report: Err(e) },
             }
         }
         Err(e) => InductionRun { sequence: "held-out text".into(), report: Err(e) },
     };
     ctx.busy.set(None);
     attach(ctx, loaded.id, |l| l.with(None, Some(run), None));
+}
+
+/// Reruns the shown model's probe when the BOS switch changed since it ran (models without a
+/// BOS run the same either way), and replaces its row of seed 000's table.
+pub async fn ensure_bos(ctx: Ctx) {
+    let prepend_bos = ctx.prepend_bos.get_untracked();
+    let Some(loaded) = ctx.loaded.get_untracked().filter(|l| l.probe_bos != prepend_bos) else { return };
+    if loaded.info.bos.is_none() {
+        attach(ctx, loaded.id, |l| Loaded {
+            text_run: l.text_run.clone(),
+            ..l.rerun(l.random_run.clone(), prepend_bos)
+        });
+        return;
+    }
+    let Some(_in_flight) = InFlight::start(loaded.id, "bos") else { return };
+    ctx.busy
+        .set(Some(format!("Running the induction probe {} the BOS…", if prepend_bos { "with" } else { "without" })));
+    let sequence = crate::worker::session::default_sequence(&loaded.info.config);
+    let request = Request::Induction { model: loaded.id, sequence: sequence.clone(), prepend_bos };
+    let run = match client::request(&request, &Vec::new()).await {
+        Ok(Reply::Induction(run)) => run,
+        Ok(_) => InductionRun { sequence: sequence.describe(None), report: Err("unexpected answer".into()) },
+        Err(e) => InductionRun { sequence: sequence.describe(None), report: Err(e) },
+    };
+    ctx.busy.set(None);
+    attach(ctx, loaded.id, |l| l.rerun(run, prepend_bos));
+    if let Some(shown) = ctx.loaded.get_untracked().filter(|l| l.id == loaded.id) {
+        let row = shown.comparison(Sequence::UniformRandom);
+        ctx.compared.update(|rows| {
+            for existing in rows.iter_mut().filter(|r| r.id == row.id && r.sequence == row.sequence) {
+                *existing = row.clone();
+            }
+        });
+    }
 }
 
 /// Updates the shown model with more results, unless another model is shown by now.
@@ -429,10 +516,11 @@ pub enum Metric {
     Induction,
     PreviousToken,
     DuplicateToken,
+    CopyFidelity,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 13] = [
+    pub const ALL: [Metric; 14] = [
         Metric::OvCopying,
         Metric::QkCopying,
         Metric::QkImaginary,
@@ -446,6 +534,7 @@ impl Metric {
         Metric::Induction,
         Metric::PreviousToken,
         Metric::DuplicateToken,
+        Metric::CopyFidelity,
     ];
 
     pub fn key(self) -> &'static str {
@@ -463,6 +552,7 @@ impl Metric {
             Metric::Induction => "induction",
             Metric::PreviousToken => "previous-token",
             Metric::DuplicateToken => "duplicate-token",
+            Metric::CopyFidelity => "copy-fidelity",
         }
     }
 
@@ -485,6 +575,7 @@ impl Metric {
             Metric::Induction => "induction score",
             Metric::PreviousToken => "previous-token score",
             Metric::DuplicateToken => "duplicate-token score",
+            Metric::CopyFidelity => "copy fidelity",
         }
     }
 
@@ -499,7 +590,7 @@ impl Metric {
 
     /// Whether it comes from running the model (same in raw and folded mode).
     pub fn behavioural(self) -> bool {
-        matches!(self, Metric::Induction | Metric::PreviousToken | Metric::DuplicateToken)
+        matches!(self, Metric::Induction | Metric::PreviousToken | Metric::DuplicateToken | Metric::CopyFidelity)
     }
 
     /// The value for one head; κ of a defective matrix is +∞; None when not measured.
@@ -519,6 +610,7 @@ impl Metric {
             Metric::Induction => scores?.induction_score,
             Metric::PreviousToken => scores?.previous_token_score,
             Metric::DuplicateToken => scores?.duplicate_token_score,
+            Metric::CopyFidelity => scores?.copy_fidelity,
         })
     }
 }

@@ -9,6 +9,7 @@ use crate::model::ModelConfig;
 use crate::probes::Suite;
 use crate::probes::induction::InductionReport;
 use crate::probes::suite::VerdictRow;
+use crate::tokens::Bos;
 
 /// A model the worker holds is named by the number the page gave it when loading it.
 pub type ModelId = u64;
@@ -19,43 +20,50 @@ pub enum Request {
     /// fingerprints every head (folded) and runs the default induction probe; without, only
     /// loads (the page already holds the results: a restart after a cancel). With `hash`, also
     /// computes the files' SHA-256 (share links name local files by it; the demo needs none).
-    Load { model: ModelId, names: Vec<String>, analyse: bool, hash: bool },
+    /// `prepend_bos`: whether the probe of the analysis starts with the model's BOS.
+    Load { model: ModelId, names: Vec<String>, analyse: bool, hash: bool, prepend_bos: bool },
     /// Every head's fingerprint in one mode (the page asks for raw mode when it is first shown).
     Fingerprint { model: ModelId, mode: Mode },
     /// Drops a model the page no longer shows.
     Forget { model: ModelId },
-    /// The induction probe on another repeated sequence.
-    Induction { model: ModelId, sequence: ProbeSequence },
+    /// The induction probe on other repeated sequences, with or without the model's BOS.
+    Induction { model: ModelId, sequence: ProbeSequence, prepend_bos: bool },
     /// The tokens with the largest self-copy logits, raw and normalised.
     SelfCopy { model: ModelId, mode: Mode, head: HeadId, top: usize },
     /// One entry of the token-space OV circuit, tokens as written by the user.
     Pair { model: ModelId, mode: Mode, head: HeadId, from: String, to: String },
     /// What attending one token promotes and suppresses most.
     Row { model: ModelId, mode: Mode, head: HeadId, token: String, top: usize },
-    /// One head's attention pattern on a text.
-    Pattern { model: ModelId, head: HeadId, text: String },
-    /// A suite's verdict table for one head.
-    Verdicts { model: ModelId, head: HeadId, suite: Suite },
+    /// One head's attention pattern on a text (after the model's BOS with `prepend_bos`).
+    Pattern { model: ModelId, head: HeadId, text: String, prepend_bos: bool },
+    /// A suite's verdict table for one head (each prompt after the model's BOS with `prepend_bos`).
+    Verdicts { model: ModelId, head: HeadId, suite: Suite, prepend_bos: bool },
 }
 
-/// The first copy of the induction probe's repeated sequence (spec section 4).
+/// The first copies of the induction probe's repeated sequences (spec section 4): `count`
+/// of them, seeds `seed, seed + 1, ...`; the scores are their means.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ProbeSequence {
-    /// `len` tokens drawn uniformly (seeded), special tokens excluded.
-    UniformRandom { seed: u64, len: usize },
+    /// `len` tokens drawn uniformly (seeded) from the tokenizer's ordinary vocabulary.
+    UniformRandom { seed: u64, len: usize, count: usize },
     /// A seeded window of `len` tokens of a text (the demo ships held-out Nietzsche).
-    TextWindow { text: String, seed: u64, len: usize },
+    TextWindow { text: String, seed: u64, len: usize, count: usize },
 }
 
 impl ProbeSequence {
-    /// How the page names the sequence a score came from.
-    pub fn describe(&self) -> String {
+    /// How the page names the sequences a score came from.
+    pub fn describe(&self, bos: Option<&Bos>) -> String {
+        let seeds = |seed: u64, count: usize| match count {
+            1 => format!("seed {seed}"),
+            _ => format!("mean of {count}, seeds {seed}–{}", seed + count as u64 - 1),
+        };
+        let after = bos.map_or(String::new(), |b| format!(", after BOS {}", b.token));
         match self {
-            ProbeSequence::UniformRandom { seed, len } => {
-                format!("{len} uniformly random tokens repeated twice (seed {seed})")
+            ProbeSequence::UniformRandom { seed, len, count } => {
+                format!("{len} uniformly random tokens repeated twice ({}{after})", seeds(*seed, *count))
             }
-            ProbeSequence::TextWindow { seed, len, .. } => {
-                format!("a {len}-token window of held-out text repeated twice (seed {seed})")
+            ProbeSequence::TextWindow { seed, len, count, .. } => {
+                format!("a {len}-token window of held-out text repeated twice ({}{after})", seeds(*seed, *count))
             }
         }
     }
@@ -67,6 +75,9 @@ pub struct ModelInfo {
     pub config: ModelConfig,
     pub parameters: u64,
     pub facts: Vec<(String, String)>,
+    /// The BOS token probes can start with, and where it came from; None for character models
+    /// and models whose config and tokenizer name none.
+    pub bos: Option<Bos>,
     /// SHA-256 of the files (hex): of the one file, or of the sorted `name:sha256` lines of several;
     /// empty when not asked for.
     pub sha256: String,

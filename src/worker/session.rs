@@ -17,10 +17,10 @@ use crate::analysis::ov_logits::{bottom_k, top_k};
 use crate::analysis::{Circuits, HeadId, Mode, ModelFingerprint, OvTokenLogits};
 use crate::model::{LoadParts, Model};
 use crate::probes::induction::{
-    RepeatSource, induction_cells, induction_probe, random_first_copy, text_window_first_copy,
+    DEFAULT_SEQUENCES, induction_cells, induction_probe, random_first_copies, text_window_first_copies,
 };
 use crate::probes::verdict_table;
-use crate::tokens::Tokenizer;
+use crate::tokens::{Bos, Tokenizer, choose_bos, with_bos};
 use crate::weights::{ByteSource, ModelFiles};
 use crate::{Error, Result};
 
@@ -37,15 +37,24 @@ pub fn probe_len(config: &crate::model::ModelConfig) -> usize {
     config.context.map_or(INDUCTION_LEN, |c| INDUCTION_LEN.min(c / 2))
 }
 
-/// The default induction probe: uniform random tokens, seed 0.
+/// The default induction probe: uniform random tokens, seeds 0..8.
 pub fn default_sequence(config: &crate::model::ModelConfig) -> ProbeSequence {
-    ProbeSequence::UniformRandom { seed: 0, len: probe_len(config) }
+    ProbeSequence::UniformRandom { seed: 0, len: probe_len(config), count: DEFAULT_SEQUENCES }
+}
+
+/// The length of each copy when a BOS takes one position of the context.
+fn probe_len_with(config: &crate::model::ModelConfig, len: usize, bos: Option<usize>) -> usize {
+    match (config.context, bos) {
+        (Some(context), Some(_)) if 2 * len + 1 > context => (context - 1) / 2,
+        _ => len,
+    }
 }
 
 struct Held {
     model: Model,
     tokenizer: Tokenizer,
     grams: Grams,
+    bos: Option<Bos>,
 }
 
 impl Held {
@@ -76,21 +85,32 @@ impl Held {
         })
     }
 
-    fn induction(&self, sequence: &ProbeSequence) -> InductionRun {
+    /// The BOS id to prepend, if asked for and the model has one.
+    fn bos(&self, prepend_bos: bool) -> Option<usize> {
+        self.bos.as_ref().filter(|_| prepend_bos).map(|b| b.id)
+    }
+
+    fn induction(&self, sequence: &ProbeSequence, prepend_bos: bool) -> InductionRun {
+        let bos = self.bos(prepend_bos);
         let report = (|| {
-            let (first, source) = match sequence {
-                ProbeSequence::UniformRandom { seed, len } => (
-                    random_first_copy(self.model.config.vocab, *len, *seed, &self.tokenizer.special_ids())?,
-                    RepeatSource::UniformRandom { seed: *seed },
-                ),
-                ProbeSequence::TextWindow { text, seed, len } => (
-                    text_window_first_copy(&self.encode(text)?, *len, *seed)?,
-                    RepeatSource::TextWindow { seed: *seed },
-                ),
+            let copies = match sequence {
+                ProbeSequence::UniformRandom { seed, len, count } => random_first_copies(
+                    &self.tokenizer.ordinary_ids(&self.model),
+                    probe_len_with(&self.model.config, *len, bos),
+                    *seed,
+                    *count,
+                )?,
+                ProbeSequence::TextWindow { text, seed, len, count } => text_window_first_copies(
+                    &self.encode(text)?,
+                    probe_len_with(&self.model.config, *len, bos),
+                    *seed,
+                    *count,
+                )?,
             };
-            induction_probe(&self.model, &first, source)
+            induction_probe(&self.model, &copies, bos)
         })();
-        InductionRun { sequence: sequence.describe(), report: report.map_err(|e| e.to_string()) }
+        let shown_bos = self.bos.as_ref().filter(|_| prepend_bos);
+        InductionRun { sequence: sequence.describe(shown_bos), report: report.map_err(|e| e.to_string()) }
     }
 }
 
@@ -148,6 +168,13 @@ fn held_in(models: &HashMap<ModelId, Held>, model: ModelId) -> Result<&Held> {
     models.get(&model).ok_or_else(|| Error::Io(format!("model {model} is not loaded in the worker")))
 }
 
+/// What a `Load` asks for besides reading the files.
+struct Loading {
+    analyse: bool,
+    hash: bool,
+    prepend_bos: bool,
+}
+
 pub struct Session {
     models: HashMap<ModelId, Held>,
     /// The last head's OV token logits: the head view asks for several readings of one head.
@@ -169,7 +196,9 @@ impl Session {
     /// Answers one request. `files` are the files of a `Load`, in its `names` order.
     pub fn handle(&mut self, request: Request, files: Vec<Box<dyn ByteSource>>, report: Reporter) -> Result<Reply> {
         match request {
-            Request::Load { model, names, analyse, hash } => self.load(model, names, files, analyse, hash, report),
+            Request::Load { model, names, analyse, hash, prepend_bos } => {
+                self.load(model, names, files, Loading { analyse, hash, prepend_bos }, report)
+            }
             Request::Fingerprint { model, mode } => {
                 let held = self.held(model)?;
                 let started = (self.clock)();
@@ -184,7 +213,9 @@ impl Session {
                 }
                 Ok(Reply::Done)
             }
-            Request::Induction { model, sequence } => Ok(Reply::Induction(self.held(model)?.induction(&sequence))),
+            Request::Induction { model, sequence, prepend_bos } => {
+                Ok(Reply::Induction(self.held(model)?.induction(&sequence, prepend_bos)))
+            }
             Request::SelfCopy { model, mode, head, top } => {
                 let (held, logits) = self.logits(model, mode, head)?;
                 let (raw, normalised) = (logits.diagonal(), logits.normalised_diagonal());
@@ -211,10 +242,10 @@ impl Session {
                     suppresses: held.scored(&values, bottom_k(&values, k)),
                 })
             }
-            Request::Pattern { model, head, text } => {
+            Request::Pattern { model, head, text, prepend_bos } => {
                 let held = self.held(model)?;
                 let head = held.head(head)?;
-                let ids = held.encode(&text)?;
+                let ids = with_bos(held.bos(prepend_bos), &held.encode(&text)?);
                 let output = crate::forward::run(&held.model, &ids)?;
                 let matrix = &output.patterns[head.layer][head.head];
                 let rows = (0..ids.len()).map(|q| (0..ids.len()).map(|k| matrix[(q, k)] as f64).collect()).collect();
@@ -224,9 +255,10 @@ impl Session {
                     marks: induction_cells(&ids),
                 }))
             }
-            Request::Verdicts { model, head, suite } => {
+            Request::Verdicts { model, head, suite, prepend_bos } => {
                 let held = self.held(model)?;
-                Ok(Reply::Verdicts(verdict_table(&held.model, &held.tokenizer, &suite, held.head(head)?)?))
+                let bos = held.bos(prepend_bos);
+                Ok(Reply::Verdicts(verdict_table(&held.model, &held.tokenizer, &suite, held.head(head)?, bos)?))
             }
         }
     }
@@ -252,8 +284,7 @@ impl Session {
         id: ModelId,
         names: Vec<String>,
         files: Vec<Box<dyn ByteSource>>,
-        analyse: bool,
-        hash: bool,
+        Loading { analyse, hash, prepend_bos }: Loading,
         report: Reporter,
     ) -> Result<Reply> {
         if names.len() != files.len() {
@@ -298,7 +329,8 @@ impl Session {
         let started = clock();
         let grams = Grams::compute(&model);
         timings.push(timed("gram", started));
-        let held = Held { model, tokenizer, grams };
+        let bos = choose_bos(&model, &tokenizer);
+        let held = Held { model, tokenizer, grams, bos };
         if !analyse {
             self.models.insert(id, held);
             return Ok(Reply::Loaded);
@@ -311,13 +343,14 @@ impl Session {
 
         report(Progress::new("Running the induction probe", 0, 1));
         let started = clock();
-        let induction = held.induction(&default_sequence(&held.model.config));
+        let induction = held.induction(&default_sequence(&held.model.config), prepend_bos);
         timings.push(timed("induction probe", started));
 
         let info = ModelInfo {
             config: held.model.config.clone(),
             parameters: held.model.parameter_count,
             facts: held.model.facts.clone(),
+            bos: held.bos.clone(),
             sha256,
         };
         self.models.insert(id, held);

@@ -228,6 +228,24 @@ await test('a GPT-2 fixture loads through the file input', async () => {
   await shot('loaded-gpt2');
 });
 
+await test('the BOS switch reruns the probe and is recorded in exports and links', async () => {
+  expect(/BOS <\|endoftext\|> \(id 1/.test(await page.textContent('#model-bos')), 'the BOS is named');
+  await page.selectOption('#metric-select', 'copy-fidelity');
+  await page.waitForFunction(() => /after BOS/.test(document.querySelector('#metric-note')?.textContent ?? ''));
+  await page.uncheck('#prepend-bos');
+  await page.waitForFunction(() => {
+    const note = document.querySelector('#metric-note')?.textContent ?? '';
+    return /uniformly random/.test(note) && !/after BOS/.test(note);
+  }, null, { timeout: 30000 });
+  const json = JSON.parse((await download(page, '#export-json')).bytes.toString());
+  expect(json.prepend_bos === false && json.bos.id === 1, `export records the switch: ${json.prepend_bos}`);
+  expect(json.induction.uniform_random.report.Ok.bos === null, 'the probe ran without the BOS');
+  expect(/bos=off/.test(page.url()), `the link records the switch: ${page.url()}`);
+  await page.check('#prepend-bos');
+  await page.waitForFunction(() => /after BOS/.test(document.querySelector('#metric-note')?.textContent ?? ''), null, { timeout: 30000 });
+  await page.selectOption('#metric-select', 'ov-copying');
+});
+
 await test('a broken file shows its error and keeps the previous model', async () => {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'headprint-'));
   const broken = path.join(tmp, 'broken.safetensors');
