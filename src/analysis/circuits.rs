@@ -141,6 +141,17 @@ impl<'m> Circuits<'m> {
         Factored { small: w.w_k.tr_mul(&w.w_q), gram_left: w.w_q.tr_mul(&w.w_q), gram_right: w.w_k.tr_mul(&w.w_k) }
     }
 
+    /// QK in token space: `W_E W_Q W_K^T W_E^T` (A = W_E W_Q, B = W_K^T W_E^T), through the
+    /// embedding Gram: `B A = W_K^T G_E W_Q`, `A^T A = W_Q^T G_E W_Q`, `B B^T = W_K^T G_E W_K`.
+    /// Unlike the residual-space QK it does not depend on the residual basis: tokens fix it.
+    /// W_E is never folded (as in TransformerLens); W_Q and W_K are folded in folded mode.
+    pub fn qk_token(&self, w: &HeadWeights) -> Factored {
+        let embed = &self.grams.embed;
+        let embed_q = widened(embed, &w.w_q);
+        let embed_k = widened(embed, &w.w_k);
+        Factored { small: w.w_k.tr_mul(&embed_q), gram_left: w.w_q.tr_mul(&embed_q), gram_right: w.w_k.tr_mul(&embed_k) }
+    }
+
     /// OV in residual space: `W_V W_O` (A = W_V, B = W_O).
     pub fn ov_residual(&self, w: &HeadWeights) -> Factored {
         Factored { small: &w.w_o * &w.w_v, gram_left: w.w_v.tr_mul(&w.w_v), gram_right: &w.w_o * w.w_o.transpose() }
@@ -151,7 +162,6 @@ impl<'m> Circuits<'m> {
     /// Two d_model² · d_head products per head when the unembedding is tied, three otherwise.
     pub fn ov_token(&self, w: &HeadWeights) -> Factored {
         let grams = self.grams;
-        let widened = |gram: &DMatrix<f32>, m: &DMatrix<f64>| (gram * m.map(|v| v as f32)).map(f64::from);
         let embed_v = widened(&grams.embed, &w.w_v);
         let o_hat = &w.w_o_unembed;
         let (cross_v, unembed_o) = match grams.tied {
@@ -164,4 +174,9 @@ impl<'m> Circuits<'m> {
             gram_right: o_hat * unembed_o,
         }
     }
+}
+
+/// `gram · m` as an f32 gemm (the Grams are f32), widened back to f64.
+fn widened(gram: &DMatrix<f32>, m: &DMatrix<f64>) -> DMatrix<f64> {
+    (gram * m.map(|v| v as f32)).map(f64::from)
 }

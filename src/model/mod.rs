@@ -266,14 +266,17 @@ impl Reader<'_> {
         Ok(Norm { weight, bias })
     }
 
-    pub fn parameter_count(&self) -> u64 {
+    /// Parameters stored in the files. `copies` names tensors that repeat another stored one
+    /// (nanoGPT saves its tied `lm_head.weight` beside `wte`): a shared weight counts once, as
+    /// PyTorch and Hugging Face's `num_parameters()` count it.
+    pub fn parameter_count(&self, copies: &[&str]) -> u64 {
         // Buffers that some files carry (causal masks, rotary tables) are not parameters.
         let buffer = |n: &str| {
             n.ends_with(".tril") || n.ends_with(".attn.bias") || n.ends_with("masked_bias") || n.ends_with("inv_freq")
         };
         self.store
             .names()
-            .filter(|n| !buffer(n))
+            .filter(|n| !buffer(n) && !copies.contains(n))
             .filter_map(|n| self.store.entry(n))
             .map(|e| e.shape.iter().product::<usize>() as u64)
             .sum()
