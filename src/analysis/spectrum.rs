@@ -217,8 +217,7 @@ fn eigenvector_condition(
             return Ok(None);
         }
         let basis = svd.U();
-        let mean = cluster.iter().map(|&j| values[j]).fold(c64::new(0.0, 0.0), |a, b| a + b)
-            / cluster.len() as f64;
+        let mean = cluster.iter().map(|&j| values[j]).fold(c64::new(0.0, 0.0), |a, b| a + b) / cluster.len() as f64;
         let residual = &x_complex * basis - basis * faer::Scale(mean);
         if residual.norm_l2() <= SEMISIMPLE_TOLERANCE * x_norm {
             for (slot, &j) in cluster.iter().enumerate() {
