@@ -145,7 +145,7 @@ mod native {
                 print_summary(&report.model);
                 println!("mode: {}\n", report.mode);
                 println!(
-                    "{:<7} {:>9} {:>9} {:>9} {:>9} {:>10}   {:>9} {:>9} {:>10}   {:>9} {:>9} {:>10}",
+                    "{:<7} {:>9} {:>9} {:>9} {:>9} {:>10}   {:>9} {:>9} {:>10}   {:>10} {:>10} {:>10}",
                     "head",
                     "OV copy",
                     "OV imag",
@@ -162,7 +162,7 @@ mod native {
                 for h in &report.heads {
                     let (ov, qk, qk_token) = (&h.ov, &h.qk, &h.qk_token);
                     println!(
-                        "{:<7} {:>9} {:>9} {:>9} {:>9} {:>10}   {:>9} {:>9} {:>10}   {:>9} {:>9} {:>10}",
+                        "{:<7} {:>9} {:>9} {:>9} {:>9} {:>10}   {:>9} {:>9} {:>10}   {:>10} {:>10} {:>10}",
                         h.id().to_string(),
                         number(ov, ov.copying_score),
                         number(ov, ov.imaginary_fraction),
