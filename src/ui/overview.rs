@@ -259,6 +259,7 @@ pub fn PreviewGrid() -> impl IntoView {
                 let cells = (0..preview.heads)
                     .map(|head| {
                         let done = preview.done.iter().find(|f| f.layer == layer && f.head == head);
+                        let title = done.and_then(|f| f.ov.error.clone()).unwrap_or_default();
                         let (style, text) = match done {
                             Some(f) if f.ov.error.is_some() => {
                                 ("background:#fbe3e6;color:#8b0f1e".to_string(), "error".to_string())
@@ -269,7 +270,11 @@ pub fn PreviewGrid() -> impl IntoView {
                             }
                             None => ("background:#eee;color:#888".to_string(), "…".to_string()),
                         };
-                        view! { <div class="cell pending" style=style>{text}</div> }
+                        view! {
+                            <div class="cell pending" style=style title=title>
+                                {text}
+                            </div>
+                        }
                     })
                     .collect_view();
                 view! {
