@@ -204,28 +204,40 @@ def head_fingerprints(model):
     return {"heads": heads}
 
 
-def ov_token_logits(model, layer=1, head=0):
+def ov_token_logit_heads(cfg):
+    """Three heads across layers (both ends of the head range; for GQA models they read
+    different KV heads)."""
+    last = cfg.n_layers - 1
+    return [(0, 1 % cfg.n_heads), (last, 0), (last, cfg.n_heads - 1)]
+
+
+def ov_token_logits(model, mode):
+    """The token-space OV circuit read as logits for three heads of a (float64) TL model in
+    one mode, from the full vocab x vocab matrix."""
     W_E = model.W_E.detach().double().numpy()
     W_U = model.W_U.detach().double().numpy()
-    wv = model.W_V[layer, head].detach().double().numpy()
-    wo = model.W_O[layer, head].detach().double().numpy()
-    M = (W_E @ wv) @ (wo @ W_U)
-    vocab = M.shape[0]
-    diag = np.diag(M)
-    norm = diag / (np.linalg.norm(W_E, axis=1) * np.linalg.norm(W_U, axis=0))
-    pairs = []
-    for i, j in PAIRS:
-        i, j = i % vocab, j % vocab
-        assert i != j
-        pairs.append([i, j, flt(M[i, j])])
-    return {
-        "mode": "folded",
-        "head": f"L{layer}H{head}",
-        "diagonal": [flt(x) for x in diag],
-        "normalised_diagonal": [flt(x) for x in norm],
-        "pairs": pairs,
-        "row": {"token": 3, "values": [flt(x) for x in M[3]]},
-    }
+    entries = []
+    for layer, head in ov_token_logit_heads(model.cfg):
+        wv = model.W_V[layer, head].detach().double().numpy()
+        wo = model.W_O[layer, head].detach().double().numpy()
+        M = (W_E @ wv) @ (wo @ W_U)
+        vocab = M.shape[0]
+        diag = np.diag(M)
+        norm = diag / (np.linalg.norm(W_E, axis=1) * np.linalg.norm(W_U, axis=0))
+        pairs = []
+        for i, j in PAIRS:
+            i, j = i % vocab, j % vocab
+            assert i != j
+            pairs.append([i, j, flt(M[i, j])])
+        entries.append({
+            "mode": mode,
+            "head": f"L{layer}H{head}",
+            "diagonal": [flt(x) for x in diag],
+            "normalised_diagonal": [flt(x) for x in norm],
+            "pairs": pairs,
+            "row": {"token": 3, "values": [flt(x) for x in M[3]]},
+        })
+    return entries
 
 
 # --------------------------------------------------------------------------------------------
@@ -433,7 +445,7 @@ def build_expected(family, config, run, sd_tl, spec, fwd_tokens, bos=None, ordin
         "config": config,
         "folded": head_fingerprints(folded),
         "raw": head_fingerprints(raw),
-        "ov_token_logits": ov_token_logits(folded),
+        "ov_token_logits": ov_token_logits(folded, "folded") + ov_token_logits(raw, "raw"),
         "forward": {
             "tokens": [int(t) for t in fwd_tokens],
             "patterns": pats.tolist(),
@@ -449,7 +461,8 @@ def build_expected(family, config, run, sd_tl, spec, fwd_tokens, bos=None, ordin
 
 NOTES = {
     "circuits": "qk = W_Q W_K^T (residual, unscaled); ov = W_E W_V W_O W_U (token space); "
-    "ov_residual = W_V W_O; qk_token = W_E W_Q W_K^T W_E^T (extra). Row-vector convention, "
+    "ov_residual = W_V W_O; qk_token = W_E W_Q W_K^T W_E^T (token space; W_E is never folded, "
+    "W_Q/W_K are folded like qk). Row-vector convention, "
     "TransformerLens layout; GQA: query head h uses KV head h // (heads / kv_heads).",
     "modes": "folded = TL fold_ln (LN: scale + fold biases + centre W_Q/W_K/W_V and W_U over "
     "d_model; RMS: scale only), no centre_writing_weights, no centre_unembed, computed in float64; "
@@ -465,7 +478,19 @@ NOTES = {
     "rank 1 of tokens[t+1] among the first copy's distinct tokens by the head's direct logit "
     "contribution, TL stack_head_results -> apply_ln_to_stack -> @ W_U of the fold_ln model). "
     "heads / prefix_copy_accuracy: means over the sequences; *_spread: population std, min, max.",
+    "ov_token_logits": "for each mode and three heads: entries of W_E W_V W_O W_U from the full "
+    "matrix; normalised by ||W_E[i]|| ||W_U[:, i]|| with that mode's W_U.",
+    "parameters": "Hugging Face num_parameters() (gpt.py: the module's own parameters); a tied "
+    "unembedding counts once.",
 }
+
+
+def parameter_count(model):
+    """Parameters as the model itself counts them: Hugging Face's num_parameters(), or the
+    PyTorch module's own (unique) parameters for gpt.py. A tied unembedding counts once."""
+    n = model.num_parameters() if hasattr(model, "num_parameters") else sum(p.numel() for p in model.parameters())
+    assert n == sum(p.numel() for p in model.parameters()), "num_parameters counts shared tensors once"
+    return int(n)
 
 
 def write_json(path, obj):
@@ -657,12 +682,14 @@ def make_gptchar():
                                spec, fwd)
     exp["forward"]["text"] = text
     exp["vocab"] = c["vocab"]
+    exp["parameters"] = parameter_count(model)
     # fingerprints of the float16 / bfloat16 copies (weights rounded, then f64 as usual)
-    for key, dt in (("folded_f16", torch.float16), ("folded_bf16", torch.bfloat16)):
+    for key, dt, mode in (("folded_f16", torch.float16, "folded"), ("folded_bf16", torch.bfloat16, "folded"),
+                          ("raw_f16", torch.float16, "raw"), ("raw_bf16", torch.bfloat16, "raw")):
         sd_r = {k: v.to(dt).to(torch.float32) for k, v in sd.items()}
-        m = tl_model(spec, gptchar_to_tl(sd_r, c["n_layer"], c["n_head"]), "folded")
+        m = tl_model(spec, gptchar_to_tl(sd_r, c["n_layer"], c["n_head"]), mode)
         exp[key] = head_fingerprints(m)
-        if dt == torch.float16:
+        if key == "folded_f16":
             for a, b in zip(exp["folded"]["heads"], exp[key]["heads"]):
                 for circ in ("qk", "ov", "ov_residual"):
                     CHECKS.upd("f16_vs_f32", abs(a[circ]["copying_score"] - b[circ]["copying_score"]))
@@ -787,6 +814,7 @@ def make_gpt2():
     exp, peak = build_expected("gpt2", config, hf_run(model), sd_tl, spec, fwd, bos,
                                ordinary_ids(cfg.vocab_size, tok, [GPT2_EOT]))
     exp["tokenizer"] = {"text": TOKENIZER_SAMPLE, "ids": [int(i) for i in sample_ids]}
+    exp["parameters"] = parameter_count(model)
     exp["forward"]["text"] = TOKENIZER_SAMPLE
     write_json(d / "expected.json", exp)
 
@@ -884,6 +912,7 @@ def make_pythia():
     bos = {"id": 0, "token": "<|endoftext|>", "source": "config.json bos_token_id"}
     exp, peak = build_expected("neox", config, hf_run(model), sd_tl, spec, fwd, bos,
                                ordinary_ids(cfg.vocab_size, tok, [0]))
+    exp["parameters"] = parameter_count(model)
     write_json(d / "expected.json", exp)
     return d, peak, rotary_key
 
@@ -935,6 +964,7 @@ def make_llama():
     bos = {"id": 1, "token": "#1", "source": "config.json bos_token_id"}
     exp, peak = build_expected("llama", config, hf_run(model), sd_tl, spec, fwd, bos,
                                ordinary_ids(cfg.vocab_size, None, [1, 2]))
+    exp["parameters"] = parameter_count(model)
     # GQA: TL repeats KV heads with repeat_interleave, query head h reads KV head h // (H // KV)
     m = tl_model(spec, sd_tl, "raw")
     for l, layer in enumerate(model.model.layers):
@@ -1014,7 +1044,7 @@ def make_pythia_hub():
     bos = {"id": 0, "token": "#0", "source": "config.json bos_token_id"}
     exp, peak = build_expected("neox", config, hf_run(model), sd_tl, spec, fwd, bos,
                                ordinary_ids(cfg.vocab_size, None, [0]))
-    exp["parameters_hf"] = int(sum(p.numel() for p in model.parameters()))
+    exp["parameters"] = parameter_count(model)
     write_json(d / "expected.json", exp)
     return d, peak
 
@@ -1103,7 +1133,7 @@ def make_llama32():
     bos = {"id": 1, "token": "#1", "source": "config.json bos_token_id"}
     exp, peak = build_expected("llama", config, hf_run(model), sd_tl, spec, fwd, bos,
                                ordinary_ids(cfg.vocab_size, None, [1, 2]))
-    exp["parameters_hf"] = int(sum(p.numel() for p in model.parameters()))
+    exp["parameters"] = parameter_count(model)
     exp["rope_inverse_frequencies"] = rope_inverse_frequencies()
     write_json(d / "expected.json", exp)
     return d, peak

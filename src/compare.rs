@@ -15,7 +15,8 @@ pub struct ComparisonRow {
     pub model: String,
     pub parameters: u64,
     pub heads: usize,
-    /// Mean over heads of the QK imaginary fraction (from the fingerprint given: folded or raw).
+    /// Mean over heads of the QK imaginary fraction (from the fingerprint given: folded or raw),
+    /// over the heads whose QK could be read.
     pub mean_qk_imaginary_fraction: f64,
     /// The induction-score threshold `induction_heads` counts at.
     pub threshold: f64,
@@ -39,7 +40,10 @@ impl ComparisonRow {
         threshold: f64,
     ) -> Self {
         let heads = fingerprint.heads.len();
-        let mean = fingerprint.heads.iter().map(|h| h.qk.imaginary_fraction).sum::<f64>() / heads.max(1) as f64;
+        // A head whose QK could not be read (its own cell says why) has no imaginary fraction.
+        let readable: Vec<f64> =
+            fingerprint.heads.iter().filter(|h| h.qk.error.is_none()).map(|h| h.qk.imaginary_fraction).collect();
+        let mean = readable.iter().sum::<f64>() / readable.len().max(1) as f64;
         ComparisonRow {
             model: model.into(),
             parameters: fingerprint.model.parameters,
@@ -63,15 +67,20 @@ pub type BehaviouralScore = fn(&HeadScores) -> f64;
 
 /// The spectral features correlated with behaviour (spec section 5): JSON name and value per
 /// head; κ of a defective circuit is +∞ (it still ranks, as the largest).
-pub const SPECTRAL_FEATURES: [(&str, SpectralFeature); 10] = [
+pub const SPECTRAL_FEATURES: [(&str, SpectralFeature); 15] = [
     ("qk.copying_score", |h| h.qk.copying_score),
     ("qk.imaginary_fraction", |h| h.qk.imaginary_fraction),
-    ("qk.eigenvector_condition", |h| h.qk.eigenvector_condition.unwrap_or(f64::INFINITY)),
+    ("qk.eigenvector_condition", |h| h.qk.kappa()),
     ("qk.departure_from_normality", |h| h.qk.departure_from_normality),
     ("qk.scale", |h| h.qk.scale),
+    ("qk_token.copying_score", |h| h.qk_token.copying_score),
+    ("qk_token.imaginary_fraction", |h| h.qk_token.imaginary_fraction),
+    ("qk_token.eigenvector_condition", |h| h.qk_token.kappa()),
+    ("qk_token.departure_from_normality", |h| h.qk_token.departure_from_normality),
+    ("qk_token.scale", |h| h.qk_token.scale),
     ("ov.copying_score", |h| h.ov.copying_score),
     ("ov.imaginary_fraction", |h| h.ov.imaginary_fraction),
-    ("ov.eigenvector_condition", |h| h.ov.eigenvector_condition.unwrap_or(f64::INFINITY)),
+    ("ov.eigenvector_condition", |h| h.ov.kappa()),
     ("ov.departure_from_normality", |h| h.ov.departure_from_normality),
     ("ov.scale", |h| h.ov.scale),
 ];

@@ -33,8 +33,9 @@ fn fingerprint_json_contract() {
     );
     let heads = report["heads"].as_array().unwrap();
     assert_eq!(heads.len(), 8);
-    for circuit in ["qk", "ov", "ov_residual"] {
+    for circuit in ["qk", "qk_token", "ov", "ov_residual"] {
         let f = &heads[5][circuit];
+        assert!(f["error"].is_null() && f["defective"] == false, "{circuit}");
         assert_eq!(f["eigenvalues"].as_array().unwrap().len(), 8);
         for key in ["copying_score", "imaginary_fraction", "eigenvector_condition", "departure_from_normality", "scale"]
         {
@@ -190,7 +191,7 @@ fn compare_makes_seed_000s_table() {
         assert_eq!(entry["induction_heads"].as_u64(), Some(above as u64), "{what}");
         // Every spectral feature against every behavioural score, ρ recomputed here.
         let spearman = entry["spearman"].as_array().unwrap();
-        assert_eq!(spearman.len(), 10 * 4);
+        assert_eq!(spearman.len(), 15 * 4);
         for correlation in spearman {
             let (spectral, behavioural) =
                 (correlation["spectral"].as_str().unwrap(), correlation["behavioural"].as_str().unwrap());
@@ -277,4 +278,20 @@ fn errors_are_one_line_and_nonzero() {
         assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
         assert!(stderr.starts_with("headprint: ") && stderr.contains(needle), "{stderr}");
     }
+}
+
+#[test]
+fn a_zeroed_head_is_an_error_in_its_row_and_the_rest_are_reported() {
+    let path = std::env::temp_dir().join(format!("headprint-dead-head-{}.safetensors", std::process::id()));
+    std::fs::write(&path, common::with_zeroed_tensor("gptchar", common::DEAD_VALUE)).unwrap();
+    let dead = json(&["fingerprint", path.to_str().unwrap(), "--json"]);
+    let normal = json(&["fingerprint", fixture("gptchar").join("model.safetensors").to_str().unwrap(), "--json"]);
+    common::assert_only_the_dead_head_fails(&dead, &normal);
+    let (ok, table, stderr) = headprint(&["fingerprint", path.to_str().unwrap()]);
+    std::fs::remove_file(&path).ok();
+    assert!(ok, "{stderr}");
+    let row = table.lines().find(|l| l.starts_with("L0H1 ")).expect("L0H1's row");
+    assert!(row.contains("error"), "{row}");
+    assert!(!table.lines().find(|l| l.starts_with("L0H0 ")).unwrap().contains("error"));
+    assert!(table.contains("error: head L0H1: OV circuit: the circuit is zero"), "{table}");
 }

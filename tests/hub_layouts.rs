@@ -58,7 +58,7 @@ fn unknown_or_incomplete_rope_scaling_is_a_clear_error() {
 fn pythia_buffers_are_skipped_and_not_counted() {
     let model = load("pythia-hub", LoadParts::Everything);
     let reference = expected("pythia-hub");
-    assert_eq!(model.parameter_count, reference["parameters_hf"].as_u64().unwrap());
+    assert_eq!(model.parameter_count, reference["parameters"].as_u64().unwrap());
     let Positions::Rotary { dims, base, scaling } = model.config.positions else { panic!("rotary") };
     // rotary_pct 0.5 of d_head 8, rotary_emb_base 10000: the older keys were read.
     assert_eq!((dims, base, scaling), (4, 10000.0, RopeScaling::None));
@@ -70,6 +70,6 @@ fn llama32_is_tied_with_its_own_head_dim_and_llama3_rope() {
     let reference = expected("llama32");
     assert!(model.w_u.is_none(), "no lm_head in the file: the unembedding is the embedding");
     assert_eq!((model.config.d_model, model.config.heads, model.config.d_head), (24, 4, 8));
-    assert_eq!(model.parameter_count, reference["parameters_hf"].as_u64().unwrap());
+    assert_eq!(model.parameter_count, reference["parameters"].as_u64().unwrap());
     assert!(matches!(model.config.positions, Positions::Rotary { scaling: RopeScaling::Llama3 { .. }, .. }));
 }

@@ -102,6 +102,107 @@ fn a_defective_circuit_reports_infinite_condition() {
     }
     let fp = factored(&DMatrix::identity(4, 4), &jordan).fingerprint().unwrap();
     assert_eq!(fp.eigenvector_condition, None);
+    assert!(fp.defective() && fp.error.is_none());
+}
+
+/// A random orthonormal n x r matrix (QR of a random one).
+fn orthonormal(n: usize, r: usize, rng: &mut ChaCha8Rng) -> DMatrix<f64> {
+    random(n, r, rng).qr().q()
+}
+
+/// The circuit `U X U^T` of rank r in a 24-dimensional space, split into factors through a
+/// random gauge (A = U G, B = G⁻¹ X U^T): κ must be that of X's eigenvectors.
+fn embedded(x: &DMatrix<f64>, rng: &mut ChaCha8Rng) -> Factored {
+    let r = x.nrows();
+    let u = orthonormal(24, r, rng);
+    let g = random(r, r, rng) + DMatrix::identity(r, r) * 2.0;
+    let g_inv = g.clone().try_inverse().unwrap();
+    factored(&(&u * &g), &(g_inv * x * u.transpose()))
+}
+
+/// `S D S⁻¹` for a random well-conditioned S: a similarity that skews the eigenvectors.
+fn through_similarity(d: &DMatrix<f64>, rng: &mut ChaCha8Rng) -> DMatrix<f64> {
+    let r = d.nrows();
+    let s = random(r, r, rng) + DMatrix::identity(r, r) * 2.0;
+    &s * d * s.clone().try_inverse().unwrap()
+}
+
+#[test]
+fn perturbed_jordan_blocks_are_defective() {
+    // A size-k Jordan block perturbed by ε has eigenvector angles ~ε^(1/k): σ_min/σ_max of the
+    // unit eigenvectors ~ε^((k-1)/k), below the 1e-6 threshold for every ε up to 1e-12.
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let mut finite = Vec::new();
+    for size in [2, 3] {
+        for noise in [0.0, 1e-15, 1e-12] {
+            for trial in 0..10 {
+                // The block beside three simple eigenvalues, as inside a real head.
+                let r = size + 3;
+                let mut block = DMatrix::<f64>::zeros(r, r);
+                for i in 0..size {
+                    block[(i, i)] = 1.5;
+                    if i + 1 < size {
+                        block[(i, i + 1)] = 1.0;
+                    }
+                }
+                for (i, value) in [-0.7, 0.3, 2.2].into_iter().enumerate() {
+                    block[(size + i, size + i)] = value;
+                }
+                let mut x = through_similarity(&block, &mut rng);
+                let perturbation = random(r, r, &mut rng);
+                x += &perturbation * (noise * x.norm() / perturbation.norm());
+                let fp = embedded(&x, &mut rng).fingerprint().unwrap();
+                if let Some(kappa) = fp.eigenvector_condition {
+                    finite.push(format!("size {size}, noise {noise:e}, trial {trial}: κ = {kappa:e}"));
+                }
+            }
+        }
+    }
+    assert!(finite.is_empty(), "reported finite: {finite:#?}");
+}
+
+#[test]
+fn repeated_but_semisimple_eigenvalues_have_finite_condition() {
+    let mut rng = ChaCha8Rng::seed_from_u64(6);
+    // The identity OV circuit: every eigenvalue is 1, and any basis is an eigenbasis.
+    let w_v = random(16, 4, &mut rng);
+    let w_o = w_v.clone().pseudo_inverse(1e-12).unwrap();
+    let fp = factored(&w_v, &w_o).fingerprint().unwrap();
+    assert!(!fp.defective());
+    let kappa = fp.eigenvector_condition.unwrap();
+    assert!((kappa - 1.0).abs() < 1e-12, "identity κ {kappa}");
+    // diag(2, 2, 1) through an orthogonal gauge: a normal matrix with a repeated eigenvalue.
+    for trial in 0..10 {
+        let q = orthonormal(3, 3, &mut rng);
+        let x = &q * DMatrix::from_diagonal(&nalgebra::dvector![2.0, 2.0, 1.0]) * q.transpose();
+        let fp = embedded(&x, &mut rng).fingerprint().unwrap();
+        let kappa = fp.eigenvector_condition.expect("not defective");
+        assert!((kappa - 1.0).abs() < 1e-9, "trial {trial}: diag(2,2,1) κ {kappa}");
+    }
+    // A symmetric matrix with a repeated eigenvalue, r = 6: eigenvalues 3, 3, 3, -1, 0.5, 0.5.
+    for trial in 0..10 {
+        let q = orthonormal(6, 6, &mut rng);
+        let d = DMatrix::from_diagonal(&nalgebra::dvector![3.0, 3.0, 3.0, -1.0, 0.5, 0.5]);
+        let fp = embedded(&(&q * d * q.transpose()), &mut rng).fingerprint().unwrap();
+        let kappa = fp.eigenvector_condition.expect("not defective");
+        assert!((kappa - 1.0).abs() < 1e-9, "trial {trial}: symmetric κ {kappa}");
+    }
+}
+
+#[test]
+fn an_ill_conditioned_diagonalisable_circuit_has_its_analytic_condition() {
+    // X = [[1, b], [0, 1 + g]] has unit eigenvectors e1 and (b, g)/√(b² + g²). With c = cos θ =
+    // b/√(b² + g²) between them, V^H V = [[1, c], [c, 1]] has eigenvalues 1 ± c, so
+    // κ = √((1 + c) / (1 − c)). b = 1, g = 2e-3 gives κ ≈ 1000, far from defective.
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    for (b, g) in [(1.0f64, 2e-3f64), (1.0, 2e-4), (0.5, 0.1)] {
+        let x = DMatrix::from_row_slice(2, 2, &[1.0, b, 0.0, 1.0 + g]);
+        let c: f64 = b / (b * b + g * g).sqrt();
+        let analytic = ((1.0 + c) / (1.0 - c)).sqrt();
+        let fp = embedded(&x, &mut rng).fingerprint().unwrap();
+        let kappa = fp.eigenvector_condition.expect("finite");
+        assert!((kappa - analytic).abs() < 1e-6 * analytic, "b {b}, g {g}: κ {kappa} vs analytic {analytic}");
+    }
 }
 
 #[test]

@@ -31,6 +31,7 @@ fn the_page_pipeline_runs_in_wasm() {
     for mode in [Mode::Folded, Mode::Raw] {
         let fp = fingerprint_model_with_progress(&model, &grams, mode, &mut |_, _, _| {}).unwrap();
         assert_eq!(fp.heads.len(), heads);
+        assert!(fp.heads.iter().all(|h| h.errors().is_empty() && !h.qk_token.eigenvalues.is_empty()));
     }
     let logits = OvTokenLogits::new(&Circuits::new(&model, &grams, Mode::Folded), HeadId::new(0, 0));
     assert_eq!(logits.diagonal().len(), model.config.vocab);

@@ -75,7 +75,9 @@ fn a_load_brings_fingerprints_probe_and_hash_that_match_the_references() {
     };
     for (mode, fingerprint) in [("folded", &analysis.folded), ("raw", &*raw)] {
         for (got, want) in fingerprint.heads.iter().zip(reference[mode]["heads"].as_array().unwrap()) {
-            for (circuit, value) in [("qk", &got.qk), ("ov", &got.ov), ("ov_residual", &got.ov_residual)] {
+            for (circuit, value) in
+                [("qk", &got.qk), ("qk_token", &got.qk_token), ("ov", &got.ov), ("ov_residual", &got.ov_residual)]
+            {
                 let want = &want[circuit];
                 let what = format!("{mode} L{}H{} {circuit}", got.layer, got.head);
                 assert_close(value.copying_score, want["copying_score"].as_f64().unwrap(), 1.0, &what);
@@ -109,10 +111,15 @@ fn a_load_brings_fingerprints_probe_and_hash_that_match_the_references() {
 fn head_requests_match_the_full_ov_matrix() {
     let mut session = Session::new(clock);
     load(&mut session, 7, "gptchar", bytes("gptchar")).unwrap();
-    let reference = &expected("gptchar")["ov_token_logits"];
+    let all = expected("gptchar")["ov_token_logits"].clone();
+    let reference = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["mode"] == "folded" && e["head"] == "L1H0")
+        .expect("a folded L1H0 reference");
     let vocab: Vec<String> = serde_json::from_value(expected("gptchar")["vocab"].clone()).unwrap();
     let head = HeadId::new(1, 0);
-    assert_eq!(reference["head"], "L1H0");
     let diagonal: Vec<f64> = reference["diagonal"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
     let scale = diagonal.iter().fold(0.0f64, |m, v| m.max(v.abs()));
 
@@ -261,11 +268,15 @@ fn loading_reports_progress_up_to_every_byte_and_head() {
     let heads = analysis.folded.heads.len() as u64;
     let fingerprinting = last("Fingerprinting heads (folded)");
     assert_eq!((fingerprinting.done, fingerprinting.total, fingerprinting.grid), (heads, heads, Some((2, 2))));
-    // Every head is streamed once, in order, as the final fingerprint has it.
+    // Every head is streamed once, in order, as the final fingerprint has it (both through the
+    // JSON trip that the page's messages take: serde_json's parse may move the last bit).
+    let tripped = |h: &headprint::analysis::HeadFingerprint| -> headprint::analysis::HeadFingerprint {
+        serde_json::from_str(&serde_json::to_string(h).unwrap()).unwrap()
+    };
     let streamed: Vec<String> = seen
         .iter()
         .filter(|p| p.stage == "Fingerprinting heads (folded)")
-        .flat_map(|p| p.heads.iter().map(|h| format!("L{}H{} {}", h.layer, h.head, h.ov.copying_score)))
+        .flat_map(|p| p.heads.iter().map(tripped).map(|h| format!("L{}H{} {}", h.layer, h.head, h.ov.copying_score)))
         .collect();
     let fingerprinted: Vec<String> =
         analysis.folded.heads.iter().map(|h| format!("L{}H{} {}", h.layer, h.head, h.ov.copying_score)).collect();
@@ -333,4 +344,33 @@ fn the_bos_switch_reaches_patterns_verdicts_and_probes() {
     let plain = run.report.unwrap();
     assert_eq!((plain.bos, plain.tokens.len()), (None, 30));
     assert_eq!(plain.tokens[..15], report.tokens[1..16], "the same seed draws the same tokens");
+}
+
+#[test]
+fn a_zeroed_head_reaches_the_page_as_an_error_in_its_own_cells() {
+    let mut session = Session::new(clock);
+    let Ok(Reply::Analysed(normal)) = load(&mut session, 1, "gptchar", bytes("gptchar")) else {
+        panic!("the fixture loads")
+    };
+    let dead = common::with_zeroed_tensor("gptchar", common::DEAD_VALUE);
+    let Ok(Reply::Analysed(analysis)) = load(&mut session, 2, "dead", dead) else {
+        panic!("a model with a dead head still loads and is analysed")
+    };
+    let json = |f: &headprint::analysis::ModelFingerprint| serde_json::to_value(f).unwrap();
+    common::assert_only_the_dead_head_fails(&json(&analysis.folded), &json(&normal.folded));
+    let Ok(Reply::Fingerprint { fingerprint: raw, .. }) =
+        ask(&mut session, Request::Fingerprint { model: 2, mode: Mode::Raw }, vec![])
+    else {
+        panic!("raw mode answers")
+    };
+    let Ok(Reply::Fingerprint { fingerprint: normal_raw, .. }) =
+        ask(&mut session, Request::Fingerprint { model: 1, mode: Mode::Raw }, vec![])
+    else {
+        panic!("raw mode answers")
+    };
+    common::assert_only_the_dead_head_fails(&json(&raw), &json(&normal_raw));
+    // After the JSON trip the failed circuit is still a failure, not a number.
+    let head = analysis.folded.head(HeadId::new(0, 1)).unwrap();
+    assert!(head.ov.copying_score.is_nan() && head.ov.error.is_some() && !head.ov.defective());
+    assert!(head.qk.error.is_none());
 }

@@ -57,32 +57,50 @@ pub fn fold_reading_transposed(norm: &Norm, kind: NormKind, w: &mut DMatrix<f64>
     }
 }
 
-/// The embedding/unembedding Gram matrices: `W_E^T W_E`, `W_U W_E`, `W_U W_U^T` (raw).
-/// Kept in f32 like the weights: the per-head products with them are the fingerprint's main
-/// cost, and f32 gemm is 2-3x faster than f64 (their results are widened to f64 before any
-/// eigen work; the error, ~1e-6 relative, is far below the 1e-4 the tests hold us to).
+/// The embedding/unembedding Gram matrices: `W_E^T W_E`, `W_U W_E`, `W_U W_U^T` (raw), in f64.
+///
+/// They are accumulated in f64 from f32 rows, a block at a time, and every per-head product
+/// with them is f64 too. An f32 path was measured (tests/gram_precision.rs, vocabulary 50257):
+/// its Grams were within 2e-7 relative, but an embedding with a common direction (as trained
+/// ones have) makes `A^T A = W_V^T G_E W_V` ill-conditioned, and κ of the token-space OV circuit
+/// came out up to 3% off. In f64 the same comparison agrees to ~1e-10.
 pub struct Grams {
-    pub embed: DMatrix<f32>,
+    pub embed: DMatrix<f64>,
     /// `W_U W_E`; empty when tied (then it equals `embed`).
-    pub cross: DMatrix<f32>,
+    pub cross: DMatrix<f64>,
     /// `W_U W_U^T`; empty when tied.
-    pub unembed: DMatrix<f32>,
+    pub unembed: DMatrix<f64>,
     pub tied: bool,
 }
 
+/// Vocabulary rows widened to f64 at a time while the Grams are accumulated (a few MB).
+const GRAM_BLOCK: usize = 1024;
+
 impl Grams {
-    /// The one vocabulary-sized cost of the whole fingerprint. f32 products (as the weights
-    /// are f32 at best), accumulated by matrixmultiply's blocked kernels, then widened.
+    /// The one vocabulary-sized cost of the whole fingerprint: three d_model x d_model products
+    /// over the vocabulary, through matrixmultiply's blocked f64 gemm (threaded on native).
     pub fn compute(model: &Model) -> Grams {
-        // `A * B` goes through matrixmultiply's gemm; nalgebra's `tr_mul` would be a loop of
-        // dot products, 20x slower at vocabulary size.
-        let embed_t = model.w_e.transpose();
-        let embed = &embed_t * &model.w_e;
-        drop(embed_t);
-        match &model.w_u {
-            None => Grams { cross: DMatrix::zeros(0, 0), unembed: DMatrix::zeros(0, 0), embed, tied: true },
-            Some(w_u) => Grams { cross: w_u * &model.w_e, unembed: w_u * w_u.transpose(), embed, tied: false },
+        let (vocab, d_model) = (model.w_e.nrows(), model.w_e.ncols());
+        let tied = model.w_u.is_none();
+        let mut embed = DMatrix::<f64>::zeros(d_model, d_model);
+        let (mut cross, mut unembed) = match tied {
+            true => (DMatrix::zeros(0, 0), DMatrix::zeros(0, 0)),
+            false => (DMatrix::zeros(d_model, d_model), DMatrix::zeros(d_model, d_model)),
+        };
+        for start in (0..vocab).step_by(GRAM_BLOCK) {
+            let rows = GRAM_BLOCK.min(vocab - start);
+            // `A * B` and `gemm` go through matrixmultiply; nalgebra's `tr_mul` would be a loop
+            // of dot products, 20x slower at vocabulary size.
+            let e = model.w_e.rows(start, rows).map(f64::from);
+            let e_t = e.transpose();
+            embed.gemm(1.0, &e_t, &e, 1.0);
+            if let Some(w_u) = &model.w_u {
+                let u = w_u.columns(start, rows).map(f64::from);
+                cross.gemm(1.0, &u, &e, 1.0);
+                unembed.gemm(1.0, &u, &u.transpose(), 1.0);
+            }
         }
+        Grams { embed, cross, unembed, tied }
     }
 }
 
@@ -141,6 +159,21 @@ impl<'m> Circuits<'m> {
         Factored { small: w.w_k.tr_mul(&w.w_q), gram_left: w.w_q.tr_mul(&w.w_q), gram_right: w.w_k.tr_mul(&w.w_k) }
     }
 
+    /// QK in token space: `W_E W_Q W_K^T W_E^T` (A = W_E W_Q, B = W_K^T W_E^T), through the
+    /// embedding Gram: `B A = W_K^T G_E W_Q`, `A^T A = W_Q^T G_E W_Q`, `B B^T = W_K^T G_E W_K`.
+    /// Unlike the residual-space QK it does not depend on the residual basis: tokens fix it.
+    /// W_E is never folded (as in TransformerLens); W_Q and W_K are folded in folded mode.
+    pub fn qk_token(&self, w: &HeadWeights) -> Factored {
+        let embed = &self.grams.embed;
+        let embed_q = embed * &w.w_q;
+        let embed_k = embed * &w.w_k;
+        Factored {
+            small: w.w_k.tr_mul(&embed_q),
+            gram_left: w.w_q.tr_mul(&embed_q),
+            gram_right: w.w_k.tr_mul(&embed_k),
+        }
+    }
+
     /// OV in residual space: `W_V W_O` (A = W_V, B = W_O).
     pub fn ov_residual(&self, w: &HeadWeights) -> Factored {
         Factored { small: &w.w_o * &w.w_v, gram_left: w.w_v.tr_mul(&w.w_v), gram_right: &w.w_o * w.w_o.transpose() }
@@ -151,12 +184,11 @@ impl<'m> Circuits<'m> {
     /// Two d_model² · d_head products per head when the unembedding is tied, three otherwise.
     pub fn ov_token(&self, w: &HeadWeights) -> Factored {
         let grams = self.grams;
-        let widened = |gram: &DMatrix<f32>, m: &DMatrix<f64>| (gram * m.map(|v| v as f32)).map(f64::from);
-        let embed_v = widened(&grams.embed, &w.w_v);
+        let embed_v = &grams.embed * &w.w_v;
         let o_hat = &w.w_o_unembed;
         let (cross_v, unembed_o) = match grams.tied {
-            true => (None, widened(&grams.embed, &o_hat.transpose())),
-            false => (Some(widened(&grams.cross, &w.w_v)), widened(&grams.unembed, &o_hat.transpose())),
+            true => (None, &grams.embed * o_hat.transpose()),
+            false => (Some(&grams.cross * &w.w_v), &grams.unembed * o_hat.transpose()),
         };
         Factored {
             small: o_hat * cross_v.as_ref().unwrap_or(&embed_v),

@@ -1,5 +1,6 @@
-//! The fingerprint of every head of a model: QK (residual space), OV (token space) and OV
-//! (residual space), serialised in the CLI's JSON contract.
+//! The fingerprint of every head of a model: QK (residual and token space), OV (token space)
+//! and OV (residual space), serialised in the CLI's JSON contract. A circuit that cannot be
+//! read is an error in its own fingerprint; the other circuits and heads are unaffected.
 
 use serde::ser::SerializeStruct;
 use serde::{Deserialize, Serialize};
@@ -42,14 +43,35 @@ impl ModelSummary {
 pub struct HeadFingerprint {
     pub layer: usize,
     pub head: usize,
+    /// Residual space: `W_Q W_K^T`.
     pub qk: Fingerprint,
+    /// Token space: `W_E W_Q W_K^T W_E^T`.
+    pub qk_token: Fingerprint,
+    /// Token space: `W_E W_V W_O W_U`.
     pub ov: Fingerprint,
+    /// Residual space: `W_V W_O`.
     pub ov_residual: Fingerprint,
 }
 
 impl HeadFingerprint {
     pub fn id(&self) -> HeadId {
         HeadId::new(self.layer, self.head)
+    }
+
+    /// The four circuits with the names their errors use.
+    pub fn circuits(&self) -> [(&'static str, &Fingerprint); 4] {
+        [("QK", &self.qk), ("QK (tokens)", &self.qk_token), ("OV", &self.ov), ("OV (residual)", &self.ov_residual)]
+    }
+
+    /// Every circuit of this head that could not be read, as a specific error.
+    pub fn errors(&self) -> Vec<Error> {
+        self.circuits()
+            .into_iter()
+            .filter_map(|(circuit, f)| {
+                let reason = f.error.clone()?;
+                Some(Error::Spectrum { head: self.id().to_string(), circuit: circuit.into(), reason })
+            })
+            .collect()
     }
 }
 
@@ -68,16 +90,19 @@ impl ModelFingerprint {
 
 impl Serialize for Fingerprint {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct("Fingerprint", 7)?;
+        let mut s = serializer.serialize_struct("Fingerprint", 8)?;
         let pairs: Vec<[f64; 2]> = self.eigenvalues.iter().map(|l| [l.re, l.im]).collect();
+        // A failed circuit's numbers are NaN: null in JSON, as is its `defective` (unknown).
+        let number = |v: f64| v.is_finite().then_some(v);
         s.serialize_field("eigenvalues", &pairs)?;
-        s.serialize_field("copying_score", &self.copying_score)?;
-        s.serialize_field("imaginary_fraction", &self.imaginary_fraction)?;
+        s.serialize_field("copying_score", &number(self.copying_score))?;
+        s.serialize_field("imaginary_fraction", &number(self.imaginary_fraction))?;
         // JSON has no infinity: a defective matrix is null plus the flag.
         s.serialize_field("eigenvector_condition", &self.eigenvector_condition)?;
-        s.serialize_field("defective", &self.eigenvector_condition.is_none())?;
-        s.serialize_field("departure_from_normality", &self.departure_from_normality)?;
-        s.serialize_field("scale", &self.scale)?;
+        s.serialize_field("defective", &self.error.is_none().then_some(self.defective()))?;
+        s.serialize_field("departure_from_normality", &number(self.departure_from_normality))?;
+        s.serialize_field("scale", &number(self.scale))?;
+        s.serialize_field("error", &self.error)?;
         s.end()
     }
 }
@@ -86,48 +111,48 @@ impl Serialize for Fingerprint {
 #[derive(Deserialize)]
 struct FingerprintWire {
     eigenvalues: Vec<[f64; 2]>,
-    copying_score: f64,
-    imaginary_fraction: f64,
+    copying_score: Option<f64>,
+    imaginary_fraction: Option<f64>,
     eigenvector_condition: Option<f64>,
-    departure_from_normality: f64,
-    scale: f64,
+    departure_from_normality: Option<f64>,
+    scale: Option<f64>,
+    #[serde(default)]
+    error: Option<String>,
 }
 
 impl<'de> Deserialize<'de> for Fingerprint {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
         let wire = FingerprintWire::deserialize(deserializer)?;
+        let number = |v: Option<f64>| v.unwrap_or(f64::NAN);
         Ok(Fingerprint {
             eigenvalues: wire.eigenvalues.into_iter().map(|[re, im]| super::spectrum::Eigenvalue { re, im }).collect(),
-            copying_score: wire.copying_score,
-            imaginary_fraction: wire.imaginary_fraction,
+            copying_score: number(wire.copying_score),
+            imaginary_fraction: number(wire.imaginary_fraction),
             eigenvector_condition: wire.eigenvector_condition,
-            departure_from_normality: wire.departure_from_normality,
-            scale: wire.scale,
+            departure_from_normality: number(wire.departure_from_normality),
+            scale: number(wire.scale),
+            error: wire.error,
         })
     }
 }
 
-/// The three fingerprints of one head.
-pub fn fingerprint_head(circuits: &Circuits, id: HeadId) -> Result<HeadFingerprint> {
+/// The four fingerprints of one head; a circuit that cannot be read carries its error.
+pub fn fingerprint_head(circuits: &Circuits, id: HeadId) -> HeadFingerprint {
     let weights = circuits.head_weights(id);
-    let spectrum = |circuit: &str, factored: super::Factored| {
-        factored.fingerprint().map_err(|reason| Error::Spectrum {
-            head: id.to_string(),
-            circuit: circuit.into(),
-            reason,
-        })
-    };
-    Ok(HeadFingerprint {
+    let spectrum = |factored: super::Factored| factored.fingerprint().unwrap_or_else(Fingerprint::failed);
+    HeadFingerprint {
         layer: id.layer,
         head: id.head,
-        qk: spectrum("QK", circuits.qk(&weights))?,
-        ov: spectrum("OV", circuits.ov_token(&weights))?,
-        ov_residual: spectrum("OV (residual)", circuits.ov_residual(&weights))?,
-    })
+        qk: spectrum(circuits.qk(&weights)),
+        qk_token: spectrum(circuits.qk_token(&weights)),
+        ov: spectrum(circuits.ov_token(&weights)),
+        ov_residual: spectrum(circuits.ov_residual(&weights)),
+    }
 }
 
 /// Fingerprints every head, one after another; `each(head, done, total)` sees every head as it
 /// is done (the page's worker streams them to the page, so the grid fills while it works).
+/// A head whose circuits fail is still reported, with the errors in its fingerprints.
 pub fn fingerprint_model_with_progress(
     model: &Model,
     grams: &Grams,
@@ -138,7 +163,7 @@ pub fn fingerprint_model_with_progress(
     let total = model.config.layers * model.config.heads;
     let mut heads = Vec::with_capacity(total);
     for (done, id) in HeadId::all(&model.config).enumerate() {
-        let head = fingerprint_head(&circuits, id)?;
+        let head = fingerprint_head(&circuits, id);
         each(&head, done + 1, total);
         heads.push(head);
     }
@@ -154,19 +179,17 @@ pub fn fingerprint_model(model: &Model, mode: Mode) -> Result<ModelFingerprint> 
         let ids: Vec<HeadId> = HeadId::all(&model.config).collect();
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(ids.len().max(1));
         let chunk = ids.len().div_ceil(workers).max(1);
-        let heads: Result<Vec<Vec<HeadFingerprint>>> = std::thread::scope(|scope| {
+        let heads: Vec<Vec<HeadFingerprint>> = std::thread::scope(|scope| {
             let handles: Vec<_> = ids
                 .chunks(chunk)
                 .map(|part| {
                     let circuits = &circuits;
-                    scope.spawn(move || {
-                        part.iter().map(|&id| fingerprint_head(circuits, id)).collect::<Result<Vec<_>>>()
-                    })
+                    scope.spawn(move || part.iter().map(|&id| fingerprint_head(circuits, id)).collect::<Vec<_>>())
                 })
                 .collect();
             handles.into_iter().map(|h| h.join().expect("fingerprint worker panicked")).collect()
         });
-        Ok(ModelFingerprint { model: ModelSummary::of(model), mode: mode.name().into(), heads: heads?.concat() })
+        Ok(ModelFingerprint { model: ModelSummary::of(model), mode: mode.name().into(), heads: heads.concat() })
     }
     #[cfg(target_arch = "wasm32")]
     fingerprint_model_with_progress(model, &grams, mode, &mut |_, _, _| {})

@@ -11,7 +11,7 @@ mod native {
     use clap::{Args, Parser, Subcommand};
     use headprint::analysis::ov_logits::{bottom_k, top_k};
     use headprint::analysis::{
-        Circuits, HeadId, Mode, ModelSummary, OvTokenLogits, circuits::Grams, fingerprint_model,
+        Circuits, Fingerprint, HeadId, Mode, ModelSummary, OvTokenLogits, circuits::Grams, fingerprint_model,
     };
     use headprint::compare::{
         BEHAVIOURAL_SCORES, ComparisonRow, INDUCTION_HEAD_THRESHOLD, SPECTRAL_FEATURES, spearman_table,
@@ -217,22 +217,40 @@ mod native {
                 print_summary(&report.model);
                 println!("mode: {}\n", report.mode);
                 println!(
-                    "{:<7} {:>9} {:>9} {:>9} {:>9} {:>10}   {:>9} {:>9} {:>10}",
-                    "head", "OV copy", "OV imag", "OV κ", "OV dep", "OV scale", "QK copy", "QK imag", "QK κ"
+                    "{:<7} {:>9} {:>9} {:>9} {:>9} {:>10}   {:>9} {:>9} {:>10}   {:>10} {:>10} {:>10}",
+                    "head",
+                    "OV copy",
+                    "OV imag",
+                    "OV κ",
+                    "OV dep",
+                    "OV scale",
+                    "QK copy",
+                    "QK imag",
+                    "QK κ",
+                    "QKtok copy",
+                    "QKtok imag",
+                    "QKtok κ"
                 );
                 for h in &report.heads {
+                    let (ov, qk, qk_token) = (&h.ov, &h.qk, &h.qk_token);
                     println!(
-                        "{:<7} {:>9.4} {:>9.4} {:>9} {:>9.4} {:>10.4}   {:>9.4} {:>9.4} {:>10}",
+                        "{:<7} {:>9} {:>9} {:>9} {:>9} {:>10}   {:>9} {:>9} {:>10}   {:>10} {:>10} {:>10}",
                         h.id().to_string(),
-                        h.ov.copying_score,
-                        h.ov.imaginary_fraction,
-                        kappa(h.ov.eigenvector_condition),
-                        h.ov.departure_from_normality,
-                        h.ov.scale,
-                        h.qk.copying_score,
-                        h.qk.imaginary_fraction,
-                        kappa(h.qk.eigenvector_condition)
+                        number(ov, ov.copying_score),
+                        number(ov, ov.imaginary_fraction),
+                        kappa(ov),
+                        number(ov, ov.departure_from_normality),
+                        number(ov, ov.scale),
+                        number(qk, qk.copying_score),
+                        number(qk, qk.imaginary_fraction),
+                        kappa(qk),
+                        number(qk_token, qk_token.copying_score),
+                        number(qk_token, qk_token.imaginary_fraction),
+                        kappa(qk_token)
                     );
+                }
+                for error in report.heads.iter().flat_map(|h| h.errors()) {
+                    println!("error: {error}");
                 }
                 Ok(())
             }
@@ -568,8 +586,20 @@ mod native {
         );
     }
 
-    fn kappa(value: Option<f64>) -> String {
-        value.map_or("inf".into(), |k| format!("{k:.3}"))
+    /// One of a circuit's numbers for the table; `error` when the circuit could not be read.
+    fn number(circuit: &Fingerprint, value: f64) -> String {
+        match circuit.error {
+            Some(_) => "error".into(),
+            None => format!("{value:.4}"),
+        }
+    }
+
+    fn kappa(circuit: &Fingerprint) -> String {
+        match (&circuit.error, circuit.eigenvector_condition) {
+            (Some(_), _) => "error".into(),
+            (None, Some(k)) => format!("{k:.3}"),
+            (None, None) => "inf".into(),
+        }
     }
 
     /// Makes whitespace tokens visible in tables.

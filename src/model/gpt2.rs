@@ -99,12 +99,12 @@ pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>,
         });
     }
     // nanoGPT saves lm_head.weight even though it is tied; an untied one is honoured.
-    let w_u = match reader.has("lm_head.weight") {
+    let (w_u, copies): (_, &[&str]) = match reader.has("lm_head.weight") {
         true => {
             let head = reader.matrix("lm_head.weight", vocab, d_model)?;
-            if head == w_e { None } else { Some(head.transpose()) }
+            if head == w_e { (None, &["lm_head.weight"]) } else { (Some(head.transpose()), &[]) }
         }
-        false => None,
+        false => (None, &[]),
     };
     Ok(Model {
         w_e,
@@ -115,7 +115,7 @@ pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>,
         b_u: None,
         vocab_strings: None,
         facts: Vec::new(),
-        parameter_count: reader.parameter_count(),
+        parameter_count: reader.parameter_count(copies),
         config,
     })
 }

@@ -118,7 +118,7 @@ pub(super) fn load(reader: &mut Reader, parts: LoadParts) -> Result<Model> {
         b_u: Some(reader.optional_vector("lm_head.bias", vocab)?),
         vocab_strings,
         facts,
-        parameter_count: reader.parameter_count(),
+        parameter_count: reader.parameter_count(&[]),
         config,
     })
 }

@@ -372,10 +372,13 @@ impl Reader<'_> {
         Ok(Norm { weight, bias })
     }
 
-    pub fn parameter_count(&self) -> u64 {
+    /// Parameters stored in the files. `copies` names tensors that repeat another stored one
+    /// (nanoGPT saves its tied `lm_head.weight` beside `wte`): a shared weight counts once, as
+    /// PyTorch and Hugging Face's `num_parameters()` count it.
+    pub fn parameter_count(&self, copies: &[&str]) -> u64 {
         self.store
             .names()
-            .filter(|n| !is_buffer(n))
+            .filter(|n| !is_buffer(n) && !copies.contains(n))
             .filter_map(|n| self.store.entry(n))
             .map(|e| e.shape.iter().product::<usize>() as u64)
             .sum()

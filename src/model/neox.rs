@@ -109,7 +109,7 @@ pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>,
         b_u: None,
         vocab_strings: None,
         facts: Vec::new(),
-        parameter_count: reader.parameter_count(),
+        parameter_count: reader.parameter_count(&[]),
         config,
     })
 }

@@ -114,7 +114,7 @@ pub fn Compare() -> impl IntoView {
             xs.push(x);
             ys.push(y);
             // κ is skewed over orders of magnitude: plot log10 κ (∞ is left out of the plot, not of ρ).
-            let plotted = if matches!(x_metric, Metric::QkKappa | Metric::OvKappa) { x.log10() } else { x };
+            let plotted = if x_metric.is_kappa() { x.log10() } else { x };
             points.push(Point {
                 x: plotted,
                 y,
@@ -124,7 +124,7 @@ pub fn Compare() -> impl IntoView {
             });
         }
         let rho = spearman(&xs, &ys);
-        let x_name = if matches!(x_metric, Metric::QkKappa | Metric::OvKappa) {
+        let x_name = if x_metric.is_kappa() {
             format!("log10 {} ({} mode)", x_metric.label(), mode.name())
         } else {
             format!("{} ({} mode)", x_metric.label(), mode.name())

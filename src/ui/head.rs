@@ -1,5 +1,6 @@
-//! One head: QK and OV spectra in the complex plane, every fingerprint metric explained,
-//! OV self-copy logits (raw and normalised), pair lookup and what a token promotes.
+//! One head: QK (residual and token space) and OV spectra in the complex plane, every
+//! fingerprint metric explained, OV self-copy logits (raw and normalised), pair lookup and what
+//! a token promotes. A circuit that could not be read says why instead of showing numbers.
 
 use leptos::prelude::*;
 
@@ -94,6 +95,8 @@ pub fn HeadView() -> impl IntoView {
         let rotary = matches!(loaded.info.config.positions, Positions::Rotary { .. });
         let zoom = fit.get();
         let qk_plot = complex_plane(&fp.qk.eigenvalues, "#2166ac", zoom, &format!("{id} QK eigenvalues"));
+        let qk_token_plot =
+            complex_plane(&fp.qk_token.eigenvalues, "#5e3c99", zoom, &format!("{id} QK (tokens) eigenvalues"));
         let ov_plot = complex_plane(&fp.ov.eigenvalues, "#e66101", zoom, &format!("{id} OV eigenvalues"));
         let explain: [MetricRow; 5] = [
             (
@@ -122,20 +125,34 @@ pub fn HeadView() -> impl IntoView {
                 Box::new(|f: &Fingerprint| num(f.scale)),
             ),
         ];
+        // A circuit that could not be read shows "error" in every row; the reason is below.
+        let shown = |f: &Fingerprint, get: &dyn Fn(&Fingerprint) -> String| match f.error {
+            Some(_) => "error".to_string(),
+            None => get(f),
+        };
         let rows = explain
             .iter()
             .map(|(name, text, get)| {
                 view! {
                     <tr>
                         <th scope="row">{*name}</th>
-                        <td class="num">{get(&fp.qk)}</td>
-                        <td class="num">{get(&fp.ov)}</td>
-                        <td class="num">{get(&fp.ov_residual)}</td>
+                        <td class="num">{shown(&fp.qk, get)}</td>
+                        <td class="num">{shown(&fp.qk_token, get)}</td>
+                        <td class="num">{shown(&fp.ov, get)}</td>
+                        <td class="num">{shown(&fp.ov_residual, get)}</td>
                         <td class="explain">{*text}</td>
                     </tr>
                 }
             })
             .collect_view();
+        let errors: Vec<String> = fp.errors().iter().map(ToString::to_string).collect();
+        let errors = (!errors.is_empty()).then(|| {
+            view! {
+                <ul class="error-inline" id="head-errors">
+                    {errors.into_iter().map(|e| view! { <li>{e}</li> }).collect_view()}
+                </ul>
+            }
+        });
         let behaviour = match loaded.run(ctx.sequence.get()) {
             Some(run) => match (&run.report, loaded.scores(ctx.sequence.get(), id)) {
                 (Ok(_), Some(s)) => {
@@ -171,17 +188,30 @@ pub fn HeadView() -> impl IntoView {
                         {rotary.then(|| view! { <br /><em>"Rotary model: this is QK at relative offset 0, without biases."</em> })}
                     </figcaption>
                 </figure>
+                <figure id="qk-token-plane">
+                    <div inner_html=qk_token_plot.clone()></div>
+                    <ChartExport svg=qk_token_plot name=format!("{id}-qk-token-eigenvalues") />
+                    <figcaption>
+                        {format!("QK (tokens): eigenvalues of W_E W_Q W_Kᵀ W_Eᵀ ({} mode)", mode.name())}
+                        {rotary.then(|| view! { <br /><em>"Rotary model: offset 0, without biases, as for QK."</em> })}
+                    </figcaption>
+                </figure>
                 <figure id="ov-plane">
                     <div inner_html=ov_plot.clone()></div>
                     <ChartExport svg=ov_plot name=format!("{id}-ov-eigenvalues") />
                     <figcaption>"OV: eigenvalues of W_E W_V W_O W_U (token space)"</figcaption>
                 </figure>
             </div>
+            <p class="note" id="qk-basis-note">
+                "Two QK spectra, because the residual-space one depends on the basis. Writing the residual stream in another basis, x → xS, turns W_Q W_Kᵀ into S⁻¹ (W_Q W_Kᵀ) S⁻ᵀ: a congruence, not a similarity, so its eigenvalues change (folding LayerNorm's weights into W_Q and W_K is such a rescaling, which is why folded and raw QK differ). In token space W_E becomes W_E S and the S cancels: W_E W_Q W_Kᵀ W_Eᵀ is the same in every residual basis, because the tokens fix the basis. Its folded and raw spectra still differ, since raw mode leaves the norm weights out. OV has no such problem: a change of basis acts on it by similarity, which keeps eigenvalues."
+            </p>
+            {errors}
             <table class="metrics" id="metrics-table">
                 <thead>
                     <tr>
                         <th></th>
                         <th>"QK"</th>
+                        <th>"QK (tokens)"</th>
                         <th>"OV (tokens)"</th>
                         <th>"OV (residual)"</th>
                         <th>"what it means"</th>

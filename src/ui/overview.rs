@@ -125,6 +125,12 @@ pub fn Overview() -> impl IntoView {
                     .iter()
                     .map(|h| (h.id(), metric.value(h, loaded.scores(sequence, h.id()))))
                     .collect();
+                // A circuit that could not be read: its cell says so, and why on hover.
+                let errors: Vec<Option<String>> = fingerprint
+                    .heads
+                    .iter()
+                    .map(|h| metric.circuit(h).and_then(|c| c.error.clone()))
+                    .collect();
                 let finite: Vec<f64> = values.iter().filter_map(|(_, v)| *v).collect();
                 let scale = ColourScale::new(metric.scale(), &finite);
                 let (stops, lo, hi) = scale.legend();
@@ -138,19 +144,25 @@ pub fn Overview() -> impl IntoView {
                             .map(|head| {
                                 let id = HeadId::new(layer, head);
                                 let value = values.get(layer * heads + head).and_then(|(_, v)| *v);
-                                let (fill, ink, text) = match value {
-                                    Some(v) => {
+                                let error = errors.get(layer * heads + head).cloned().flatten();
+                                let (fill, ink, text) = match (value, &error) {
+                                    (_, Some(_)) => ("#fbe3e6".to_string(), "#8b0f1e", "error".to_string()),
+                                    (Some(v), None) => {
                                         let s = scale.swatch(v);
                                         (s.fill, s.ink, num(v))
                                     }
-                                    None => ("#ddd".to_string(), "#333", "–".to_string()),
+                                    (None, None) => ("#ddd".to_string(), "#333", "–".to_string()),
                                 };
-                                let title = format!("{id} {}: {text}", metric.label());
+                                let title = match &error {
+                                    Some(reason) => format!("{id} {}: error: {reason}", metric.label()),
+                                    None => format!("{id} {}: {text}", metric.label()),
+                                };
                                 let short = if text.len() > 6 { text.chars().take(6).collect() } else { text.clone() };
                                 view! {
                                     <button
                                         class="cell"
                                         class:selected=id == selected
+                                        class:failed=error.is_some()
                                         id=cell_id(id)
                                         data-head=id.to_string()
                                         data-value=text.clone()
@@ -186,7 +198,7 @@ pub fn Overview() -> impl IntoView {
                     })
                     .collect();
                 let (axis_lo, axis_hi) = scale.axis();
-                let axis_name = if matches!(metric, Metric::QkKappa | Metric::OvKappa) {
+                let axis_name = if metric.is_kappa() {
                     format!("log10 {}", metric.label())
                 } else {
                     metric.label().to_string()
@@ -247,14 +259,22 @@ pub fn PreviewGrid() -> impl IntoView {
                 let cells = (0..preview.heads)
                     .map(|head| {
                         let done = preview.done.iter().find(|f| f.layer == layer && f.head == head);
+                        let title = done.and_then(|f| f.ov.error.clone()).unwrap_or_default();
                         let (style, text) = match done {
+                            Some(f) if f.ov.error.is_some() => {
+                                ("background:#fbe3e6;color:#8b0f1e".to_string(), "error".to_string())
+                            }
                             Some(f) => {
                                 let s = scale.swatch(f.ov.copying_score);
                                 (format!("background:{};color:{}", s.fill, s.ink), num(f.ov.copying_score))
                             }
                             None => ("background:#eee;color:#888".to_string(), "…".to_string()),
                         };
-                        view! { <div class="cell pending" style=style>{text}</div> }
+                        view! {
+                            <div class="cell pending" style=style title=title>
+                                {text}
+                            </div>
+                        }
                     })
                     .collect_view();
                 view! {

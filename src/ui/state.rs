@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use leptos::prelude::*;
 
 use super::client::{self, Files};
-use crate::analysis::{HeadFingerprint, HeadId, Mode, ModelFingerprint};
+use crate::analysis::{Fingerprint, HeadFingerprint, HeadId, Mode, ModelFingerprint};
 use crate::compare::{ComparisonRow, INDUCTION_HEAD_THRESHOLD};
 use crate::probes::Suite;
 use crate::probes::induction::HeadScores;
@@ -100,6 +100,7 @@ impl Loaded {
         self.folded
             .heads
             .iter()
+            .filter(|h| h.ov.error.is_none())
             .max_by(|a, b| a.ov.copying_score.total_cmp(&b.ov.copying_score))
             .map(HeadFingerprint::id)
             .unwrap_or(HeadId::new(0, 0))
@@ -513,6 +514,11 @@ pub enum Metric {
     OvDeparture,
     QkScale,
     OvScale,
+    QkTokenCopying,
+    QkTokenImaginary,
+    QkTokenKappa,
+    QkTokenDeparture,
+    QkTokenScale,
     Induction,
     PreviousToken,
     DuplicateToken,
@@ -520,7 +526,7 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 14] = [
+    pub const ALL: [Metric; 19] = [
         Metric::OvCopying,
         Metric::QkCopying,
         Metric::QkImaginary,
@@ -531,6 +537,11 @@ impl Metric {
         Metric::OvDeparture,
         Metric::QkScale,
         Metric::OvScale,
+        Metric::QkTokenCopying,
+        Metric::QkTokenImaginary,
+        Metric::QkTokenKappa,
+        Metric::QkTokenDeparture,
+        Metric::QkTokenScale,
         Metric::Induction,
         Metric::PreviousToken,
         Metric::DuplicateToken,
@@ -549,6 +560,11 @@ impl Metric {
             Metric::OvDeparture => "ov-departure",
             Metric::QkScale => "qk-scale",
             Metric::OvScale => "ov-scale",
+            Metric::QkTokenCopying => "qk-token-copying",
+            Metric::QkTokenImaginary => "qk-token-imaginary",
+            Metric::QkTokenKappa => "qk-token-kappa",
+            Metric::QkTokenDeparture => "qk-token-departure",
+            Metric::QkTokenScale => "qk-token-scale",
             Metric::Induction => "induction",
             Metric::PreviousToken => "previous-token",
             Metric::DuplicateToken => "duplicate-token",
@@ -572,6 +588,11 @@ impl Metric {
             Metric::OvDeparture => "OV departure from normality",
             Metric::QkScale => "QK scale Σ|λ|",
             Metric::OvScale => "OV scale Σ|λ|",
+            Metric::QkTokenCopying => "QK (tokens) copying score",
+            Metric::QkTokenImaginary => "QK (tokens) imaginary fraction",
+            Metric::QkTokenKappa => "QK (tokens) eigenvector condition κ",
+            Metric::QkTokenDeparture => "QK (tokens) departure from normality",
+            Metric::QkTokenScale => "QK (tokens) scale Σ|λ|",
             Metric::Induction => "induction score",
             Metric::PreviousToken => "previous-token score",
             Metric::DuplicateToken => "duplicate-token score",
@@ -581,9 +602,9 @@ impl Metric {
 
     pub fn scale(self) -> Scale {
         match self {
-            Metric::OvCopying | Metric::QkCopying => Scale::Signed,
-            Metric::QkKappa | Metric::OvKappa => Scale::LogKappa,
-            Metric::QkScale | Metric::OvScale => Scale::Positive,
+            Metric::OvCopying | Metric::QkCopying | Metric::QkTokenCopying => Scale::Signed,
+            Metric::QkKappa | Metric::OvKappa | Metric::QkTokenKappa => Scale::LogKappa,
+            Metric::QkScale | Metric::OvScale | Metric::QkTokenScale => Scale::Positive,
             _ => Scale::Unit,
         }
     }
@@ -593,20 +614,42 @@ impl Metric {
         matches!(self, Metric::Induction | Metric::PreviousToken | Metric::DuplicateToken | Metric::CopyFidelity)
     }
 
-    /// The value for one head; κ of a defective matrix is +∞; None when not measured.
+    /// The circuit a spectral metric reads; None for a behavioural one.
+    pub fn circuit(self, fingerprint: &HeadFingerprint) -> Option<&Fingerprint> {
+        match self {
+            Metric::OvCopying | Metric::OvImaginary | Metric::OvKappa | Metric::OvDeparture | Metric::OvScale => {
+                Some(&fingerprint.ov)
+            }
+            Metric::QkCopying | Metric::QkImaginary | Metric::QkKappa | Metric::QkDeparture | Metric::QkScale => {
+                Some(&fingerprint.qk)
+            }
+            Metric::QkTokenCopying
+            | Metric::QkTokenImaginary
+            | Metric::QkTokenKappa
+            | Metric::QkTokenDeparture
+            | Metric::QkTokenScale => Some(&fingerprint.qk_token),
+            Metric::Induction | Metric::PreviousToken | Metric::DuplicateToken | Metric::CopyFidelity => None,
+        }
+    }
+
+    /// Whether the value is a κ (plotted as log10).
+    pub fn is_kappa(self) -> bool {
+        matches!(self, Metric::QkKappa | Metric::OvKappa | Metric::QkTokenKappa)
+    }
+
+    /// The value for one head; κ of a defective matrix is +∞; None when not measured, or when
+    /// the circuit could not be read (its error is in `circuit(..).error`).
     pub fn value(self, fingerprint: &HeadFingerprint, scores: Option<&HeadScores>) -> Option<f64> {
-        let (qk, ov) = (&fingerprint.qk, &fingerprint.ov);
+        let circuit = self.circuit(fingerprint);
+        if circuit.is_some_and(|c| c.error.is_some()) {
+            return None;
+        }
         Some(match self {
-            Metric::OvCopying => ov.copying_score,
-            Metric::QkCopying => qk.copying_score,
-            Metric::QkImaginary => qk.imaginary_fraction,
-            Metric::OvImaginary => ov.imaginary_fraction,
-            Metric::QkKappa => qk.eigenvector_condition.unwrap_or(f64::INFINITY),
-            Metric::OvKappa => ov.eigenvector_condition.unwrap_or(f64::INFINITY),
-            Metric::QkDeparture => qk.departure_from_normality,
-            Metric::OvDeparture => ov.departure_from_normality,
-            Metric::QkScale => qk.scale,
-            Metric::OvScale => ov.scale,
+            Metric::OvCopying | Metric::QkCopying | Metric::QkTokenCopying => circuit?.copying_score,
+            Metric::OvImaginary | Metric::QkImaginary | Metric::QkTokenImaginary => circuit?.imaginary_fraction,
+            Metric::OvKappa | Metric::QkKappa | Metric::QkTokenKappa => circuit?.kappa(),
+            Metric::OvDeparture | Metric::QkDeparture | Metric::QkTokenDeparture => circuit?.departure_from_normality,
+            Metric::OvScale | Metric::QkScale | Metric::QkTokenScale => circuit?.scale,
             Metric::Induction => scores?.induction_score,
             Metric::PreviousToken => scores?.previous_token_score,
             Metric::DuplicateToken => scores?.duplicate_token_score,

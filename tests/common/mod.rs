@@ -54,3 +54,41 @@ pub fn assert_same_spectrum(actual: &[[f64; 2]], expected: &[[f64; 2]], what: &s
 pub fn floats(value: &serde_json::Value) -> Vec<f64> {
     value.as_array().expect("array").iter().map(|v| v.as_f64().expect("number")).collect()
 }
+
+/// A fixture's `model.safetensors` with one tensor's bytes set to zero (the header is read
+/// here, independently of the engine): a model with one dead head.
+pub fn with_zeroed_tensor(name: &str, tensor: &str) -> Vec<u8> {
+    let mut bytes = std::fs::read(fixture(name).join("model.safetensors")).expect("fixture file");
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + header_len]).expect("header");
+    let offsets = &header[tensor]["data_offsets"];
+    let (start, end) = (offsets[0].as_u64().expect("tensor") as usize, offsets[1].as_u64().unwrap() as usize);
+    bytes[8 + header_len + start..8 + header_len + end].fill(0);
+    bytes
+}
+
+/// The tensor zeroed by the resilience tests: W_V of gptchar's L0H1.
+pub const DEAD_VALUE: &str = "blocks.0.sa.heads.1.value.weight";
+
+/// Checks a fingerprint report (as JSON) of gptchar with `DEAD_VALUE` zeroed: L0H1's two OV
+/// circuits are errors (null numbers, no eigenvalues), everything else equals `normal`.
+pub fn assert_only_the_dead_head_fails(report: &serde_json::Value, normal: &serde_json::Value) {
+    let heads = report["heads"].as_array().expect("heads");
+    assert_eq!(heads.len(), normal["heads"].as_array().unwrap().len());
+    for (got, want) in heads.iter().zip(normal["heads"].as_array().unwrap()) {
+        let dead = got["layer"] == 0 && got["head"] == 1;
+        for circuit in ["qk", "qk_token", "ov", "ov_residual"] {
+            let f = &got[circuit];
+            if dead && circuit.starts_with("ov") {
+                let error = f["error"].as_str().unwrap_or_else(|| panic!("L0H1 {circuit} has an error: {f}"));
+                assert!(error.contains("zero"), "L0H1 {circuit}: {error}");
+                assert_eq!(f["eigenvalues"], serde_json::json!([]), "L0H1 {circuit}");
+                for key in ["copying_score", "imaginary_fraction", "eigenvector_condition", "defective", "scale"] {
+                    assert!(f[key].is_null(), "L0H1 {circuit} {key}: {}", f[key]);
+                }
+            } else {
+                assert_eq!(f, &want[circuit], "L{}H{} {circuit} is unaffected", got["layer"], got["head"]);
+            }
+        }
+    }
+}

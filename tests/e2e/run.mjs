@@ -185,6 +185,9 @@ await test('a head shows both spectra, metrics and OV logits', async () => {
   await page.waitForSelector('#qk-plane circle.eig');
   expect(await page.locator('#qk-plane circle.eig').count() > 0, 'QK eigenvalues');
   expect(await page.locator('#ov-plane circle.eig').count() > 0, 'OV eigenvalues');
+  expect(await page.locator('#qk-token-plane circle.eig').count() > 0, 'token-space QK eigenvalues');
+  expect(/congruence/.test(await page.textContent('#qk-basis-note')), 'the basis note');
+  expect(await page.locator('#metrics-table thead th').count() === 6, 'QK, QK (tokens), OV, OV (residual)');
   expect(await page.locator('#metrics-table tbody tr').count() === 5, 'five metrics');
   expect(await page.locator('#self-copy-raw li').count() > 0, 'raw self-copy list');
   expect(await page.locator('#self-copy-normalised li').count() > 0, 'normalised list');
