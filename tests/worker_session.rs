@@ -43,13 +43,8 @@ fn ask_reporting(
 }
 
 fn load(session: &mut Session, id: u64, name: &str, contents: Vec<u8>) -> Result<Reply, String> {
-    let request = Request::Load {
-        model: id,
-        names: vec![format!("{name}.safetensors")],
-        analyse: true,
-        hash: true,
-        prepend_bos: true,
-    };
+    let request =
+        Request::Load { model: id, names: vec![format!("{name}.safetensors")], analyse: true, prepend_bos: true };
     ask(session, request, files(name, contents))
 }
 
@@ -65,7 +60,12 @@ fn a_load_brings_fingerprints_probe_and_hash_that_match_the_references() {
     let Ok(Reply::Analysed(analysis)) = load(&mut session, 1, "gptchar", bytes("gptchar")) else {
         panic!("the fixture loads")
     };
-    assert_eq!(analysis.info.sha256, sha256sum(&fixture("gptchar").join("model.safetensors")));
+    // The share link's identity, asked for beside the load (the page uses a second worker).
+    let hash = Request::Hash { names: vec!["gptchar.safetensors".into()] };
+    let Ok(Reply::Hashed { sha256 }) = ask(&mut session, hash, files("gptchar", bytes("gptchar"))) else {
+        panic!("the hash answers")
+    };
+    assert_eq!(sha256, sha256sum(&fixture("gptchar").join("model.safetensors")));
     assert_eq!(analysis.info.config.layers, reference["config"]["layers"].as_u64().unwrap() as usize);
     // Raw mode comes on request, as the page asks for it when first shown.
     let Ok(Reply::Fingerprint { fingerprint: raw, .. }) =
@@ -248,7 +248,13 @@ fn loading_reports_progress_up_to_every_byte_and_head() {
         .zip(contents)
         .map(|(name, c)| Box::new(MemorySource::new(name.clone(), c)) as Box<dyn ByteSource>)
         .collect();
-    let request = Request::Load { model: 1, names, analyse: true, hash: true, prepend_bos: true };
+    let request = Request::Load { model: 1, names: names.clone(), analyse: true, prepend_bos: true };
+    let copies: Vec<Box<dyn ByteSource>> = sources
+        .iter()
+        .map(|s| {
+            Box::new(MemorySource::new(s.name(), s.read_range(0, s.len() as usize).unwrap())) as Box<dyn ByteSource>
+        })
+        .collect();
     let reply = ask_reporting(&mut session, request, sources, Rc::new(move |p| sink.borrow_mut().push(p)));
     let analysis = match reply {
         Ok(Reply::Analysed(analysis)) => analysis,
@@ -258,11 +264,15 @@ fn loading_reports_progress_up_to_every_byte_and_head() {
     let lines = format!("config.json:{}\nmodel.safetensors:{}\n", sha256sum(&config), sha256sum(&weights));
     let listing = std::env::temp_dir().join(format!("headprint-hash-{}.txt", std::process::id()));
     std::fs::write(&listing, lines).unwrap();
-    assert_eq!(analysis.info.sha256, sha256sum(&listing));
+    let sink = seen.clone();
+    let reply =
+        ask_reporting(&mut session, Request::Hash { names }, copies, Rc::new(move |p| sink.borrow_mut().push(p)));
+    let Ok(Reply::Hashed { sha256 }) = reply else { panic!("the hash answers: {reply:?}") };
+    assert_eq!(sha256, sha256sum(&listing));
     std::fs::remove_file(&listing).unwrap();
     let seen = seen.borrow();
     let last = |stage: &str| seen.iter().rfind(|p| p.stage.starts_with(stage)).cloned().unwrap();
-    assert_eq!(last("Hashing").done, size);
+    assert_eq!(last("Identifying the files").done, size);
     let reading = last("Reading tensors");
     assert!(reading.done > 0 && reading.done <= size && reading.total == size, "{reading:?}");
     let heads = analysis.folded.heads.len() as u64;
@@ -306,7 +316,7 @@ fn folder(name: &str, files: &[&str]) -> (Vec<String>, Vec<Box<dyn ByteSource>>)
 fn the_bos_switch_reaches_patterns_verdicts_and_probes() {
     let mut session = Session::new(clock);
     let (names, sources) = folder("gpt2", &["config.json", "tokenizer.json", "model.safetensors"]);
-    let request = Request::Load { model: 1, names, analyse: true, hash: false, prepend_bos: true };
+    let request = Request::Load { model: 1, names, analyse: true, prepend_bos: true };
     let Ok(Reply::Analysed(analysis)) = ask(&mut session, request, sources) else { panic!("gpt2 loads") };
     let reference = expected("gpt2");
     assert_eq!(serde_json::to_value(&analysis.info.bos).unwrap(), reference["bos"]);

@@ -106,11 +106,31 @@ fn on_message(event: web_sys::MessageEvent) {
     }
 }
 
-fn spawn() -> Result<Running, String> {
+/// A new worker on the page's compiled module (it instantiates it without compiling it again).
+/// Handlers set right after this returns see every message: none is dispatched before.
+fn new_worker() -> Result<web_sys::Worker, String> {
     let options = web_sys::WorkerOptions::new();
     options.set_type(web_sys::WorkerType::Module);
     let worker = web_sys::Worker::new_with_options(WORKER_URL, &options)
         .map_err(|e| format!("cannot start the analysis worker: {}", js_message(&e)))?;
+    let start = js_sys::Object::new();
+    let _ = js_sys::Reflect::set(&start, &"module".into(), &wasm_bindgen::module());
+    worker.post_message(&start).map_err(|e| format!("cannot start the analysis worker: {}", js_message(&e)))?;
+    Ok(worker)
+}
+
+/// Posts one request, with its files as `Blob`s (structured clone: their bytes are not copied).
+fn post_request(worker: &web_sys::Worker, id: u64, json: &str, files: &Files) -> Result<(), String> {
+    let blobs: js_sys::Array = files.iter().map(|(_, blob)| JsValue::from(blob)).collect();
+    let message = js_sys::Object::new();
+    let _ = js_sys::Reflect::set(&message, &"id".into(), &JsValue::from_f64(id as f64));
+    let _ = js_sys::Reflect::set(&message, &"json".into(), &JsValue::from_str(json));
+    let _ = js_sys::Reflect::set(&message, &"files".into(), &blobs);
+    worker.post_message(&message).map_err(|e| js_message(&e))
+}
+
+fn spawn() -> Result<Running, String> {
+    let worker = new_worker()?;
     let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(on_message);
     let on_error = Closure::<dyn FnMut(web_sys::Event)>::new(|event: web_sys::Event| {
         let detail = event.dyn_ref::<web_sys::ErrorEvent>().map(|e| e.message()).unwrap_or_default();
@@ -126,10 +146,6 @@ fn spawn() -> Result<Running, String> {
     });
     worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
-    // The page's compiled module, so the worker instantiates it without compiling it again.
-    let start = js_sys::Object::new();
-    let _ = js_sys::Reflect::set(&start, &"module".into(), &wasm_bindgen::module());
-    worker.post_message(&start).map_err(|e| format!("cannot start the analysis worker: {}", js_message(&e)))?;
     Ok(Running { worker, pending: HashMap::new(), _on_message: on_message, _on_error: on_error })
 }
 
@@ -150,7 +166,6 @@ pub async fn request(request: &Request, files: &Files) -> Result<Reply, String> 
 
 async fn send(request: &Request, files: &Files, shows_progress: bool) -> Result<Reply, String> {
     let json = serde_json::to_string(request).map_err(|e| e.to_string())?;
-    let blobs: js_sys::Array = files.iter().map(|(_, blob)| JsValue::from(blob)).collect();
     let promise = CLIENT.with_borrow_mut(|c| -> Result<js_sys::Promise, String> {
         if c.running.is_none() {
             c.running = Some(spawn()?);
@@ -162,17 +177,51 @@ async fn send(request: &Request, files: &Files, shows_progress: bool) -> Result<
         let promise = js_sys::Promise::new(&mut |resolve, reject| handlers = Some((resolve, reject)));
         let (resolve, reject) = handlers.expect("the promise executor runs at once");
         running.pending.insert(id, Waiting { resolve, reject, shows_progress });
-        let message = js_sys::Object::new();
-        let _ = js_sys::Reflect::set(&message, &"id".into(), &JsValue::from_f64(id as f64));
-        let _ = js_sys::Reflect::set(&message, &"json".into(), &JsValue::from_str(&json));
-        let _ = js_sys::Reflect::set(&message, &"files".into(), &blobs);
-        running.worker.post_message(&message).map_err(|e| js_message(&e))?;
+        post_request(&running.worker, id, &json, files)?;
         Ok(promise)
     })?;
     let answer = JsFuture::from(promise).await.map_err(|e| js_message(&e))?;
+    read_reply(answer)
+}
+
+fn read_reply(answer: JsValue) -> Result<Reply, String> {
     let json = answer.as_string().ok_or("the worker sent no text")?;
     serde_json::from_str::<Result<Reply, String>>(&json)
         .map_err(|e| format!("unreadable reply from the worker: {e}"))?
+}
+
+/// The files' SHA-256 (a share link's identity of local files), computed in a worker of its own
+/// beside the analysis worker: the first heads never wait for a whole model to be read twice,
+/// and the two run on two cores. The worker ends when it has answered.
+pub async fn identify(files: &Files) -> Result<String, String> {
+    let request = Request::Hash { names: files.iter().map(|(name, _)| name.clone()).collect() };
+    let json = serde_json::to_string(&request).map_err(|e| e.to_string())?;
+    let worker = new_worker()?;
+    let mut handlers = None;
+    let promise = js_sys::Promise::new(&mut |resolve, reject| handlers = Some((resolve, reject)));
+    let (resolve, reject) = handlers.expect("the promise executor runs at once");
+    let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
+        let data = event.data();
+        if field(&data, "kind").as_string().as_deref() == Some("reply") {
+            let _ = resolve.call1(&JsValue::NULL, &field(&data, "json"));
+        }
+    });
+    let on_error = Closure::<dyn FnMut(web_sys::Event)>::new(move |event: web_sys::Event| {
+        let detail = event.dyn_ref::<web_sys::ErrorEvent>().map(|e| e.message()).unwrap_or_default();
+        let _ = reject.call1(&JsValue::NULL, &JsValue::from_str(&format!("the hashing worker stopped ({detail})")));
+    });
+    worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+    worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
+    let answer = match post_request(&worker, 1, &json, files) {
+        Ok(()) => JsFuture::from(promise).await.map_err(|e| js_message(&e)),
+        Err(e) => Err(e),
+    };
+    worker.terminate();
+    drop((on_message, on_error));
+    match read_reply(answer?)? {
+        Reply::Hashed { sha256 } => Ok(sha256),
+        _ => Err("the hashing worker gave an unexpected answer".into()),
+    }
 }
 
 /// Stops the worker at once and fails every waiting request with `reason`.
@@ -199,7 +248,7 @@ pub fn restart(reason: &str) {
     if let Some((model, files)) = shown {
         wasm_bindgen_futures::spawn_local(async move {
             let names = files.iter().map(|(name, _)| name.clone()).collect();
-            let reload = Request::Load { model, names, analyse: false, hash: false, prepend_bos: true };
+            let reload = Request::Load { model, names, analyse: false, prepend_bos: true };
             if let Err(e) = send(&reload, &files, false).await
                 && let Some(hooks) = hooks()
             {

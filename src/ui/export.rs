@@ -21,7 +21,8 @@ fn stem(model: &str, what: &str) -> String {
 pub fn results_json(loaded: &Loaded) -> Result<String, String> {
     let document = serde_json::json!({
         "model": loaded.name,
-        "sha256": loaded.info.sha256,
+        // The files' SHA-256; null for the demo, or while it is still being computed.
+        "sha256": loaded.sha256(),
         "config": loaded.info.config,
         "parameters": loaded.info.parameters,
         "folded": loaded.folded,

@@ -5,7 +5,7 @@
 use leptos::prelude::*;
 use wasm_bindgen::JsValue;
 
-use super::state::{Awaited, Ctx, Metric, Origin, Sequence, Tab};
+use super::state::{Awaited, Ctx, Identity, Metric, Origin, Sequence, Tab};
 use crate::analysis::Mode;
 use crate::probes::Suite;
 
@@ -25,11 +25,15 @@ pub fn fragment(ctx: Ctx) -> Option<String> {
     let loaded = ctx.loaded.get()?;
     let mut parts = match &loaded.origin {
         Origin::Demo => vec!["model=demo".to_string()],
-        Origin::Local { name, sha256 } => vec![
-            "model=file".into(),
-            format!("name={}", encode(name.as_str())),
-            format!("sha256={}", &sha256[..HASH_DIGITS.min(sha256.len())]),
-        ],
+        Origin::Local { name, sha256 } => {
+            let mut parts = vec!["model=file".into(), format!("name={}", encode(name.as_str()))];
+            // While the hashing worker runs, the link names the file alone; the hash joins it
+            // when known (this reruns: `sha256` is a signal).
+            if let Identity::Known(hex) = sha256.get() {
+                parts.push(format!("sha256={}", &hex[..HASH_DIGITS.min(hex.len())]));
+            }
+            parts
+        }
     };
     parts.push(format!("tab={}", ctx.tab.get().key()));
     parts.push(format!("head={}", ctx.head.get()));

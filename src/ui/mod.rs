@@ -290,7 +290,11 @@ fn ModelBar() -> impl IntoView {
                                 None => "no BOS token (character models and models whose config and tokenizer name none)".into(),
                             };
                             let hash = match &l.origin {
-                                state::Origin::Local { sha256, .. } => format!("SHA-256 {}…", &sha256[..12.min(sha256.len())]),
+                                state::Origin::Local { sha256, .. } => match sha256.get() {
+                                    state::Identity::Known(hex) => format!("SHA-256 {}…", &hex[..12.min(hex.len())]),
+                                    state::Identity::Pending => "SHA-256: computing beside the analysis…".into(),
+                                    state::Identity::Failed(why) => format!("SHA-256 unknown ({why})"),
+                                },
                                 state::Origin::Demo => "the demo model".into(),
                             };
                             view! {

@@ -42,11 +42,20 @@ impl Sequence {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Origin {
     Demo,
-    /// Local files: their names and SHA-256.
+    /// Local files: their names and SHA-256, computed beside the load (see `identify_files`).
     Local {
         name: String,
-        sha256: String,
+        sha256: RwSignal<Identity>,
     },
+}
+
+/// The SHA-256 of local files, as far as it is known.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Identity {
+    /// Still being computed by the hashing worker.
+    Pending,
+    Known(String),
+    Failed(String),
 }
 
 /// One model as the page shows it: facts and results computed once by the worker.
@@ -126,6 +135,17 @@ impl Loaded {
             text_run: text_run.or_else(|| self.text_run.clone()),
             timings: self.timings.iter().cloned().chain(timing).collect(),
             ..self.rerun(self.random_run.clone(), self.probe_bos)
+        }
+    }
+
+    /// The files' SHA-256 once known (local files only).
+    pub fn sha256(&self) -> Option<String> {
+        match &self.origin {
+            Origin::Local { sha256, .. } => match sha256.get_untracked() {
+                Identity::Known(hex) => Some(hex),
+                _ => None,
+            },
+            Origin::Demo => None,
         }
     }
 
@@ -312,13 +332,16 @@ pub async fn load(ctx: Ctx, label: String, demo: bool, files: Files) {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let names = files.iter().map(|(name, _)| name.clone()).collect();
     let prepend_bos = ctx.prepend_bos.get_untracked();
-    let reply =
-        client::request(&Request::Load { model: id, names, analyse: true, hash: !demo, prepend_bos }, &files).await;
+    // Local files are identified for share links in a second worker while this one analyses.
+    let identity = RwSignal::new(Identity::Pending);
+    if !demo {
+        leptos::task::spawn_local(identify_files(ctx, files.clone(), identity));
+    }
+    let reply = client::request(&Request::Load { model: id, names, analyse: true, prepend_bos }, &files).await;
     match reply {
         Ok(Reply::Analysed(analysis)) => {
             let Analysis { info, folded, induction, timings } = *analysis;
-            let origin =
-                if demo { Origin::Demo } else { Origin::Local { name: label.clone(), sha256: info.sha256.clone() } };
+            let origin = if demo { Origin::Demo } else { Origin::Local { name: label.clone(), sha256: identity } };
             let loaded = Loaded {
                 id,
                 name: label,
@@ -368,20 +391,10 @@ fn show(ctx: Ctx, loaded: Loaded, files: Files) {
         }
         None => keep,
     };
-    if let Some(awaited) = ctx.awaited.get_untracked() {
-        match &loaded.origin {
-            Origin::Local { sha256, .. } if sha256.starts_with(&awaited.sha256_prefix) => {
-                ctx.awaited.set(None);
-                ctx.linked_head.set(None);
-            }
-            Origin::Local { sha256, .. } => ctx.error.set(Some(format!(
-                "The link was made with {} (SHA-256 {}…), but this file's SHA-256 is {}…: it is not the same file.",
-                awaited.name,
-                awaited.sha256_prefix,
-                &sha256[..awaited.sha256_prefix.len().min(sha256.len())]
-            ))),
-            Origin::Demo => {}
-        }
+    if let Origin::Local { sha256, .. } = &loaded.origin
+        && let Identity::Known(hex) = sha256.get_untracked()
+    {
+        check_awaited(ctx, &hex);
     }
     if ctx.awaited.with_untracked(Option::is_none) {
         ctx.linked_head.set(None);
@@ -399,6 +412,38 @@ fn show(ctx: Ctx, loaded: Loaded, files: Files) {
     ctx.loaded.set(Some(Arc::new(loaded)));
     if ctx.error.with_untracked(|e| e.as_ref().is_some_and(|e| e.starts_with("Could not load"))) {
         ctx.error.set(None);
+    }
+}
+
+/// Computes local files' SHA-256 in the hashing worker; a share link that waits for a file is
+/// checked once it is known (if its model is shown by then; else `show` checks it).
+async fn identify_files(ctx: Ctx, files: Files, identity: RwSignal<Identity>) {
+    let result = client::identify(&files).await;
+    identity.set(match result {
+        Ok(hex) => Identity::Known(hex),
+        Err(message) => Identity::Failed(message),
+    });
+    let shown = ctx.loaded.with_untracked(|l| {
+        l.as_ref().is_some_and(|l| matches!(&l.origin, Origin::Local { sha256, .. } if *sha256 == identity))
+    });
+    if let (true, Identity::Known(hex)) = (shown, identity.get_untracked()) {
+        check_awaited(ctx, &hex);
+    }
+}
+
+/// A share link names a local file by its SHA-256's first digits: the shown file must match.
+fn check_awaited(ctx: Ctx, sha256: &str) {
+    let Some(awaited) = ctx.awaited.get_untracked() else { return };
+    if sha256.starts_with(&awaited.sha256_prefix) {
+        ctx.awaited.set(None);
+        ctx.linked_head.set(None);
+    } else {
+        ctx.error.set(Some(format!(
+            "The link was made with {} (SHA-256 {}…), but this file's SHA-256 is {}…: it is not the same file.",
+            awaited.name,
+            awaited.sha256_prefix,
+            &sha256[..awaited.sha256_prefix.len().min(sha256.len())]
+        )));
     }
 }
 

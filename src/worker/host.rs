@@ -122,7 +122,7 @@ pub fn worker_main() {
         let result = match serde_json::from_str::<Request>(&json) {
             Ok(request) => {
                 let names = match &request {
-                    Request::Load { names, .. } => names.clone(),
+                    Request::Load { names, .. } | Request::Hash { names } => names.clone(),
                     _ => Vec::new(),
                 };
                 let files = blobs

@@ -18,10 +18,12 @@ pub type ModelId = u64;
 pub enum Request {
     /// Reads the files sent alongside (in `names` order) as model `model`. With `analyse`, also
     /// fingerprints every head (folded) and runs the default induction probe; without, only
-    /// loads (the page already holds the results: a restart after a cancel). With `hash`, also
-    /// computes the files' SHA-256 (share links name local files by it; the demo needs none).
-    /// `prepend_bos`: whether the probe of the analysis starts with the model's BOS.
-    Load { model: ModelId, names: Vec<String>, analyse: bool, hash: bool, prepend_bos: bool },
+    /// loads (the page already holds the results: a restart after a cancel).
+    Load { model: ModelId, names: Vec<String>, analyse: bool, prepend_bos: bool },
+    /// The SHA-256 of the files sent alongside (share links name local files by it). The page
+    /// asks a second worker for it once a load has begun, so the first heads never wait for a
+    /// whole model to be read twice.
+    Hash { names: Vec<String> },
     /// Every head's fingerprint in one mode (the page asks for raw mode when it is first shown).
     Fingerprint { model: ModelId, mode: Mode },
     /// Drops a model the page no longer shows.
@@ -78,9 +80,6 @@ pub struct ModelInfo {
     /// The BOS token probes can start with, and where it came from; None for character models
     /// and models whose config and tokenizer name none.
     pub bos: Option<Bos>,
-    /// SHA-256 of the files (hex): of the one file, or of the sorted `name:sha256` lines of several;
-    /// empty when not asked for.
-    pub sha256: String,
 }
 
 /// An induction probe's scores and the sequence they were measured on.
@@ -121,13 +120,31 @@ pub struct Pattern {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Reply {
     Analysed(Box<Analysis>),
-    Fingerprint { fingerprint: Box<ModelFingerprint>, timing: Timing },
+    /// SHA-256 of the files (hex): of the one file, or of the sorted `name:sha256` lines of several.
+    Hashed {
+        sha256: String,
+    },
+    Fingerprint {
+        fingerprint: Box<ModelFingerprint>,
+        timing: Timing,
+    },
     Loaded,
     Done,
     Induction(InductionRun),
-    SelfCopy { raw: Vec<Scored>, normalised: Vec<Scored> },
-    Pair { from: String, to: String, value: f64 },
-    Row { token: String, promotes: Vec<Scored>, suppresses: Vec<Scored> },
+    SelfCopy {
+        raw: Vec<Scored>,
+        normalised: Vec<Scored>,
+    },
+    Pair {
+        from: String,
+        to: String,
+        value: f64,
+    },
+    Row {
+        token: String,
+        promotes: Vec<Scored>,
+        suppresses: Vec<Scored>,
+    },
     Pattern(Pattern),
     Verdicts(Vec<VerdictRow>),
 }

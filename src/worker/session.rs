@@ -171,7 +171,6 @@ fn held_in(models: &HashMap<ModelId, Held>, model: ModelId) -> Result<&Held> {
 /// What a `Load` asks for besides reading the files.
 struct Loading {
     analyse: bool,
-    hash: bool,
     prepend_bos: bool,
 }
 
@@ -196,8 +195,17 @@ impl Session {
     /// Answers one request. `files` are the files of a `Load`, in its `names` order.
     pub fn handle(&mut self, request: Request, files: Vec<Box<dyn ByteSource>>, report: Reporter) -> Result<Reply> {
         match request {
-            Request::Load { model, names, analyse, hash, prepend_bos } => {
-                self.load(model, names, files, Loading { analyse, hash, prepend_bos }, report)
+            Request::Load { model, names, analyse, prepend_bos } => {
+                self.load(model, names, files, Loading { analyse, prepend_bos }, report)
+            }
+            Request::Hash { names } => {
+                if names.len() != files.len() {
+                    return Err(Error::Io(format!("{} file names for {} files", names.len(), files.len())));
+                }
+                let total: u64 = files.iter().map(|f| f.len()).sum();
+                let named: Vec<(String, Box<dyn ByteSource>)> = names.into_iter().zip(files).collect();
+                let hashing = move |done| report(Progress::new("Identifying the files (SHA-256)", done, total));
+                Ok(Reply::Hashed { sha256: sha256_of(&named, &hashing)? })
             }
             Request::Fingerprint { model, mode } => {
                 let held = self.held(model)?;
@@ -284,7 +292,7 @@ impl Session {
         id: ModelId,
         names: Vec<String>,
         files: Vec<Box<dyn ByteSource>>,
-        Loading { analyse, hash, prepend_bos }: Loading,
+        Loading { analyse, prepend_bos }: Loading,
         report: Reporter,
     ) -> Result<Reply> {
         if names.len() != files.len() {
@@ -295,17 +303,6 @@ impl Session {
         let timed = |step: &str, since: f64| Timing { step: step.into(), ms: clock() - since };
         let total: u64 = files.iter().map(|f| f.len()).sum();
         let named: Vec<(String, Box<dyn ByteSource>)> = names.into_iter().zip(files).collect();
-
-        let sha256 = if hash {
-            let started = clock();
-            let stage_report = report.clone();
-            let hashing = move |done| stage_report(Progress::new("Hashing the files (SHA-256)", done, total));
-            let sha256 = sha256_of(&named, &hashing)?;
-            timings.push(timed("hash", started));
-            sha256
-        } else {
-            String::new()
-        };
 
         let started = clock();
         let read = Rc::new(Cell::new(0));
@@ -351,7 +348,6 @@ impl Session {
             parameters: held.model.parameter_count,
             facts: held.model.facts.clone(),
             bos: held.bos.clone(),
-            sha256,
         };
         self.models.insert(id, held);
         Ok(Reply::Analysed(Box::new(Analysis { info, folded, induction, timings })))
