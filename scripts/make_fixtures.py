@@ -8,7 +8,7 @@
 
 Deterministic (fixed seeds), offline (HF_HUB_OFFLINE=1; models are built from config objects,
 never downloaded). Every fixture directory gets an expected.json with the reference values that
-the Rust tests compare against (see docs in /work/shared/spec/analyses.md, sections 1-4, 6).
+the Rust tests compare against (definitions: docs/methods.md).
 
 Reference pipeline (independent of the Rust engine):
   * weights -> TransformerLens layout with TL 3.9's own converters (convert_gpt2_weights,
