@@ -845,11 +845,11 @@ def make_gpt2_small(out_dir):
 # --------------------------------------------------------------------------------------------
 # 6. a planted induction circuit in the character GPT layout (hand-built; MLPs zeroed)
 
-# The characters of the built-in suites (public/suites/*.json) plus a few letters and '.', so
-# the suites run for real on this model.
-PLANTED_VOCAB = list(' "(),.;ABCDabcdefghijklmnopqrstuvwxyz')
-PLANTED = dict(n_embd=96, n_head=2, n_layer=2, block_size=128)
-PLANTED_HEADS = {"previous_token": "L0H0", "position_zero": "L0H1", "induction": "L1H0", "marks": "L1H1"}
+# The characters of the built-in suites (public/suites/*.json), so the suites run for real on
+# this model.
+PLANTED_VOCAB = list(' "(),;ABCDabcdefghilmnorstuvwxy')
+PLANTED = dict(n_embd=128, n_head=2, n_layer=2, block_size=128)
+PLANTED_HEADS = {"previous_token": "L0H0", "second_previous_token": "L0H1", "induction": "L1H0", "marks": "L1H1"}
 PLANTED_FREQS = [1, 3, 7, 12, 19, 27, 40, 55]  # x 2*pi / 256: distinct cos-sums for offsets < 128
 PLANTED_INDUCTION_N = 20
 MARK_CHARS = ['"', "(", ")"]
@@ -858,20 +858,25 @@ MARK_CHARS = ['"', "(", ")"]
 def planted_weights():
     """TransformerLens-layout weights of the planted circuit (row vectors, x W).
 
-    Residual layout (d_model 96): T = one-hot current token (0..37), T' = one-hot previous token
-    written by L0H0 (37..74), P = 8 sinusoid pairs of the position (74..90), C = a constant 1
-    (90), R = position / block_size (91), J = a junk subspace the other heads write to (92..96).
-      L0H0 previous token: query rotates P back by one step, key reads P; value T -> T'.
-      L0H1 position 0: query C x key (P . p_0), which peaks at position 0; writes junk to J.
-      L1H0 induction: query T x key T' (the key's previous token is the query's token), plus a
-           small recency term (C x R, so the most recent match wins) and a penalty on key 0
-           (whose T' holds its own token); value T -> T with gain, read by the unembedding.
-      L1H1 marks: attends to the most recent quote or bracket (C x [token is " ( )] + recency).
+    Residual layout (d_model 128, V = 31 characters): T = one-hot current token, T1 = one-hot
+    previous token (written by L0H0), T2 = one-hot token two back (L0H1), P = 8 sinusoid pairs of
+    the position, C = a constant 1, R = position / block_size, J = a junk subspace L1H1 writes to.
+      L0H0 previous token: query rotates P back by one step, key reads P; value T -> T1.
+      L0H1 token two back: the same, rotated by two steps; value T -> T2.
+      L1H0 induction: query (T, T1) x key (T1, T2): the key's two preceding tokens are the query's
+           token and its predecessor; a small recency term (C x R) makes the most recent match
+           win, and a penalty on position 0 (whose T1 holds its own token); value T -> T with
+           gain, read by the unembedding, so the head's output predicts the next token.
+      L1H1 quotes and brackets: attends to `"`, `(` and `)` (C x [token is a mark], plus a
+           recency term) and to position 0 (a bonus that wins when no other key is a mark, or
+           when position 0 is one); writes junk to J.
     """
     V, D, H, L, N = len(PLANTED_VOCAB), PLANTED["n_embd"], PLANTED["n_head"], PLANTED["n_layer"], PLANTED["block_size"]
     dh = D // H
-    T, Tp, P, C, R, J = 0, V, 2 * V, 2 * V + 16, 2 * V + 17, 2 * V + 18
-    assert J + 4 == D
+    T, T1, T2 = 0, V, 2 * V
+    P = 3 * V
+    C, R, J = P + 16, P + 17, P + 18
+    assert 2 * V + 2 <= dh and J < D
     thetas = [2 * math.pi * f / 256 for f in PLANTED_FREQS]
     gen = np.random.default_rng(606)
     W_E = np.zeros((V, D))
@@ -886,31 +891,30 @@ def planted_weights():
     Wq, Wk, Wv = (np.zeros((L, H, D, dh)) for _ in range(3))
     Wo = np.zeros((L, H, dh, D))
     g = PLANTED_GAINS
-    # L0H0: previous token
-    for j, th in enumerate(thetas):
-        c, s = math.cos(th), math.sin(th)
-        Wq[0, 0, P + 2 * j:P + 2 * j + 2, 2 * j:2 * j + 2] = g["prev"] * np.array([[c, -s], [s, c]])
-        Wk[0, 0, P + 2 * j:P + 2 * j + 2, 2 * j:2 * j + 2] = g["prev"] * np.eye(2)
-    Wq[0, 0, C, 16], Wk[0, 0, R, 16] = g["recency"], g["recency"]
-    Wv[0, 0, T:T + V, :V] = np.eye(V)
-    Wo[0, 0, :V, Tp:Tp + V] = g["prev_out"] * np.eye(V)
-    # L0H1: position 0
-    Wq[0, 1, C, :16] = g["sink"] * p0
-    Wk[0, 1, P:P + 16, :16] = g["sink"] * np.eye(16)
-    Wv[0, 1, T:T + V, :4] = gen.normal(0, 1, (V, 4))
-    Wo[0, 1, :4, J:J + 4] = 0.05 * gen.normal(0, 1, (4, 4))
-    # L1H0: induction
+    # L0H0 and L0H1: the token one and two positions back
+    for h, (steps, target) in enumerate(((1, T1), (2, T2))):
+        for j, th in enumerate(thetas):
+            c, s = math.cos(steps * th), math.sin(steps * th)
+            Wq[0, h, P + 2 * j:P + 2 * j + 2, 2 * j:2 * j + 2] = g["prev"] * np.array([[c, -s], [s, c]])
+            Wk[0, h, P + 2 * j:P + 2 * j + 2, 2 * j:2 * j + 2] = g["prev"] * np.eye(2)
+        Wq[0, h, C, 16], Wk[0, h, R, 16] = g["recency"], g["recency"]
+        Wv[0, h, T:T + V, :V] = np.eye(V)
+        Wo[0, h, :V, target:target + V] = np.eye(V)
+    # L1H0: induction on two tokens of context
     Wq[1, 0, T:T + V, :V] = g["induction"] * np.eye(V)
-    Wk[1, 0, Tp:Tp + V, :V] = g["induction"] * np.eye(V)
-    Wq[1, 0, C, V], Wk[1, 0, R, V] = g["recency"], g["recency"]
-    Wq[1, 0, C, V + 1], Wk[1, 0, P:P + 16, V + 1] = -g["key0"], p0
+    Wk[1, 0, T1:T1 + V, :V] = g["induction"] * np.eye(V)
+    Wq[1, 0, T1:T1 + V, V:2 * V] = g["induction"] * np.eye(V)
+    Wk[1, 0, T2:T2 + V, V:2 * V] = g["induction"] * np.eye(V)
+    Wq[1, 0, C, 2 * V], Wk[1, 0, R, 2 * V] = g["recency"], g["recency"]
+    Wq[1, 0, C, 2 * V + 1], Wk[1, 0, P:P + 16, 2 * V + 1] = -g["key0"], p0
     Wv[1, 0, T:T + V, :V] = np.eye(V)
     Wo[1, 0, :V, T:T + V] = g["copy"] * np.eye(V)
-    # L1H1: quotes and brackets
+    # L1H1: quotes and brackets, position 0 as the fallback
     marks = [PLANTED_VOCAB.index(ch) for ch in MARK_CHARS]
     Wq[1, 1, C, 0] = g["marks"]
     Wk[1, 1, [T + m for m in marks], 0] = g["marks"]
     Wq[1, 1, C, 1], Wk[1, 1, R, 1] = g["recency"], g["recency"]
+    Wq[1, 1, C, 2], Wk[1, 1, P:P + 16, 2] = g["sink"], p0
     Wv[1, 1, T:T + V, :4] = gen.normal(0, 1, (V, 4))
     Wo[1, 1, :4, J:J + 4] = 0.05 * gen.normal(0, 1, (4, 4))
     W_U = np.zeros((D, V))
@@ -918,8 +922,7 @@ def planted_weights():
     return dict(W_E=W_E, W_pos=W_pos, W_Q=Wq, W_K=Wk, W_V=Wv, W_O=Wo, W_U=W_U)
 
 
-PLANTED_GAINS = dict(prev=4.0, prev_out=1.0, recency=3.0, sink=4.0, induction=2.5, key0=3.0, copy=3.0,
-                     marks=3.0, unembed=1.0)
+PLANTED_GAINS = dict(prev=4.0, recency=3.5, sink=2.0, induction=2.0, key0=3.0, copy=3.0, marks=3.0, unembed=1.0)
 
 
 def planted_model():
@@ -1062,10 +1065,9 @@ def make_planted_induction():
     fwd = [stoi[ch] for ch in text]
     logits, pats = run_checked(fwd)
 
-    # induction probe: n distinct characters (a first copy without repeats, so "the most recent
-    # earlier occurrence" is the first copy's), repeated once, no BOS (character model)
+    # induction probe: n uniformly random characters (seeded), repeated once, no BOS (character model)
     n = PLANTED_INDUCTION_N
-    first = [int(x) for x in np.random.default_rng(20).permutation(V)[:n]]
+    first = [int(x) for x in np.random.default_rng(20).integers(0, V, n)]
     tokens = first + first
     ind_logits, ind_pats = run_checked(tokens)
     heads = []
@@ -1097,7 +1099,7 @@ def make_planted_induction():
             "model": planted_weights.__doc__.strip(),
             "forward": "PyTorch gpt.py model in float32, no BOS; cross-checked against TransformerLens "
             "(raw and fold_ln) to 1e-4.",
-            "induction": "first_copy (distinct characters) repeated once, no BOS; scores averaged over "
+            "induction": "first_copy (uniform random characters) repeated once, no BOS; scores averaged over "
             "t = n..2n-1; prefix_copy_accuracy over t = n..2n-2.",
             "verdicts": "per suite and head: the query's attention row, top and runner-up keys with the "
             "labels of spec_verdict_labels (written from analyses.md section 4, independently of the Rust "

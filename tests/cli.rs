@@ -102,7 +102,7 @@ fn suite_verdicts_and_ov_logits() {
     let report = json(&["probe", planted.to_str().unwrap(), "--suite", "bracket", "--head", "L1H1", "--json"]);
     assert_eq!((report["suite"].as_str(), report["head"].as_str()), (Some("bracket"), Some("L1H1")));
     assert_verdicts_match(&report["rows"], &expected("gptchar-induction")["verdicts"]["bracket"]["L1H1"], "CLI");
-    let (ok, table, _) = headprint(&["probe", planted.to_str().unwrap(), "--suite", "bracket", "--head", "L0H1"]);
+    let (ok, table, _) = headprint(&["probe", planted.to_str().unwrap(), "--suite", "bracket", "--head", "L1H1"]);
     assert!(ok && table.contains("position-0 sink (also open bracket still to close)"), "{table}");
     let logits =
         json(&["ov-logits", path.to_str().unwrap(), "--head", "L1H0", "--top", "3", "--pair", "(", ")", "--json"]);
