@@ -61,6 +61,11 @@ def mean_probe(extra):
     return avg, report["prefix_copy_accuracy"]
 
 
+def labels(key):
+    """A key's verdict, with the label that also applies to a position-0 key."""
+    return key["verdict"] + (f" (also {key['also']})" if key.get("also") else "")
+
+
 def verdict_section(lines, suite, head):
     table = cli("probe", MODEL, "--suite", suite, "--head", head)
     lines.append(f"| id | prompt | query | top key (pos, token, weight) | verdict | runner-up | note |")
@@ -69,8 +74,9 @@ def verdict_section(lines, suite, head):
         top, second = row["top"], row["runner_up"]
         lines.append(
             f"| {row['id']} | {show(row['text'])} | {row['query_position']} {show(row['query_token'])} | "
-            f"{top['position']} {show(top['token'])} {top['weight']:.4f} | {top['verdict']} | "
-            f"{second['position']} {show(second['token'])} {second['weight']:.4f} ({second['verdict']}) | {row.get('note', '')} |")
+            f"{top['position']} {show(top['token'])} {top['weight']:.4f} | {labels(top)} | "
+            f"{second['position']} {show(second['token'])} {second['weight']:.4f} ({labels(second)}) | "
+            f"{'; '.join(n for n in (row.get('note', ''), row.get('caveat', '')) if n)} |")
     return table["rows"]
 
 
@@ -107,7 +113,15 @@ def main():
              "`scripts/train_demo.py`; see `docs/demo-eval.json`). Fingerprints are in folded mode (LayerNorm "
              "folded as TransformerLens's `fold_ln`). Seed 003 analysed a different training run of the same "
              "architecture, so its head *names* need not carry over: the claims are tested on the head that "
-             "plays the same role here.")
+             "plays the same role here. Verdict labels and the induction successor are defined in "
+             "`docs/methods.md`.")
+    L.append("")
+    L.append("Since issue 10 the labels follow the methods' rules, which changed three findings: a key at "
+             "position 0 is always the *position-0 sink* (its bracket or quote label beside it), so C3, C4 and C6 "
+             "of Figure 5, which looked like bracket tracking, are the collapse onto position 0 that seed 003 "
+             "reported; the induction successor is the key after the *most recent* earlier occurrence, so P5-A of "
+             "Figure 4 (the key after an older `e`) is now `other`, and Figure 3's swap claim, which held under "
+             "the looser reading (its last column), does not hold under this one.")
     L.append("")
     L.append("## Figure 1: OV copying score of all 24 heads")
     L.append("")
@@ -176,25 +190,33 @@ def main():
     L.append("")
     swap = cli("probe", MODEL, "--suite", "swap", "--head", lead)
     L.append("For each prompt, the share of queries in the second half whose most-attended key is the "
-             "induction successor (the character after the previous occurrence of the query's character):")
+             "induction successor (the character after the most recent earlier occurrence of the query's "
+             "character, the heatmap's induction cell):")
     L.append("")
-    L.append("| prompt | text | induction-successor share |")
-    L.append("|---|---|---|")
+    L.append("| prompt | text | induction-successor share | share after any earlier occurrence |")
+    L.append("|---|---|---|---|")
     shares = []
     for row in swap["rows"]:
         tokens = row["tokens"]
         patterns = cli("attention", MODEL, "--text", row["text"])["patterns"][int(lead[1:lead.index('H')])][int(lead[lead.index('H') + 1:])]
-        hits = total = 0
+        hits = loose = total = 0
         for q in range(len(tokens) // 2, len(tokens)):
-            successors = [k for k in range(1, q + 1) if tokens[k - 1] == tokens[q]]
-            if not successors:
+            earlier = [j for j in range(q) if tokens[j] == tokens[q]]
+            if not earlier:
                 continue
             top = max(range(q + 1), key=lambda k: patterns[q][k])
             total += 1
-            hits += top in successors
+            hits += top == earlier[-1] + 1
+            loose += top - 1 in earlier
         share = hits / total if total else float("nan")
         shares.append(share)
-        L.append(f"| {row['id']} | {show(row['text'])} | {share:.2f} ({hits}/{total}) |")
+        L.append(f"| {row['id']} | {show(row['text'])} | {share:.2f} ({hits}/{total}) | {loose / total:.2f} ({loose}/{total}) |")
+    L.append("")
+    L.append("The last column is the looser reading these findings used before issue 10 (the key after *any* "
+             "earlier occurrence). In these prompts a character such as a space or `a` recurs within each half, "
+             "so the two readings differ: where the induction-successor share is much lower than the last column, the head goes to the "
+             "character after an older occurrence (often the matching place in the first half) rather than "
+             "after the most recent one.")
     L.append("")
     figure(L, "probes-swap.png", "The page's swap pairs side by side, induction cells outlined")
     L.append(f"**Claim: the bright cells follow the swapped tokens (an induction head) — "
@@ -212,7 +234,7 @@ def main():
     L.append(f"**Claim: the head attends to the induction successor, not the matching quote — "
              f"{'holds' if induction_wins else 'does not hold'}.** "
              f"Seed 003's exceptions were P3-A (a miss) and P3-B / P5-B (position-0 sink): here "
-             + "; ".join(f"{r['id']}: {r['verdict']} ({r['top']['weight']:.4f})" for r in quote_rows if r["id"] in ("P3-A", "P3-B", "P5-B")) + ".")
+             + "; ".join(f"{r['id']}: {labels(r['top'])} ({r['top']['weight']:.4f})" for r in quote_rows if r["id"] in ("P3-A", "P3-B", "P5-B")) + ".")
     L.append("")
 
     figure(L, "verdict-table.png", "The page's verdict table with runner-up and weights")
@@ -241,19 +263,20 @@ def main():
              f"(prefix-copy accuracy {uniform_acc:.3f}) and over {len(SEEDS)} windows of held-out text "
              f"(prefix-copy accuracy {text_acc:.3f}).")
     L.append("")
-    L.append("| head | induction (random) | induction (text) | previous-token (random) | OV copying | QK imag. fraction | OV imag. fraction | QK κ | OV κ | QK departure |")
-    L.append("|---|---|---|---|---|---|---|---|---|---|")
+    L.append("| head | induction (random) | induction (text) | previous-token (random) | copy fidelity (random) | OV copying | QK imag. fraction | OV imag. fraction | QK κ | OV κ | QK departure |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|")
     by_name = {name(h): h for h in heads}
     for k in sorted(by_name, key=lambda k: -uniform[k]["induction_score"]):
         h = by_name[k]
         L.append(f"| {k} | {uniform[k]['induction_score']:.3f} | {textual[k]['induction_score']:.3f} | "
-                 f"{uniform[k]['previous_token_score']:.3f} | {h['ov']['copying_score']:.3f} | {h['qk']['imaginary_fraction']:.3f} | "
+                 f"{uniform[k]['previous_token_score']:.3f} | {uniform[k]['copy_fidelity']:.3f} | {h['ov']['copying_score']:.3f} | {h['qk']['imaginary_fraction']:.3f} | "
                  f"{h['ov']['imaginary_fraction']:.3f} | {h['qk']['eigenvector_condition'] or float('inf'):.1f} | "
                  f"{h['ov']['eigenvector_condition'] or float('inf'):.1f} | {h['qk']['departure_from_normality']:.3f} |")
     names = list(by_name)
     induction = [uniform[k]["induction_score"] for k in names]
     features = {
         "QK imaginary fraction": [by_name[k]["qk"]["imaginary_fraction"] for k in names],
+        "QK (token space) imaginary fraction": [by_name[k]["qk_token"]["imaginary_fraction"] for k in names],
         "OV imaginary fraction": [by_name[k]["ov"]["imaginary_fraction"] for k in names],
         "QK κ": [by_name[k]["qk"]["eigenvector_condition"] or 1e300 for k in names],
         "OV κ": [by_name[k]["ov"]["eigenvector_condition"] or 1e300 for k in names],
@@ -271,9 +294,13 @@ def main():
     L.append(f"**Claim (seed 000): heads with larger imaginary parts are more likely induction heads — "
              f"{'holds' if imag >= 0.3 else 'does not hold'}** here (ρ = {imag:+.3f} for the QK imaginary fraction; "
              f"the OV copying score gives ρ = {rhos['OV copying score']:+.3f}).")
-    kappa = rhos["OV κ"]
-    L.append(f"**Claim (seed 000): κ predicts copying fidelity** — across heads, OV κ vs induction ρ = {kappa:+.3f}; "
-             f"{'a positive association' if kappa >= 0.3 else 'no positive association'} on this model.")
+    fidelity = [uniform[k]["copy_fidelity"] for k in names]
+    kappa = spearman(features["OV κ"], fidelity)
+    L.append(f"**Claim (seed 000): κ predicts copying fidelity** — across heads, OV κ vs copy fidelity (the fraction of "
+             f"second-copy positions where the head's own direct logit contribution ranks the true next character first "
+             f"among the sequence's characters) ρ = {kappa:+.3f}; "
+             f"{'a positive association' if kappa >= 0.3 else 'a negative association' if kappa <= -0.3 else 'no clear association'} on this model "
+             f"(OV κ vs induction score: ρ = {rhos['OV κ']:+.3f}).")
     L.append("")
     induction_heads = [k for k in names if uniform[k]["induction_score"] >= 0.4]
     L.append("Seed 000's table, our row:")

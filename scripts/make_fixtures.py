@@ -8,7 +8,7 @@
 
 Deterministic (fixed seeds), offline (HF_HUB_OFFLINE=1; models are built from config objects,
 never downloaded). Every fixture directory gets an expected.json with the reference values that
-the Rust tests compare against (see docs in /work/shared/spec/analyses.md, sections 1-4, 6).
+the Rust tests compare against (definitions: docs/methods.md).
 
 Reference pipeline (independent of the Rust engine):
   * weights -> TransformerLens layout with TL 3.9's own converters (convert_gpt2_weights,
@@ -1159,13 +1159,284 @@ def make_gpt2_small(out_dir):
 
 
 # --------------------------------------------------------------------------------------------
+# 6. a planted induction circuit in the character GPT layout (hand-built; MLPs zeroed)
+
+# The characters of the built-in suites (public/suites/*.json), so the suites run for real on
+# this model.
+PLANTED_VOCAB = list(' "(),;ABCDabcdefghilmnorstuvwxy')
+PLANTED = dict(n_embd=128, n_head=2, n_layer=2, block_size=128)
+PLANTED_HEADS = {"previous_token": "L0H0", "second_previous_token": "L0H1", "induction": "L1H0", "marks": "L1H1"}
+PLANTED_FREQS = [1, 3, 7, 12, 19, 27, 40, 55]  # x 2*pi / 256: distinct cos-sums for offsets < 128
+PLANTED_INDUCTION_N = 20
+MARK_CHARS = ['"', "(", ")"]
+
+
+def planted_weights():
+    """TransformerLens-layout weights of the planted circuit (row vectors, x W).
+
+    Residual layout (d_model 128, V = 31 characters): T = one-hot current token, T1 = one-hot
+    previous token (written by L0H0), T2 = one-hot token two back (L0H1), P = 8 sinusoid pairs of
+    the position, C = a constant 1, R = position / block_size, J = a junk subspace L1H1 writes to.
+      L0H0 previous token: query rotates P back by one step, key reads P; value T -> T1.
+      L0H1 token two back: the same, rotated by two steps; value T -> T2.
+      L1H0 induction: query (T, T1) x key (T1, T2): the key's two preceding tokens are the query's
+           token and its predecessor; a small recency term (C x R) makes the most recent match
+           win, and a penalty on position 0 (whose T1 holds its own token); value T -> T with
+           gain, read by the unembedding, so the head's output predicts the next token.
+      L1H1 quotes and brackets: attends to `"`, `(` and `)` (C x [token is a mark], plus a
+           recency term) and to position 0 (a bonus that wins when no other key is a mark, or
+           when position 0 is one); writes junk to J.
+    """
+    V, D, H, L, N = len(PLANTED_VOCAB), PLANTED["n_embd"], PLANTED["n_head"], PLANTED["n_layer"], PLANTED["block_size"]
+    dh = D // H
+    T, T1, T2 = 0, V, 2 * V
+    P = 3 * V
+    C, R, J = P + 16, P + 17, P + 18
+    assert 2 * V + 2 <= dh and J < D
+    thetas = [2 * math.pi * f / 256 for f in PLANTED_FREQS]
+    gen = np.random.default_rng(606)
+    W_E = np.zeros((V, D))
+    W_E[np.arange(V), T + np.arange(V)] = 1.0
+    W_E[:, C] = 1.0
+    W_pos = np.zeros((N, D))
+    for j, th in enumerate(thetas):
+        W_pos[:, P + 2 * j] = np.cos(th * np.arange(N)) / math.sqrt(8)
+        W_pos[:, P + 2 * j + 1] = np.sin(th * np.arange(N)) / math.sqrt(8)
+    W_pos[:, R] = np.arange(N) / N
+    p0 = W_pos[0, P:P + 16]
+    Wq, Wk, Wv = (np.zeros((L, H, D, dh)) for _ in range(3))
+    Wo = np.zeros((L, H, dh, D))
+    g = PLANTED_GAINS
+    # L0H0 and L0H1: the token one and two positions back
+    for h, (steps, target) in enumerate(((1, T1), (2, T2))):
+        for j, th in enumerate(thetas):
+            c, s = math.cos(steps * th), math.sin(steps * th)
+            Wq[0, h, P + 2 * j:P + 2 * j + 2, 2 * j:2 * j + 2] = g["prev"] * np.array([[c, -s], [s, c]])
+            Wk[0, h, P + 2 * j:P + 2 * j + 2, 2 * j:2 * j + 2] = g["prev"] * np.eye(2)
+        Wq[0, h, C, 16], Wk[0, h, R, 16] = g["recency"], g["recency"]
+        Wv[0, h, T:T + V, :V] = np.eye(V)
+        Wo[0, h, :V, target:target + V] = np.eye(V)
+    # L1H0: induction on two tokens of context
+    Wq[1, 0, T:T + V, :V] = g["induction"] * np.eye(V)
+    Wk[1, 0, T1:T1 + V, :V] = g["induction"] * np.eye(V)
+    Wq[1, 0, T1:T1 + V, V:2 * V] = g["induction"] * np.eye(V)
+    Wk[1, 0, T2:T2 + V, V:2 * V] = g["induction"] * np.eye(V)
+    Wq[1, 0, C, 2 * V], Wk[1, 0, R, 2 * V] = g["recency"], g["recency"]
+    Wq[1, 0, C, 2 * V + 1], Wk[1, 0, P:P + 16, 2 * V + 1] = -g["key0"], p0
+    Wv[1, 0, T:T + V, :V] = np.eye(V)
+    Wo[1, 0, :V, T:T + V] = g["copy"] * np.eye(V)
+    # L1H1: quotes and brackets, position 0 as the fallback
+    marks = [PLANTED_VOCAB.index(ch) for ch in MARK_CHARS]
+    Wq[1, 1, C, 0] = g["marks"]
+    Wk[1, 1, [T + m for m in marks], 0] = g["marks"]
+    Wq[1, 1, C, 1], Wk[1, 1, R, 1] = g["recency"], g["recency"]
+    Wq[1, 1, C, 2], Wk[1, 1, P:P + 16, 2] = g["sink"], p0
+    Wv[1, 1, T:T + V, :4] = gen.normal(0, 1, (V, 4))
+    Wo[1, 1, :4, J:J + 4] = 0.05 * gen.normal(0, 1, (4, 4))
+    W_U = np.zeros((D, V))
+    W_U[T + np.arange(V), np.arange(V)] = g["unembed"]
+    return dict(W_E=W_E, W_pos=W_pos, W_Q=Wq, W_K=Wk, W_V=Wv, W_O=Wo, W_U=W_U)
+
+
+PLANTED_GAINS = dict(prev=4.0, recency=3.5, sink=2.0, induction=2.0, key0=3.0, copy=3.0, marks=3.0, unembed=1.0)
+
+
+def planted_model():
+    """The planted weights in a gpt.py GPTLanguageModel (nn.Linear stores out x in)."""
+    w = planted_weights()
+    c = PLANTED
+    V, D, H = len(PLANTED_VOCAB), c["n_embd"], c["n_head"]
+    model = GPTLanguageModel(V, D, H, c["n_layer"], c["block_size"])
+    t = lambda a: torch.tensor(np.ascontiguousarray(a), dtype=torch.float32)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        model.token_embedding_table.weight.copy_(t(w["W_E"]))
+        model.position_embedding_table.weight.copy_(t(w["W_pos"]))
+        for l, blk in enumerate(model.blocks):
+            for ln in (blk.ln1, blk.ln2):
+                ln.weight.fill_(1.0)
+            for h, head in enumerate(blk.sa.heads):
+                head.query.weight.copy_(t(w["W_Q"][l, h].T))
+                head.key.weight.copy_(t(w["W_K"][l, h].T))
+                head.value.weight.copy_(t(w["W_V"][l, h].T))
+            blk.sa.proj.weight.copy_(t(np.concatenate([w["W_O"][l, h] for h in range(H)], axis=0).T))
+        model.ln_f.weight.fill_(1.0)
+        model.lm_head.weight.copy_(t(w["W_U"].T))
+    model.eval()
+    return model
+
+
+def spec_verdict_labels(chars, query, key):
+    """Every label of the spec (analyses.md section 4, verdict tables) that applies to `key`,
+    in the spec's order, for a prompt of single characters. Written from the spec's words."""
+    found = []
+    earlier = [j for j in range(query) if chars[j] == chars[query]]
+    if earlier and key == max(earlier) + 1:
+        found.append("induction successor")
+    # Quotes pair up left to right; the query's partner is the quote still open before it, or,
+    # when the query closes a pair, the quote that opened it.
+    pending, partner = None, None
+    for i in range(query + 1):
+        if chars[i] == '"':
+            if pending is None:
+                pending = i
+            else:
+                if i == query:
+                    partner = pending
+                pending = None
+    if pending is not None and pending != query:
+        partner = pending
+    if key == partner:
+        found.append("matching quote")
+    depth_open = []
+    for i in range(query + 1):
+        if chars[i] == "(":
+            depth_open.append(i)
+        elif chars[i] == ")" and depth_open:
+            depth_open.pop()
+    if key in depth_open:
+        found.append("open bracket still to close")
+    last_open = max([i for i in range(query + 1) if chars[i] == "("], default=None)
+    last_close = max([i for i in range(query + 1) if chars[i] == ")"], default=None)
+    if key in (last_open, last_close):
+        found.append("most recent bracket")
+    return found
+
+
+def spec_verdict(chars, query, key):
+    """(verdict, also): position 0 is always the sink, with the first other label beside it."""
+    found = spec_verdict_labels(chars, query, key)
+    if key == 0:
+        return "position-0 sink", (found[0] if found else None)
+    return (found[0] if found else "other"), None
+
+
+def planted_verdicts(run, suite_name):
+    suite = json.loads((REPO / "public" / "suites" / f"{suite_name}.json").read_text())
+    stoi = {ch: i for i, ch in enumerate(PLANTED_VOCAB)}
+    per_head = {}
+    for prompt in suite["prompts"]:
+        chars = list(prompt["text"])
+        query = prompt.get("query", len(chars) - 1)
+        _, pats = run([stoi[ch] for ch in chars])
+        for l in range(PLANTED["n_layer"]):
+            for h in range(PLANTED["n_head"]):
+                row = pats[l, h, query, :query + 1]
+                order = sorted(range(query + 1), key=lambda k: -row[k])
+                # the ranking must not hinge on float rounding: top, runner-up and third apart
+                gaps = [1 - row[order[i + 1]] / row[order[i]] for i in range(min(2, query))]
+                assert all(gap > 1e-3 for gap in gaps), (suite_name, prompt["id"], l, h, gaps)
+
+                def key_entry(k):
+                    verdict, also = spec_verdict(chars, query, k)
+                    return {"position": k, "token": chars[k], "weight": flt(row[k]), "verdict": verdict,
+                            "also": also}
+
+                per_head.setdefault(f"L{l}H{h}", []).append({
+                    "id": prompt["id"],
+                    "query_position": query,
+                    "attention": [flt(x) for x in row],
+                    "top": key_entry(order[0]),
+                    "runner_up": key_entry(order[1]) if query >= 1 else None,
+                })
+    return per_head
+
+
+def make_planted_induction():
+    from safetensors.torch import save_file
+
+    c = PLANTED
+    V = len(PLANTED_VOCAB)
+    model = planted_model()
+    d = fresh_dir("gptchar-induction")
+    sd = {k: v.contiguous() for k, v in model.state_dict().items()}
+    save_file(sd, str(d / "model.safetensors"), metadata={"vocab": json.dumps(PLANTED_VOCAB)})
+
+    def run(tokens):
+        with torch.no_grad():
+            logits = model(torch.tensor([tokens]))[0]
+        pats = torch.stack([torch.stack([h.last_pattern[0] for h in blk.sa.heads]) for blk in model.blocks])
+        return logits.double().numpy(), pats.double().numpy()
+
+    spec = dict(n_layers=c["n_layer"], d_model=c["n_embd"], n_ctx=c["block_size"],
+                d_head=c["n_embd"] // c["n_head"], n_heads=c["n_head"], d_mlp=4 * c["n_embd"],
+                d_vocab=V, act_fn="relu", normalization_type="LN",
+                positional_embedding_type="standard", eps=1e-5)
+    sd_tl = gptchar_to_tl(sd, c["n_layer"], c["n_head"])
+    tl_models = [tl_model(spec, sd_tl, mode) for mode in ("raw", "folded")]
+
+    def run_checked(tokens):
+        logits, pats = run(tokens)
+        for m in tl_models:
+            tl_logits, tl_pats = tl_forward(m, tokens)
+            ep, el = np.abs(tl_pats - pats).max(), np.abs(tl_logits - logits).max() / np.abs(logits).max()
+            assert ep < 1e-4 and el < 1e-4, (ep, el)
+            CHECKS.upd("forward_pattern", ep)
+            CHECKS.upd("forward_logits", el)
+        return logits, pats
+
+    stoi = {ch: i for i, ch in enumerate(PLANTED_VOCAB)}
+    text = 'the cat (a "b") saw the cat'
+    fwd = [stoi[ch] for ch in text]
+    logits, pats = run_checked(fwd)
+
+    # induction probe: n uniformly random characters (seeded), repeated once, no BOS (character model)
+    n = PLANTED_INDUCTION_N
+    first = [int(x) for x in np.random.default_rng(20).integers(0, V, n)]
+    tokens = first + first
+    ind_logits, ind_pats = run_checked(tokens)
+    heads = []
+    for l in range(c["n_layer"]):
+        for h in range(c["n_head"]):
+            A = ind_pats[l, h]
+            heads.append({
+                "layer": l, "head": h,
+                "induction_score": flt(np.mean([A[t, t - n + 1] for t in range(n, 2 * n)])),
+                "previous_token_score": flt(np.mean([A[t, t - 1] for t in range(n, 2 * n)])),
+                "duplicate_token_score": flt(np.mean([A[t, t - n] for t in range(n, 2 * n)])),
+            })
+    acc = float(np.mean([np.argmax(ind_logits[t]) == tokens[t + 1] for t in range(n, 2 * n - 1)]))
+    top = max(heads, key=lambda s: s["induction_score"])
+    assert acc >= 0.8 and f"L{top['layer']}H{top['head']}" == PLANTED_HEADS["induction"], (acc, top)
+    assert top["induction_score"] >= 0.4, top
+
+    config = {"layers": c["n_layer"], "heads": c["n_head"], "kv_heads": c["n_head"], "d_model": c["n_embd"],
+              "d_head": c["n_embd"] // c["n_head"], "vocab": V, "n_ctx": c["block_size"]}
+    exp = {
+        "family": "gptchar",
+        "config": config,
+        "vocab": PLANTED_VOCAB,
+        "planted_heads": PLANTED_HEADS,
+        "forward": {"text": text, "tokens": fwd, "patterns": pats.tolist(), "logits": logits.tolist()},
+        "induction": {"first_copy": first, "heads": heads, "prefix_copy_accuracy": acc},
+        "verdicts": {name: planted_verdicts(run, name) for name in ("quote", "bracket", "swap")},
+        "notes": {
+            "model": planted_weights.__doc__.strip(),
+            "forward": "PyTorch gpt.py model in float32, no BOS; cross-checked against TransformerLens "
+            "(raw and fold_ln) to 1e-4.",
+            "induction": "first_copy (uniform random characters) repeated once, no BOS; scores averaged over "
+            "t = n..2n-1; prefix_copy_accuracy over t = n..2n-2.",
+            "verdicts": "per suite and head: the query's attention row, top and runner-up keys with the "
+            "labels of spec_verdict_labels (written from analyses.md section 4, independently of the Rust "
+            "classify); top, runner-up and third differ by at least 0.1% of the larger weight.",
+        },
+    }
+    write_json(d / "expected.json", exp)
+    print(f"planted induction: prefix-copy {acc:.3f}, "
+          + ", ".join(f"L{s['layer']}H{s['head']} ind {s['induction_score']:.3f} prev {s['previous_token_score']:.3f}"
+                      for s in heads))
+    return d, peakedness(pats)
+
+
+# --------------------------------------------------------------------------------------------
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gpt2-small", nargs="?", const="bench-data/gpt2-small", metavar="DIR",
                     help="write a GPT-2-Small-shaped random model (float32, ~500 MB) into DIR instead")
-    ap.add_argument("--only", nargs="*", choices=["gptchar", "gpt2", "pythia", "llama", "pythia-hub", "llama32"],
+    ap.add_argument("--only", nargs="*", choices=["gptchar", "gpt2", "pythia", "llama", "pythia-hub", "llama32", "gptchar-induction"],
                     help="build only these fixtures (gpt2 also builds gpt2-nanogpt)")
     args = ap.parse_args()
     if args.gpt2_small:
@@ -1176,7 +1447,7 @@ def main():
     import transformer_lens  # noqa: F401
     from importlib.metadata import version
 
-    only = set(args.only or ["gptchar", "gpt2", "pythia", "llama", "pythia-hub", "llama32"])
+    only = set(args.only or ["gptchar", "gpt2", "pythia", "llama", "pythia-hub", "llama32", "gptchar-induction"])
     built, extra = [], {}
     if "gptchar" in only:
         built.append(make_gptchar())
@@ -1196,6 +1467,8 @@ def main():
         built.append(make_pythia_hub())
     if "llama32" in only:
         built.append(make_llama32())
+    if "gptchar-induction" in only:
+        built.append(make_planted_induction())
 
     print(f"\ntorch {torch.__version__}, transformers {transformers.__version__}, "
           f"transformer_lens {version('transformer_lens')}, numpy {np.__version__}")

@@ -4,7 +4,7 @@ mod common;
 
 use std::process::Command;
 
-use common::fixture;
+use common::{assert_verdicts_match, expected, fixture};
 use serde_json::Value;
 
 fn headprint(args: &[&str]) -> (bool, String, String) {
@@ -228,7 +228,13 @@ fn suite_verdicts_and_ov_logits() {
     let rows = report["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0]["query_position"].as_u64(), Some(7));
-    assert!(rows[0]["top"]["weight"].as_f64().unwrap() >= rows[0]["runner_up"]["weight"].as_f64().unwrap());
+    // A built-in suite on the planted model: its table against the Python reference.
+    let planted = fixture("gptchar-induction");
+    let report = json(&["probe", planted.to_str().unwrap(), "--suite", "bracket", "--head", "L1H1", "--json"]);
+    assert_eq!((report["suite"].as_str(), report["head"].as_str()), (Some("bracket"), Some("L1H1")));
+    assert_verdicts_match(&report["rows"], &expected("gptchar-induction")["verdicts"]["bracket"]["L1H1"], "CLI");
+    let (ok, table, _) = headprint(&["probe", planted.to_str().unwrap(), "--suite", "bracket", "--head", "L1H1"]);
+    assert!(ok && table.contains("position-0 sink (also open bracket still to close)"), "{table}");
     let logits =
         json(&["ov-logits", path.to_str().unwrap(), "--head", "L1H0", "--top", "3", "--pair", "(", ")", "--json"]);
     assert_eq!(logits["top_raw"].as_array().unwrap().len(), 3);

@@ -204,23 +204,3 @@ fn an_ill_conditioned_diagonalisable_circuit_has_its_analytic_condition() {
         assert!((kappa - analytic).abs() < 1e-6 * analytic, "b {b}, g {g}: κ {kappa} vs analytic {analytic}");
     }
 }
-
-#[test]
-fn verdict_labels_follow_the_spec_order() {
-    use headprint::probes::suite::{Verdict, classify};
-    let tokens = |s: &str| s.chars().map(|c| c.to_string()).collect::<Vec<_>>();
-    // C8 of seed 003: "A (B (C) D", query at D (9).
-    let c8 = tokens("A (B (C) D");
-    assert_eq!(classify(&c8, 9, 2), Verdict::OpenBracket);
-    assert_eq!(classify(&c8, 9, 5), Verdict::MostRecentBracket);
-    assert_eq!(classify(&c8, 9, 7), Verdict::MostRecentBracket);
-    assert_eq!(classify(&c8, 9, 0), Verdict::PositionZeroSink);
-    assert_eq!(classify(&c8, 9, 6), Verdict::Other);
-    // Induction successor: the key right after an earlier occurrence of the query token.
-    let repeat = tokens("xab xa");
-    assert_eq!(classify(&repeat, 5, 2), Verdict::InductionSuccessor);
-    // An open quote is the matching quote; a closed one is not.
-    let quote = tokens("a \"rare\" w \"r");
-    assert_eq!(classify(&quote, 12, 11), Verdict::MatchingQuote);
-    assert_eq!(classify(&quote, 12, 2), Verdict::Other);
-}

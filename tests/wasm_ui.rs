@@ -35,11 +35,29 @@ fn the_page_pipeline_runs_in_wasm() {
     }
     let logits = OvTokenLogits::new(&Circuits::new(&model, &grams, Mode::Folded), HeadId::new(0, 0));
     assert_eq!(logits.diagonal().len(), model.config.vocab);
-    let rows = verdict_table(&model, &tokenizer, &Suite::builtin("bracket").unwrap(), HeadId::new(1, 0), None);
-    // The tiny fixture's vocabulary may lack characters of the suite: then a message, not a panic.
-    match rows {
-        Ok(rows) => assert!(!rows.is_empty()),
-        Err(e) => assert!(!e.to_string().is_empty()),
+    // The tiny fixture lacks characters of the suite: a message, not a panic.
+    let error =
+        verdict_table(&model, &tokenizer, &Suite::builtin("bracket").unwrap(), HeadId::new(1, 0), None).unwrap_err();
+    assert!(error.to_string().contains("is not in the model's vocabulary"), "{error}");
+    // The planted model covers the suites: its table in wasm matches the Python reference.
+    let bytes = include_bytes!("fixtures/gptchar-induction/model.safetensors").to_vec();
+    let source: Box<dyn ByteSource> = Box::new(MemorySource::new("model.safetensors", bytes));
+    let planted = Model::load(
+        &ModelFiles::from_named(vec![("model.safetensors".into(), source)]).unwrap(),
+        LoadParts::Everything,
+    )
+    .unwrap();
+    let tokenizer = Tokenizer::for_model(&planted, None).unwrap();
+    let rows =
+        verdict_table(&planted, &tokenizer, &Suite::builtin("bracket").unwrap(), HeadId::new(0, 1), None).unwrap();
+    let reference: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/gptchar-induction/expected.json")).unwrap();
+    let want = reference["verdicts"]["bracket"]["L0H1"].as_array().unwrap();
+    assert_eq!(rows.len(), want.len());
+    for (row, want) in rows.iter().zip(want) {
+        assert_eq!(row.top.position as u64, want["top"]["position"].as_u64().unwrap(), "{}", row.id);
+        assert_eq!(row.top.verdict.label(), want["top"]["verdict"].as_str().unwrap(), "{}", row.id);
+        assert_eq!(row.top.also.map(|v| v.label()), want["top"]["also"].as_str(), "{}", row.id);
     }
 }
 

@@ -6,7 +6,7 @@ mod common;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use common::{assert_close, expected, fixture};
+use common::{assert_close, assert_verdicts_match, expected, fixture};
 use headprint::analysis::{HeadId, Mode};
 use headprint::compare::ComparisonRow;
 use headprint::probes::Suite;
@@ -190,8 +190,24 @@ fn patterns_and_verdicts_come_from_the_forward_pass() {
     for row in &rows {
         let total: f64 = row.attention.iter().sum();
         assert!((total - 1.0).abs() < 1e-4, "{}: the query's attention sums to {total}", row.id);
-        assert!(row.top.weight >= row.runner_up.as_ref().map_or(0.0, |r| r.weight));
     }
+    // A built-in suite on the planted model, as the page receives it, against the Python reference.
+    let request = Request::Load {
+        model: 4,
+        names: vec!["gptchar-induction.safetensors".into()],
+        analyse: false,
+        prepend_bos: true,
+    };
+    ask(&mut session, request, files("gptchar-induction", bytes("gptchar-induction")))
+        .expect("the planted model loads");
+    let suite = Suite::builtin("quote").unwrap();
+    let Ok(Reply::Verdicts(rows)) =
+        ask(&mut session, Request::Verdicts { model: 4, head: HeadId::new(1, 0), suite, prepend_bos: true }, vec![])
+    else {
+        panic!("verdicts answer")
+    };
+    let rows = serde_json::to_value(&rows).unwrap();
+    assert_verdicts_match(&rows, &expected("gptchar-induction")["verdicts"]["quote"]["L1H0"], "worker");
 }
 
 #[test]

@@ -404,7 +404,7 @@ mod native {
             println!("{:<6} {:<28} {:>4}  {:<30} {:<30}", "id", "prompt", "q", "top (pos tok weight)", "runner-up");
             for row in &rows {
                 let cell = |a: &headprint::probes::suite::Attended| {
-                    format!("{} {} {:.4} {}", a.position, show(&a.token), a.weight, a.verdict.label())
+                    format!("{} {} {:.4} {}", a.position, show(&a.token), a.weight, a.labels())
                 };
                 println!(
                     "{:<6} {:<28} {:>4}  {:<30} {:<30}",
@@ -414,6 +414,9 @@ mod native {
                     cell(&row.top),
                     row.runner_up.as_ref().map(cell).unwrap_or_default()
                 );
+                if !row.caveat.is_empty() {
+                    println!("       note: {}", row.caveat);
+                }
             }
             return Ok(());
         }

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::analysis::HeadId;
 use crate::forward;
 use crate::model::Model;
+use crate::probes::induction::induction_cells;
 use crate::tokens::{Tokenizer, with_bos};
 use crate::{Error, Result};
 
@@ -94,12 +95,33 @@ impl Verdict {
     }
 }
 
+/// A key's labels: its verdict, and for a key at position 0 (always the `position-0 sink`) the
+/// label it would otherwise have had, so the sink never hides a bracket or a quote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Labels {
+    pub verdict: Verdict,
+    pub also: Option<Verdict>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Attended {
     pub position: usize,
     pub token: String,
     pub weight: f64,
     pub verdict: Verdict,
+    /// At position 0: the label that also applies besides the sink (absent when none does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub also: Option<Verdict>,
+}
+
+impl Attended {
+    /// The verdict as the tables print it, e.g. `position-0 sink (also open bracket still to close)`.
+    pub fn labels(&self) -> String {
+        match self.also {
+            Some(also) => format!("{} (also {})", self.verdict.label(), also.label()),
+            None => self.verdict.label().to_string(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -111,50 +133,104 @@ pub struct VerdictRow {
     pub query_token: String,
     pub top: Attended,
     pub runner_up: Option<Attended>,
-    /// The verdict of the row: the top key's.
+    /// The verdict of the row: the top key's (`top.also` holds its second label, if any).
     pub verdict: Verdict,
     /// The whole attention row of the query, for heatmaps.
     pub attention: Vec<f64>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub note: String,
+    /// Set when a token up to the query merges several quote/bracket characters (BPE `("`, `")`):
+    /// the quote and bracket labels then name a token that also holds another such character.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub caveat: String,
 }
 
-/// Labels key `key` for query `query` (first matching rule wins, in the spec's order).
-pub fn classify(tokens: &[String], query: usize, key: usize) -> Verdict {
-    let is = |i: usize, s: &str| tokens[i].trim_start_matches(['Ġ', '▁', ' ']) == s;
-    if key >= 1 && key - 1 < query && tokens[key - 1] == tokens[query] {
+/// The characters the quote and bracket rules read.
+const MARKS: [char; 3] = ['"', '(', ')'];
+
+/// Quote and bracket characters of tokens 0..=query in reading order, each with its token's
+/// position. A merged BPE token (`("`, `),`, `Ġ("`) contributes every such character it holds,
+/// so `),` counts as `)` and `("` as `(` then `"`.
+fn marks(tokens: &[String], query: usize) -> Vec<(usize, char)> {
+    tokens[..=query]
+        .iter()
+        .enumerate()
+        .flat_map(|(i, token)| token.chars().filter(|c| MARKS.contains(c)).map(move |c| (i, c)))
+        .collect()
+}
+
+/// Labels key `key` for query `query`. A key at position 0 is the `position-0 sink`; otherwise
+/// the first rule that applies, in the spec's order: induction successor (the token after the
+/// query token's most recent earlier occurrence, the heatmap's induction cell), matching quote,
+/// open bracket still to close, most recent bracket, other.
+pub fn classify(tokens: &[String], query: usize, key: usize) -> Labels {
+    let rule = rule_label(tokens, query, key);
+    if key == 0 {
+        Labels { verdict: Verdict::PositionZeroSink, also: Some(rule).filter(|&v| v != Verdict::Other) }
+    } else {
+        Labels { verdict: rule, also: None }
+    }
+}
+
+fn rule_label(tokens: &[String], query: usize, key: usize) -> Verdict {
+    // Equal texts, equal ids: each token as the position of its text's first occurrence.
+    let ids: Vec<usize> =
+        tokens[..=query].iter().map(|t| tokens.iter().position(|u| u == t).unwrap_or_default()).collect();
+    let successor = induction_cells(&ids).into_iter().find(|&(t, _)| t == query).map(|(_, k)| k);
+    if successor == Some(key) {
         return Verdict::InductionSuccessor;
     }
-    let quotes: Vec<usize> = (0..=query).filter(|&i| is(i, "\"")).collect();
-    let quote_partner = if is(query, "\"") && quotes.len().is_multiple_of(2) {
-        quotes.len().checked_sub(2).map(|i| quotes[i])
-    } else if !quotes.len().is_multiple_of(2) {
+    let marks = marks(tokens, query);
+    let quotes: Vec<usize> = marks.iter().filter(|m| m.1 == '"').map(|m| m.0).collect();
+    let query_quotes = quotes.iter().filter(|&&p| p == query).count();
+    let partner = if quotes.len() % 2 == 1 {
+        // An unpaired quote is open; the query's partner unless the query itself opened it.
         quotes.last().copied().filter(|&p| p != query)
+    } else if query_quotes > 0 {
+        // The query's last quote closes a pair: its partner is the quote before it.
+        quotes.len().checked_sub(2).map(|i| quotes[i]).filter(|&p| p != query)
     } else {
         None
     };
-    if quote_partner == Some(key) {
+    if partner == Some(key) {
         return Verdict::MatchingQuote;
     }
     let mut open = Vec::new();
-    for i in 0..=query {
-        if is(i, "(") {
-            open.push(i);
-        } else if is(i, ")") {
-            open.pop();
+    for &(position, c) in &marks {
+        match c {
+            '(' => open.push(position),
+            ')' => {
+                open.pop();
+            }
+            _ => {}
         }
     }
     if open.contains(&key) {
         return Verdict::OpenBracket;
     }
-    let latest = |s: &str| (0..=query).rev().find(|&i| is(i, s));
-    if latest("(") == Some(key) || latest(")") == Some(key) {
+    let latest = |bracket: char| marks.iter().rev().find(|m| m.1 == bracket).map(|m| m.0);
+    if latest('(') == Some(key) || latest(')') == Some(key) {
         return Verdict::MostRecentBracket;
     }
-    if key == 0 {
-        return Verdict::PositionZeroSink;
-    }
     Verdict::Other
+}
+
+/// Names the tokens up to the query that hold more than one quote/bracket character, if any.
+pub fn merged_marks_caveat(tokens: &[String], query: usize) -> String {
+    let merged: Vec<String> = tokens[..=query]
+        .iter()
+        .enumerate()
+        .filter(|(_, token)| token.chars().filter(|c| MARKS.contains(c)).count() > 1)
+        .map(|(i, token)| format!("{i} `{token}`"))
+        .collect();
+    if merged.is_empty() {
+        return String::new();
+    }
+    format!(
+        "the prompt's tokens do not isolate its quote and bracket characters: token {} holds several; \
+         they are read in order, and a quote or bracket label names the whole token",
+        merged.join(", token ")
+    )
 }
 
 /// One verdict row per prompt for `head`. With `bos`, every prompt runs as `BOS, tokens...`:
@@ -189,11 +265,9 @@ pub fn verdict_table(
             let tokens: Vec<String> = ids.iter().map(|&i| tokenizer.token_text(i)).collect();
             let mut order: Vec<usize> = (0..=query).collect();
             order.sort_by(|&a, &b| attention[b].total_cmp(&attention[a]));
-            let attended = |k: usize| Attended {
-                position: k,
-                token: tokens[k].clone(),
-                weight: attention[k],
-                verdict: classify(&tokens, query, k),
+            let attended = |k: usize| {
+                let Labels { verdict, also } = classify(&tokens, query, k);
+                Attended { position: k, token: tokens[k].clone(), weight: attention[k], verdict, also }
             };
             let top = attended(order[0]);
             Ok(VerdictRow {
@@ -205,6 +279,7 @@ pub fn verdict_table(
                 top,
                 runner_up: order.get(1).map(|&k| attended(k)),
                 attention,
+                caveat: merged_marks_caveat(&tokens, query),
                 tokens,
                 note: prompt.note.clone(),
             })

@@ -12,7 +12,7 @@ use super::state::Ctx;
 use super::svg::{heatmap, visible};
 use crate::analysis::HeadId;
 use crate::probes::Suite;
-use crate::probes::suite::Attended;
+use crate::probes::suite::{Attended, Verdict};
 use crate::worker::protocol::{Pattern, Reply, Request};
 
 fn attended(a: &Attended) -> String {
@@ -121,7 +121,8 @@ pub fn Probes() -> impl IntoView {
                         let runner = r.runner_up.as_ref().map(attended).unwrap_or_default();
                         let runner_weight =
                             r.runner_up.as_ref().map(|a| format!("{:.4}", a.weight)).unwrap_or_default();
-                        let runner_verdict = r.runner_up.as_ref().map(|a| a.verdict.label()).unwrap_or_default();
+                        let runner_verdict = r.runner_up.as_ref().map(Attended::labels).unwrap_or_default();
+                        let caveat = (!r.caveat.is_empty()).then(|| view! { <p class="note caveat">{r.caveat.clone()}</p> });
                         view! {
                             <tr>
                                 <td>{r.id.clone()}</td>
@@ -131,9 +132,10 @@ pub fn Probes() -> impl IntoView {
                                 <td class="num">{format!("{:.4}", r.top.weight)}</td>
                                 <td>{runner}</td>
                                 <td class="num">{runner_weight}</td>
-                                <td class="verdict" data-verdict=r.verdict.label()>
-                                    {r.verdict.label()}
+                                <td class="verdict" data-verdict=r.verdict.label() data-also=r.top.also.map(Verdict::label)>
+                                    {r.top.labels()}
                                     <span class="runner-verdict">{format!(" (runner-up: {runner_verdict})")}</span>
+                                    {caveat}
                                 </td>
                             </tr>
                         }

@@ -92,3 +92,30 @@ pub fn assert_only_the_dead_head_fails(report: &serde_json::Value, normal: &serd
         }
     }
 }
+
+/// Verdict rows (the JSON of `Vec<VerdictRow>`) against the Python reference rows of
+/// tests/fixtures/gptchar-induction/expected.json: top and runner-up keys, their labels, weights
+/// and the query's whole attention row.
+pub fn assert_verdicts_match(rows: &serde_json::Value, reference: &serde_json::Value, what: &str) {
+    let (rows, reference) = (rows.as_array().expect("rows"), reference.as_array().expect("reference rows"));
+    assert_eq!(rows.len(), reference.len(), "{what}: rows");
+    for (got, want) in rows.iter().zip(reference) {
+        let id = want["id"].as_str().unwrap();
+        assert_eq!(got["id"], want["id"], "{what}");
+        assert_eq!(got["query_position"], want["query_position"], "{what} {id}: query");
+        for (g, w) in floats(&got["attention"]).iter().zip(floats(&want["attention"])) {
+            assert_close(*g, w, 1.0, &format!("{what} {id}: attention"));
+        }
+        for key in ["top", "runner_up"] {
+            let (g, w) = (&got[key], &want[key]);
+            assert_eq!(g["position"], w["position"], "{what} {id}: {key} position");
+            assert_eq!(g["token"], w["token"], "{what} {id}: {key} token");
+            assert_eq!(g["verdict"], w["verdict"], "{what} {id}: {key} verdict");
+            // Absent in our JSON when no second label applies; null in the reference.
+            let also = |v: &serde_json::Value| v.get("also").cloned().unwrap_or(serde_json::Value::Null);
+            assert_eq!(also(g), also(w), "{what} {id}: {key} second label");
+            assert_close(g["weight"].as_f64().unwrap(), w["weight"].as_f64().unwrap(), 1.0, &format!("{what} {id}"));
+        }
+        assert_eq!(got["verdict"], want["top"]["verdict"], "{what} {id}: the row's verdict is the top key's");
+    }
+}
