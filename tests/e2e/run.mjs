@@ -22,9 +22,12 @@ const types = {
   '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css',
   '.json': 'application/json', '.safetensors': 'application/octet-stream', '.png': 'image/png',
 };
+/// dist/ is served at the root and, as a teacher's static host would, under a sub-path.
+const SUB_PATH = '/classroom/headprint/';
 const server = http.createServer((req, res) => {
   const url = new URL(req.url, 'http://x');
-  let file = path.join(dist, decodeURIComponent(url.pathname));
+  const pathname = url.pathname.startsWith(SUB_PATH) ? '/' + url.pathname.slice(SUB_PATH.length) : url.pathname;
+  let file = path.join(dist, decodeURIComponent(pathname));
   if (!file.startsWith(dist)) { res.writeHead(403).end(); return; }
   if (fs.existsSync(file) && fs.statSync(file).isDirectory()) file = path.join(file, 'index.html');
   if (!fs.existsSync(file)) { res.writeHead(404).end('not found'); return; }
@@ -123,6 +126,28 @@ await test('opens ready with every head of the demo model', async () => {
   expect(await page.locator('#head-grid .cell').count() === layers * heads, 'grid cell count');
   expect(await page.locator('#bar-chart rect[data-head]').count() === layers * heads, 'bar count');
   await shot('overview');
+});
+
+await test('dist/ works from a sub-path of a static host', async () => {
+  const sub = await context.newPage();
+  watch(sub);
+  // Context-wide, so the analysis worker's requests (worker.js, the wasm, the demo) count too.
+  const fetched = [];
+  const failed = [];
+  const onRequest = (r) => fetched.push(r.url());
+  const onResponse = (r) => { if (r.status() >= 400) failed.push(`${r.status()} ${r.url()}`); };
+  context.on('request', onRequest);
+  context.on('response', onResponse);
+  await sub.goto(origin + SUB_PATH);
+  await sub.waitForSelector('#head-grid .cell', { timeout: 60000 });
+  const cells = await sub.locator('#head-grid .cell').count();
+  context.off('request', onRequest);
+  context.off('response', onResponse);
+  await sub.close();
+  expect(cells === 24, `the demo's 24 heads under ${SUB_PATH}: ${cells}`);
+  expect(failed.length === 0, `nothing missing: ${failed.join(', ')}`);
+  const outside = fetched.filter((u) => u.startsWith(origin) && !new URL(u).pathname.startsWith(SUB_PATH));
+  expect(outside.length === 0, `every file is asked for under the sub-path: ${outside.join(', ')}`);
 });
 
 await test('metric choice recolours the grid', async () => {
