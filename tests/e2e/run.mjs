@@ -24,14 +24,22 @@ const types = {
 };
 /// dist/ is served at the root and, as a teacher's static host would, under a sub-path.
 const SUB_PATH = '/classroom/headprint/';
+/// While true, the server drops every connection, as a classroom network that went away.
+let offline = false;
 const server = http.createServer((req, res) => {
+  if (offline) { req.socket.destroy(); return; }
   const url = new URL(req.url, 'http://x');
   const pathname = url.pathname.startsWith(SUB_PATH) ? '/' + url.pathname.slice(SUB_PATH.length) : url.pathname;
   let file = path.join(dist, decodeURIComponent(pathname));
   if (!file.startsWith(dist)) { res.writeHead(403).end(); return; }
   if (fs.existsSync(file) && fs.statSync(file).isDirectory()) file = path.join(file, 'index.html');
   if (!fs.existsSync(file)) { res.writeHead(404).end('not found'); return; }
-  res.writeHead(200, { 'content-type': types[path.extname(file)] ?? 'application/octet-stream' });
+  const stat = fs.statSync(file);
+  res.writeHead(200, {
+    'content-type': types[path.extname(file)] ?? 'application/octet-stream',
+    'content-length': stat.size,
+    'last-modified': stat.mtime.toUTCString(),
+  });
   fs.createReadStream(file).pipe(res);
 });
 await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
@@ -42,7 +50,8 @@ const browser = await chromium.launch({
   args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
     '--disable-component-update', '--disable-sync'],
 });
-const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, acceptDownloads: true });
+// The offline test has a context of its own; here service workers stay out of the way.
+const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, acceptDownloads: true, serviceWorkers: 'block' });
 const requests = [];
 const problems = [];
 // Context-wide, so the analysis worker's requests count too.
@@ -359,6 +368,41 @@ await test('a long load shows progress and can be cancelled; the shown model sta
   await page.click('#head-grid .cell');
   await page.waitForSelector('#self-copy-raw li', { timeout: 30000 });
   fs.rmSync(tmp, { recursive: true });
+});
+
+await test('after one visit the page works offline, local files too; a new version is announced', async () => {
+  const visit = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const p = await visit.newPage();
+  watch(p);
+  await p.goto(origin + '/');
+  await p.waitForSelector('#head-grid .cell', { timeout: 60000 });
+  // Active (so installed: every file of the app cached), and in control of the page.
+  await p.evaluate(() => navigator.serviceWorker.ready);
+  await p.reload();
+  await p.waitForFunction(() => navigator.serviceWorker.controller !== null, null, { timeout: 30000 });
+  offline = true;
+  await visit.setOffline(true);
+  try {
+    await p.reload();
+    await p.waitForSelector('#head-grid .cell', { timeout: 60000 });
+    expect(await p.locator('#head-grid .cell').count() === 24, 'the demo offline');
+    const files = ['config.json', 'tokenizer.json', 'model.safetensors'].map((f) => path.join(fixtures, 'gpt2', f));
+    await p.setInputFiles('#file-input', files);
+    await p.waitForFunction(() => /gpt2/.test(document.querySelector('#model-info')?.textContent ?? ''), null, { timeout: 60000 });
+    await shot('offline-local-file', false, p);
+  } finally {
+    offline = false;
+    await visit.setOffline(false);
+  }
+  // A new build (the wasm's validators change): the next online visit runs it and says so.
+  expect(await p.locator('#sw-updated').count() === 0, 'no update announced before one');
+  const wasm = path.join(dist, 'headprint_bg.wasm');
+  const later = new Date(Date.now() + 60_000);
+  fs.utimesSync(wasm, later, later);
+  await p.reload();
+  await p.waitForSelector('#sw-updated', { timeout: 30000 });
+  expect(/updated since your last visit/.test(await p.textContent('#sw-updated')), 'the update is announced');
+  await visit.close();
 });
 
 await test('nothing leaves the page origin and nothing went wrong', async () => {
