@@ -100,6 +100,8 @@ pub struct Correlation {
     pub behavioural: String,
     /// None when undefined (fewer than 3 heads, or one side constant).
     pub rho: Option<f64>,
+    /// Heads both values are known for (a head whose circuit could not be read has no feature).
+    pub n: usize,
 }
 
 /// ρ for every spectral feature against every behavioural score, heads matched by L/H.
@@ -114,10 +116,12 @@ pub fn spearman_table(fingerprint: &ModelFingerprint, induction: &InductionRepor
         let x: Vec<f64> = pairs.iter().map(|(f, _)| feature(f)).collect();
         for (behavioural, score) in BEHAVIOURAL_SCORES {
             let y: Vec<f64> = pairs.iter().map(|(_, s)| score(s)).collect();
+            let n = x.iter().zip(&y).filter(|(a, b)| !a.is_nan() && !b.is_nan()).count();
             table.push(Correlation {
                 spectral: spectral.into(),
                 behavioural: behavioural.into(),
                 rho: spearman(&x, &y),
+                n,
             });
         }
     }

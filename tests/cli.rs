@@ -195,6 +195,8 @@ fn compare_makes_seed_000s_table() {
         for correlation in spearman {
             let (spectral, behavioural) =
                 (correlation["spectral"].as_str().unwrap(), correlation["behavioural"].as_str().unwrap());
+            // Every circuit of these fixtures reads: ρ is over all their heads.
+            assert_eq!(correlation["n"].as_u64(), Some(fingerprint_heads.len() as u64), "{what} {spectral}");
             let (circuit, feature) = spectral.split_once('.').unwrap();
             let x: Vec<f64> =
                 fingerprint_heads.iter().map(|h| h[circuit][feature].as_f64().unwrap_or(f64::INFINITY)).collect();

@@ -241,3 +241,18 @@ fn built_in_suites_run_on_the_planted_model_and_match_the_python_reference() {
         assert!(labels_seen.contains(label), "no top key labelled `{label}`: {labels_seen:?}");
     }
 }
+
+/// The planted model's heads read one subspace and write or compare another, so several of its
+/// circuits are nilpotent (`B A = 0` with `M ≠ 0`): each says so in its own cell, and the
+/// induction head's copying OV circuit still reads.
+#[test]
+fn the_planted_models_cross_subspace_circuits_are_named_nilpotent() {
+    use headprint::analysis::{Mode, fingerprint_model};
+    let model = load(PLANTED, LoadParts::Circuits);
+    let report = fingerprint_model(&model, Mode::Raw).unwrap();
+    let induction = report.head(HeadId::new(1, 0)).unwrap();
+    let qk = induction.qk.error.as_deref().unwrap_or_default();
+    assert!(qk.contains("nilpotent"), "L1H0 QK: {qk:?}");
+    assert!(induction.ov.error.is_none(), "{:?}", induction.ov.error);
+    assert!(induction.ov.copying_score > 0.5, "the induction head copies: {}", induction.ov.copying_score);
+}

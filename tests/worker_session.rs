@@ -340,6 +340,8 @@ fn the_bos_switch_reaches_patterns_verdicts_and_probes() {
     let report = analysis.induction.report.as_ref().unwrap();
     assert_eq!((report.bos, report.sequences.len(), report.tokens.len()), (Some(1), 8, 31));
     assert!(analysis.induction.sequence.contains("after BOS <|endoftext|>"), "{}", analysis.induction.sequence);
+    // The copies were shortened to fit the BOS in the context: the description says so.
+    assert!(analysis.induction.sequence.starts_with("15 uniformly random tokens"), "{}", analysis.induction.sequence);
     // The pattern of the reference's text, after the BOS, is the reference's forward pass.
     let forward = &reference["forward"];
     let text = forward["text"].as_str().unwrap().to_string();

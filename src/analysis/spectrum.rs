@@ -103,7 +103,8 @@ impl Factored {
             }
         }
         let frobenius_squared = self.gram_left.component_mul(&self.gram_right.transpose()).sum();
-        if frobenius_squared <= 0.0 || self.small.norm() == 0.0 {
+        // Only ‖M‖_F tells a zero circuit: `B A` can be zero while `M = A B` is not (nilpotent).
+        if frobenius_squared <= 0.0 {
             return Err("the circuit is zero: no eigenvalues to read".into());
         }
 
@@ -134,8 +135,18 @@ impl Factored {
         eigenvalues.sort_by(|a, b| b.abs().total_cmp(&a.abs()));
 
         let scale: f64 = eigenvalues.iter().map(|l| l.abs()).sum();
-        if scale == 0.0 || !scale.is_finite() {
-            return Err("all eigenvalues are zero".into());
+        if !scale.is_finite() {
+            return Err("the eigenvalues are not finite".into());
+        }
+        // A nilpotent circuit (all eigenvalues zero, M ≠ 0) has no copying score or imaginary
+        // fraction: computed in f64 its eigenvalues are rounding, ~√u·‖M‖ each, and their ratios
+        // would be noise printed as numbers.
+        if scale <= NILPOTENT_TOLERANCE * r as f64 * frobenius_squared.sqrt() {
+            return Err(format!(
+                "all eigenvalues are zero to rounding (Σ|λ| = {scale:.1e} for ‖M‖_F = {:.1e}): the circuit is nilpotent, \
+                 so its copying score and imaginary fraction are undefined",
+                frobenius_squared.sqrt()
+            ));
         }
         let eigenvalue_energy: f64 = eigenvalues.iter().map(|l| l.abs().powi(2)).sum();
         Ok(Fingerprint {
@@ -158,8 +169,13 @@ fn to_faer(m: &DMatrix<f64>) -> Mat<f64> {
 /// Eigenvalues closer than this (relative to the largest |λ|) are one repeated eigenvalue.
 const CLUSTER_TOLERANCE: f64 = 1e-8;
 /// A repeated eigenvalue whose computed eigenvectors span a subspace W with
-/// ‖X W − λ W‖_F ≤ this × ‖X‖_F is semisimple (a true eigenspace, not a Jordan block).
-const SEMISIMPLE_TOLERANCE: f64 = 1e-8;
+/// ‖X W − λ W‖_F ≤ this × ‖X‖_F is semisimple (a true eigenspace, not a Jordan block). The same
+/// 1e-10 error budget as `DEFECTIVE_TOLERANCE`: only a cluster that is λ·I within rounding gets
+/// an orthonormal basis; a Jordan block with a coupling above the budget keeps the solver's
+/// eigenvectors, whose κ then grows with the coupling until it is flagged.
+const SEMISIMPLE_TOLERANCE: f64 = 1e-10;
+/// Mean |λ| below this fraction of ‖M‖_F is zero to rounding (see `fingerprint`).
+const NILPOTENT_TOLERANCE: f64 = 1e-7;
 
 /// κ of the unit eigenvectors of `x`; None when `x` is numerically defective.
 ///

@@ -535,7 +535,13 @@ mod native {
             mode.name()
         );
         for (row, _, _, spearman) in &models {
-            println!("\nSpearman ρ across the {} heads of {}:", row.heads, row.model);
+            let fewest = spearman.iter().map(|c| c.n).min().unwrap_or(0);
+            let counted = if fewest == row.heads {
+                format!("the {} heads", row.heads)
+            } else {
+                format!("the heads whose circuits could be read ({fewest} to {} of {})", row.heads, row.heads)
+            };
+            println!("\nSpearman ρ across {counted} of {}:", row.model);
             print!("{:<30}", "");
             for (name, _) in BEHAVIOURAL_SCORES {
                 print!(" {name:>22}");

@@ -136,7 +136,9 @@ pub fn random_first_copy(ordinary: &[usize], n: usize, seed: u64) -> Result<Vec<
 pub fn random_first_copies(ordinary: &[usize], n: usize, seed: u64, count: usize) -> Result<Vec<FirstCopy>> {
     (0..count as u64)
         .map(|i| {
-            let seed = seed + i;
+            let seed = seed
+                .checked_add(i)
+                .ok_or_else(|| Error::BadTokens(format!("seed {seed} + {i} is past the largest seed")))?;
             Ok(FirstCopy {
                 tokens: random_first_copy(ordinary, n, seed)?,
                 source: RepeatSource::UniformRandom { seed },
@@ -159,7 +161,9 @@ pub fn text_window_first_copy(text_ids: &[usize], n: usize, seed: u64) -> Result
 pub fn text_window_first_copies(text_ids: &[usize], n: usize, seed: u64, count: usize) -> Result<Vec<FirstCopy>> {
     (0..count as u64)
         .map(|i| {
-            let seed = seed + i;
+            let seed = seed
+                .checked_add(i)
+                .ok_or_else(|| Error::BadTokens(format!("seed {seed} + {i} is past the largest seed")))?;
             Ok(FirstCopy {
                 tokens: text_window_first_copy(text_ids, n, seed)?,
                 source: RepeatSource::TextWindow { seed },

@@ -53,11 +53,20 @@ pub enum ProbeSequence {
 }
 
 impl ProbeSequence {
+    /// The same sequences with copies of `len` tokens (the length a probe actually used).
+    pub fn with_len(&self, len: usize) -> ProbeSequence {
+        let mut copy = self.clone();
+        match &mut copy {
+            ProbeSequence::UniformRandom { len: l, .. } | ProbeSequence::TextWindow { len: l, .. } => *l = len,
+        }
+        copy
+    }
+
     /// How the page names the sequences a score came from.
     pub fn describe(&self, bos: Option<&Bos>) -> String {
         let seeds = |seed: u64, count: usize| match count {
             1 => format!("seed {seed}"),
-            _ => format!("mean of {count}, seeds {seed}–{}", seed + count as u64 - 1),
+            _ => format!("mean of {count}, seeds {seed}–{}", seed.saturating_add((count as u64).saturating_sub(1))),
         };
         let after = bos.map_or(String::new(), |b| format!(", after BOS {}", b.token));
         match self {

@@ -45,7 +45,7 @@ pub fn default_sequence(config: &crate::model::ModelConfig) -> ProbeSequence {
 /// The length of each copy when a BOS takes one position of the context.
 fn probe_len_with(config: &crate::model::ModelConfig, len: usize, bos: Option<usize>) -> usize {
     match (config.context, bos) {
-        (Some(context), Some(_)) if 2 * len + 1 > context => (context - 1) / 2,
+        (Some(context), Some(_)) if 2 * len + 1 > context => context.saturating_sub(1) / 2,
         _ => len,
     }
 }
@@ -92,20 +92,21 @@ impl Held {
 
     fn induction(&self, sequence: &ProbeSequence, prepend_bos: bool) -> InductionRun {
         let bos = self.bos(prepend_bos);
+        // A BOS can leave one position too few for the copies asked for: they are shortened,
+        // and the description names the length actually used.
+        let sequence = match sequence {
+            ProbeSequence::UniformRandom { len, .. } | ProbeSequence::TextWindow { len, .. } => {
+                sequence.with_len(probe_len_with(&self.model.config, *len, bos))
+            }
+        };
         let report = (|| {
-            let copies = match sequence {
-                ProbeSequence::UniformRandom { seed, len, count } => random_first_copies(
-                    &self.tokenizer.ordinary_ids(&self.model),
-                    probe_len_with(&self.model.config, *len, bos),
-                    *seed,
-                    *count,
-                )?,
-                ProbeSequence::TextWindow { text, seed, len, count } => text_window_first_copies(
-                    &self.encode(text)?,
-                    probe_len_with(&self.model.config, *len, bos),
-                    *seed,
-                    *count,
-                )?,
+            let copies = match &sequence {
+                ProbeSequence::UniformRandom { seed, len, count } => {
+                    random_first_copies(&self.tokenizer.ordinary_ids(&self.model), *len, *seed, *count)?
+                }
+                ProbeSequence::TextWindow { text, seed, len, count } => {
+                    text_window_first_copies(&self.encode(text)?, *len, *seed, *count)?
+                }
             };
             induction_probe(&self.model, &copies, bos)
         })();
