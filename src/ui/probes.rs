@@ -5,6 +5,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use super::browser::{download_text, file_list, read_file};
+use super::exercises::Exercises;
 use super::export::ChartExport;
 use super::head::HeadSelect;
 use super::requested::requested;
@@ -112,6 +113,17 @@ pub fn Probes() -> impl IntoView {
         },
     );
     let verdicts = move || {
+        // On an exercise sheet the table would give the answers away: each question reveals its own.
+        if ctx.suite.with(|s| s.prompts.iter().any(|p| p.question.is_some())) {
+            return Some(
+                view! {
+                    <p class="note" id="verdict-hidden">
+                        "An exercise sheet: the verdict table is hidden so it does not give the answers away; each question below reveals its own once answered."
+                    </p>
+                }
+                .into_any(),
+            );
+        }
         Some(match verdict_rows.get()? {
             Ok(rows) => {
                 let body = rows
@@ -239,7 +251,13 @@ pub fn Probes() -> impl IntoView {
                 bump += 1;
                 id = format!("P{bump}");
             }
-            suite.prompts.push(crate::probes::suite::Prompt { id, text, query: None, note: String::new() });
+            suite.prompts.push(crate::probes::suite::Prompt {
+                id,
+                text,
+                query: None,
+                note: String::new(),
+                question: None,
+            });
         });
     };
 
@@ -333,6 +351,7 @@ pub fn Probes() -> impl IntoView {
             <p class="note">{move || ctx.suite.get().description}</p>
             {move || suite_error.get().map(|e| view! { <p class="error-inline" id="suite-error">{e}</p> })}
             {verdicts}
+            <Exercises />
             {pairs}
         </section>
     }
