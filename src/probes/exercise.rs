@@ -145,6 +145,12 @@ pub fn encode_sheet(suite: &Suite) -> String {
     URL_SAFE_NO_PAD.encode(miniz_oxide::deflate::compress_to_vec(&json, 9))
 }
 
+/// The sheet's link form, or `None` when it is longer than [`LINK_LIMIT`] (then it travels as
+/// its JSON file).
+pub fn link_form(suite: &Suite) -> Option<String> {
+    Some(encode_sheet(suite)).filter(|encoded| encoded.len() <= LINK_LIMIT)
+}
+
 /// Reads a sheet from its link form; every failure says which step failed.
 pub fn decode_sheet(text: &str) -> Result<Suite> {
     let bad = |what: String| Error::BadSuite(format!("the link's exercise sheet {what}"));
@@ -249,6 +255,22 @@ mod tests {
         let encoded = encode_sheet(&demo);
         assert!(encoded.len() < json.len() && encoded.len() <= LINK_LIMIT, "{} vs {}", encoded.len(), json.len());
         assert_eq!(decode_sheet(&encoded).unwrap(), demo);
+    }
+
+    #[test]
+    fn a_sheet_too_long_for_a_link_has_no_link_form() {
+        let mut suite = sheet();
+        assert!(link_form(&suite).is_some());
+        // Text that deflate cannot shrink much: a deterministic pseudo-random alphabet soup.
+        let mut state = 7u64;
+        let mut noise = String::new();
+        while noise.len() < 4 * LINK_LIMIT {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            noise.push(char::from(b'a' + (state >> 59) as u8 % 26));
+        }
+        suite.prompts[3].text = noise;
+        assert!(encode_sheet(&suite).len() > LINK_LIMIT);
+        assert_eq!(link_form(&suite), None);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use wasm_bindgen::JsValue;
 use super::state::{Awaited, Ctx, Identity, Metric, Origin, Sequence, Tab};
 use crate::analysis::Mode;
 use crate::probes::Suite;
-use crate::probes::exercise::{LINK_LIMIT, decode_sheet, encode_sheet};
+use crate::probes::exercise::{decode_sheet, link_form};
 
 /// Hex digits of the SHA-256 a link keeps (48 bits: enough to tell files apart by accident).
 pub const HASH_DIGITS: usize = 12;
@@ -48,8 +48,7 @@ pub fn fragment(ctx: Ctx) -> Option<String> {
         parts.push(format!("suite={}", encode(&suite.name)));
     } else {
         // A teacher's suite or exercise sheet travels compressed, when it fits (else: JSON file).
-        let sheet = encode_sheet(&suite);
-        if sheet.len() <= LINK_LIMIT {
+        if let Some(sheet) = link_form(&suite) {
             parts.push(format!("sheet={sheet}"));
         }
     }

@@ -13,6 +13,7 @@ use super::state::Ctx;
 use super::svg::{heatmap, visible};
 use crate::analysis::HeadId;
 use crate::probes::Suite;
+use crate::probes::exercise::{LINK_LIMIT, link_form};
 use crate::probes::suite::{Attended, Verdict};
 use crate::worker::protocol::{Pattern, Reply, Request};
 
@@ -349,6 +350,19 @@ pub fn Probes() -> impl IntoView {
                 {written_for}
             </div>
             <p class="note">{move || ctx.suite.get().description}</p>
+            {move || {
+                let suite = ctx.suite.get();
+                (!Suite::BUILTIN.contains(&suite.name.as_str()) && link_form(&suite).is_none())
+                    .then(|| {
+                        view! {
+                            <p class="note" id="sheet-too-long">
+                                {format!(
+                                    "This suite is too large for a share link (over {LINK_LIMIT} characters compressed): the link leaves it out; share its JSON file (Save suite JSON).",
+                                )}
+                            </p>
+                        }
+                    })
+            }}
             {move || suite_error.get().map(|e| view! { <p class="error-inline" id="suite-error">{e}</p> })}
             {verdicts}
             <Exercises />

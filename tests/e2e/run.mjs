@@ -341,6 +341,14 @@ await test('a teacher sheet travels compressed in the share link, and prints wit
   await shot('print', true);
   await page.emulateMedia({ media: 'screen' });
   expect(!(await page.isVisible('#print-handout')), 'no handout on screen');
+  // A sheet too large for a link is left out of it, and the page says to share the file.
+  const big = { name: 'big-sheet', prompts: Array.from({ length: 300 }, (_, i) => ({
+    id: `B${i}`, text: crypto.randomBytes(12).toString('hex'), question: { kind: 'induction', head: 'L2H0' } })) };
+  const bigFile = path.join(tmp, 'big-sheet.json');
+  fs.writeFileSync(bigFile, JSON.stringify(big));
+  await page.setInputFiles('#suite-file', bigFile);
+  await page.waitForSelector('#sheet-too-long');
+  await page.waitForFunction(() => /big-sheet/.test(document.querySelector('#suite-select')?.textContent ?? '') && !/sheet=/.test(location.hash));
   await page.selectOption('#suite-select', 'bracket');
   await page.waitForSelector('#verdict-table tbody tr');
   await page.emulateMedia({ media: 'print' });
