@@ -8,7 +8,7 @@ const CACHE = 'headprint';
 const APP = [
   './', 'index.html', 'headprint.js', 'headprint_bg.wasm', 'worker.js', 'main.css',
   'models/nietzsche-char.safetensors', 'texts/nietzsche-heldout.txt',
-  'suites/quote.json', 'suites/bracket.json', 'suites/swap.json',
+  'suites/quote.json', 'suites/bracket.json', 'suites/swap.json', 'suites/exercises-demo.json',
 ];
 // The compiled app: a change here is a new version of the page.
 const VERSIONED = ['headprint_bg.wasm', 'headprint.js'];

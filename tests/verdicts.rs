@@ -214,7 +214,9 @@ fn built_in_suites_run_on_the_planted_model_and_match_the_python_reference() {
     let tokenizer = Tokenizer::for_model(&model, None).unwrap();
     let reference = expected(PLANTED);
     let mut labels_seen = std::collections::BTreeSet::new();
-    for name in Suite::BUILTIN {
+    // Seed 003's suites; the exercise sheet is written for the demo model, where
+    // worker_session.rs checks its answers.
+    for name in Suite::BUILTIN.into_iter().filter(|&name| name != "exercises-demo") {
         let suite = Suite::builtin(name).unwrap();
         for (head, want) in reference["verdicts"][name].as_object().unwrap() {
             let head_id = HeadId::parse(head, &model.config).unwrap();

@@ -402,3 +402,57 @@ fn a_zeroed_head_reaches_the_page_as_an_error_in_its_own_cells() {
     assert!(head.ov.copying_score.is_nan() && head.ov.error.is_some() && !head.ov.defective());
     assert!(head.qk.error.is_none());
 }
+
+/// The shipped exercise sheet's answer key (what its notes explain) is what the demo model
+/// does, computed by the requests the page makes and checked by the core's answer checking;
+/// the induction answers also agree with PyTorch's induction scores (docs/demo-eval.json,
+/// scripts/evaluate_demo.py).
+#[test]
+fn the_demo_exercise_sheet_answers_are_what_the_demo_model_does() {
+    use headprint::probes::exercise::{Answer, Question};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let demo = std::fs::read(root.join("public/models/nietzsche-char.safetensors")).unwrap();
+    let torch: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("docs/demo-eval.json")).unwrap()).unwrap();
+    let mut session = Session::new(clock);
+    let Ok(Reply::Analysed(analysis)) = load(&mut session, 1, "demo", demo) else { panic!("the demo loads") };
+    let report = analysis.induction.report.as_ref().unwrap();
+    let threshold = 0.4;
+    let key = [
+        ("E1", Answer::YesNo(true)),
+        ("E2", Answer::YesNo(true)),
+        ("E3", Answer::YesNo(false)),
+        ("E4", Answer::Position(11)),
+        ("E5", Answer::Position(0)),
+        ("E6", Answer::Position(0)),
+        ("E7", Answer::Token(")".into())),
+    ];
+    let sheet = Suite::builtin("exercises-demo").unwrap();
+    assert_eq!(sheet.prompts.iter().filter(|p| p.question.is_some()).count(), key.len());
+    for (id, expected) in key {
+        let prompt = sheet.prompts.iter().find(|p| p.id == id).unwrap();
+        let question = prompt.question.clone().unwrap();
+        let head = HeadId::parse(question.head(), &analysis.info.config).unwrap();
+        let truth = match &question {
+            Question::Induction { .. } => {
+                let ours = report.heads.iter().find(|h| h.layer == head.layer && h.head == head.head).unwrap();
+                let reference =
+                    torch["induction_uniform_random"]["heads"][head.to_string()]["induction_score"].as_f64().unwrap();
+                assert_eq!(Answer::induction(reference, threshold), Answer::induction(ours.induction_score, threshold));
+                Answer::induction(ours.induction_score, threshold)
+            }
+            Question::Attend { .. } => {
+                let one = Suite { prompts: vec![prompt.clone()], pairs: vec![], ..sheet.clone() };
+                let request = Request::Verdicts { model: 1, head, suite: one, prepend_bos: true };
+                let Ok(Reply::Verdicts(rows)) = ask(&mut session, request, vec![]) else { panic!("{id}: verdicts") };
+                Answer::attended(&rows[0])
+            }
+            Question::OvTop { after, .. } => {
+                let request = Request::Row { model: 1, mode: Mode::Folded, head, token: after.clone(), top: 5 };
+                let Ok(Reply::Row { promotes, .. }) = ask(&mut session, request, vec![]) else { panic!("{id}: row") };
+                Answer::promoted(&promotes).unwrap()
+            }
+        };
+        assert!(expected.matches(&truth).unwrap(), "{id}: the key says {expected:?}, the model {truth:?}");
+    }
+}

@@ -148,7 +148,7 @@ mod native {
         tokens: Option<String>,
         #[command(flatten)]
         sequence: SequenceArgs,
-        /// A suite JSON file, or a built-in suite: quote, bracket, swap.
+        /// A suite JSON file, or a built-in suite: quote, bracket, swap, exercises-demo.
         #[arg(long)]
         suite: Option<String>,
         /// The head for a suite, e.g. L5H0.

@@ -2,6 +2,7 @@
 //! duplicate-token scores and prefix-copy accuracy on repeated sequences, and verdict tables
 //! for prompt suites.
 
+pub mod exercise;
 pub mod induction;
 pub mod suite;
 

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::analysis::HeadId;
 use crate::forward;
 use crate::model::Model;
+use crate::probes::exercise::{Question, check_questions};
 use crate::probes::induction::induction_cells;
 use crate::tokens::{Tokenizer, with_bos};
 use crate::{Error, Result};
@@ -20,6 +21,9 @@ pub struct Prompt {
     pub query: Option<usize>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub note: String,
+    /// On an exercise sheet: what the student answers before the page reveals it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<Question>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -49,21 +53,23 @@ impl Suite {
                 }
             }
         }
+        check_questions(&suite)?;
         Ok(suite)
     }
 
-    /// The suites of seed 003, shipped with the tool.
+    /// The suites of seed 003 and the demo model's exercise sheet, shipped with the tool.
     pub fn builtin(name: &str) -> Option<Suite> {
         let text = match name {
             "quote" => include_str!("../../public/suites/quote.json"),
             "bracket" => include_str!("../../public/suites/bracket.json"),
             "swap" => include_str!("../../public/suites/swap.json"),
+            "exercises-demo" => include_str!("../../public/suites/exercises-demo.json"),
             _ => return None,
         };
         Some(Suite::from_json(text).expect("built-in suites are valid"))
     }
 
-    pub const BUILTIN: [&'static str; 3] = ["quote", "bracket", "swap"];
+    pub const BUILTIN: [&'static str; 4] = ["quote", "bracket", "swap", "exercises-demo"];
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,5 +1,5 @@
 //! Share links: the URL's fragment holds the view (model, tab, head, metric, mode, sequence,
-//! BOS switch, induction-head threshold, suite, prompt), so a link opens the same view. A local model is named by its file name and
+//! BOS switch, induction-head threshold, suite or, deflated, a teacher's sheet, prompt), so a link opens the same view. A local model is named by its file name and
 //! the first digits of its SHA-256; the page asks for the file and checks the hash.
 
 use leptos::prelude::*;
@@ -8,6 +8,7 @@ use wasm_bindgen::JsValue;
 use super::state::{Awaited, Ctx, Identity, Metric, Origin, Sequence, Tab};
 use crate::analysis::Mode;
 use crate::probes::Suite;
+use crate::probes::exercise::{decode_sheet, link_form};
 
 /// Hex digits of the SHA-256 a link keeps (48 bits: enough to tell files apart by accident).
 pub const HASH_DIGITS: usize = 12;
@@ -45,6 +46,11 @@ pub fn fragment(ctx: Ctx) -> Option<String> {
     let suite = ctx.suite.get();
     if Suite::BUILTIN.contains(&suite.name.as_str()) {
         parts.push(format!("suite={}", encode(&suite.name)));
+    } else {
+        // A teacher's suite or exercise sheet travels compressed, when it fits (else: JSON file).
+        if let Some(sheet) = link_form(&suite) {
+            parts.push(format!("sheet={sheet}"));
+        }
     }
     parts.push(format!("prompt={}", encode(&ctx.prompt.get())));
     Some(format!("#{}", parts.join("&")))
@@ -100,6 +106,10 @@ pub fn apply(ctx: Ctx, fragment: &str) -> bool {
                     ctx.suite.set(suite);
                 }
             }
+            "sheet" => match decode_sheet(&value) {
+                Ok(suite) => ctx.suite.set(suite),
+                Err(e) => report_after_load(ctx, e.to_string()),
+            },
             "prompt" => ctx.prompt.set(value),
             _ => {}
         }
@@ -111,6 +121,18 @@ pub fn apply(ctx: Ctx, fragment: &str) -> bool {
         }));
     }
     wants_demo
+}
+
+/// Shows `message` on the error line once the first model is shown (showing a model clears
+/// that line, so a message set before would vanish unread).
+fn report_after_load(ctx: Ctx, message: String) {
+    Effect::new(move |reported: Option<bool>| {
+        if reported == Some(true) || ctx.loaded.with(Option::is_none) {
+            return reported.unwrap_or(false);
+        }
+        ctx.error.set(Some(message.clone()));
+        true
+    });
 }
 
 /// The fragment the page was opened with.

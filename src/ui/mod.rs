@@ -6,10 +6,12 @@
 mod browser;
 mod client;
 mod compare;
+mod exercises;
 mod export;
 mod head;
 mod link;
 mod overview;
+mod print;
 mod probes;
 mod requested;
 pub mod state;
@@ -187,6 +189,9 @@ fn App() -> impl IntoView {
                         "LayerNorm weights folded into the reading weights (TransformerLens fold_ln)",
                     )}
                     {mode_button(Mode::Raw, "Raw", "Weights exactly as stored")}
+                    <button id="print-view" title="Print this view as a handout, with its share link and QR code" on:click=move |_| print::print_page()>
+                        "Print"
+                    </button>
                 </span>
             </nav>
             <main>
@@ -210,6 +215,7 @@ fn App() -> impl IntoView {
                     }
                 }}
             </main>
+            <print::PrintHandout />
             <footer>
                 "Everything runs in this tab; no file leaves your computer. Drop model files anywhere on the page. "
                 <span id="worker-memory">

@@ -5,6 +5,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use super::browser::{download_text, file_list, read_file};
+use super::exercises::Exercises;
 use super::export::ChartExport;
 use super::head::HeadSelect;
 use super::requested::requested;
@@ -12,6 +13,7 @@ use super::state::Ctx;
 use super::svg::{heatmap, visible};
 use crate::analysis::HeadId;
 use crate::probes::Suite;
+use crate::probes::exercise::{LINK_LIMIT, link_form};
 use crate::probes::suite::{Attended, Verdict};
 use crate::worker::protocol::{Pattern, Reply, Request};
 
@@ -112,6 +114,17 @@ pub fn Probes() -> impl IntoView {
         },
     );
     let verdicts = move || {
+        // On an exercise sheet the table would give the answers away: each question reveals its own.
+        if ctx.suite.with(|s| s.prompts.iter().any(|p| p.question.is_some())) {
+            return Some(
+                view! {
+                    <p class="note" id="verdict-hidden">
+                        "An exercise sheet: the verdict table is hidden so it does not give the answers away; each question below reveals its own once answered."
+                    </p>
+                }
+                .into_any(),
+            );
+        }
         Some(match verdict_rows.get()? {
             Ok(rows) => {
                 let body = rows
@@ -239,7 +252,13 @@ pub fn Probes() -> impl IntoView {
                 bump += 1;
                 id = format!("P{bump}");
             }
-            suite.prompts.push(crate::probes::suite::Prompt { id, text, query: None, note: String::new() });
+            suite.prompts.push(crate::probes::suite::Prompt {
+                id,
+                text,
+                query: None,
+                note: String::new(),
+                question: None,
+            });
         });
     };
 
@@ -331,8 +350,22 @@ pub fn Probes() -> impl IntoView {
                 {written_for}
             </div>
             <p class="note">{move || ctx.suite.get().description}</p>
+            {move || {
+                let suite = ctx.suite.get();
+                (!Suite::BUILTIN.contains(&suite.name.as_str()) && link_form(&suite).is_none())
+                    .then(|| {
+                        view! {
+                            <p class="note" id="sheet-too-long">
+                                {format!(
+                                    "This suite is too large for a share link (over {LINK_LIMIT} characters compressed): the link leaves it out; share its JSON file (Save suite JSON).",
+                                )}
+                            </p>
+                        }
+                    })
+            }}
             {move || suite_error.get().map(|e| view! { <p class="error-inline" id="suite-error">{e}</p> })}
             {verdicts}
+            <Exercises />
             {pairs}
         </section>
     }

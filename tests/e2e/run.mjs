@@ -261,6 +261,102 @@ await test('a probe runs and its verdict table appears', async () => {
   await shot('verdict-table');
 });
 
+await test('a student answers an exercise sheet: one right, one wrong, the reveal and the score', async () => {
+  await page.selectOption('#suite-select', 'exercises-demo');
+  await page.waitForSelector('#exercises li.exercise');
+  expect(await page.locator('#exercises li.exercise').count() === 7, 'seven questions');
+  expect(/0 correct of 0 answered \(7 questions\)/.test(await page.textContent('#exercise-score')), 'nothing answered yet');
+  // Nothing is revealed before an answer.
+  expect(await page.locator('#exercises .reveal').count() === 0, 'no reveal before answering');
+  expect(await page.locator('#verdict-table').count() === 0 && await page.locator('#verdict-hidden').count() === 1,
+    'the verdict table does not give the answers away');
+  // E1: is L2H0 an induction head? The demo's probe says yes (CLI: 0.8205 >= 0.4).
+  await page.click('li[data-id="E1"] .answer-yes');
+  await page.waitForSelector('li[data-id="E1"] .reveal.right');
+  const e1 = await page.textContent('li[data-id="E1"] .reveal');
+  expect(/mean induction score is 0\.82\d; the threshold is 0\.4: an induction head/.test(e1), `E1 reveals the score: ${e1}`);
+  // E5: "(a (b" on L2H0; the student guesses the open bracket at 3, the model sinks on 0 (CLI: 0.7547).
+  await page.waitForSelector('li[data-id="E5"] select.answer-position option[value="3"]', { state: 'attached' });
+  await page.selectOption('li[data-id="E5"] select.answer-position', '3');
+  await page.click('li[data-id="E5"] button.check');
+  await page.waitForSelector('li[data-id="E5"] .reveal.wrong');
+  const e5 = await page.textContent('li[data-id="E5"] .reveal');
+  expect(/you answered key 3/.test(e5) && /attends most to 0 `\(` \(weight 0\.75\d\d, position-0 sink/.test(e5), `E5 reveals the attention: ${e5}`);
+  let score = await page.textContent('#exercise-score');
+  expect(/1 correct of 2 answered \(7 questions\)/.test(score), `score after two: ${score}`);
+  // E7: the OV row of L2H0 after `)`, from the worker's Row request (CLI: `)` +0.040 first).
+  await page.fill('li[data-id="E7"] input.answer-token', ')');
+  await page.click('li[data-id="E7"] button.check');
+  await page.waitForSelector('li[data-id="E7"] .reveal.right');
+  expect(/It promotes most: `\)` \+0\.0(39|40)\d/.test(await page.textContent('li[data-id="E7"] .reveal')), 'E7 reveals the OV row');
+  score = await page.textContent('#exercise-score');
+  expect(/2 correct of 3 answered/.test(score), `score after three: ${score}`);
+  expect(/suite=exercises-demo/.test(page.url()), `a built-in sheet is linked by name: ${page.url()}`);
+  await page.evaluate(() => document.querySelector('#exercises')?.scrollIntoView());
+  await shot('exercises');
+});
+
+await test('a teacher sheet travels compressed in the share link, and prints with its QR code', async () => {
+  const sheet = {
+    name: 'my-sheet', description: 'A sheet written by a teacher.',
+    prompts: [
+      { id: 'Q1', text: 'abc abc', question: { kind: 'attend', head: 'L2H0' } },
+      { id: 'Q2', text: 'xyz', question: { kind: 'induction', head: 'L0H3' } },
+    ],
+  };
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'headprint-'));
+  const file = path.join(tmp, 'my-sheet.json');
+  fs.writeFileSync(file, JSON.stringify(sheet));
+  await page.setInputFiles('#suite-file', file);
+  await page.waitForSelector('#exercises li[data-id="Q2"]');
+  await page.waitForFunction(() => /sheet=/.test(location.hash));
+  const link = page.url();
+  const encoded = new URL(link).hash.match(/sheet=([A-Za-z0-9_-]+)/)[1];
+  expect(encoded.length < JSON.stringify(sheet).length, `deflated: ${encoded.length} characters`);
+  const linked = await context.newPage();
+  watch(linked);
+  await linked.goto(link);
+  await linked.waitForSelector('#exercises li[data-id="Q2"]', { timeout: 60000 });
+  const questions = await linked.locator('#exercises li.exercise').allTextContents();
+  expect(questions.length === 2 && /Which key will L2H0 attend to most/.test(questions[0]) && /Is L0H3 an induction head\?/.test(questions[1]),
+    `the same exercise: ${questions.join(' | ')}`);
+  expect(/my-sheet \(loaded\)/.test(await linked.textContent('#suite-select')), 'the sheet is the loaded suite');
+  await linked.click('li[data-id="Q2"] .answer-no');
+  await linked.waitForSelector('li[data-id="Q2"] .reveal.right');
+  // A damaged sheet in a link says so once the page is up; the built-in suite stays.
+  await linked.goto(origin + '/#model=demo&tab=probes&sheet=AAAA');
+  await linked.reload();
+  await linked.waitForSelector('#load-error', { timeout: 60000 });
+  const damaged = await linked.textContent('#load-error');
+  expect(/exercise sheet does not inflate/.test(damaged), `the damaged sheet is named: ${damaged}`);
+  await linked.close();
+
+  await page.emulateMedia({ media: 'print' });
+  expect(await page.isVisible('#print-handout'), 'the handout shows in print');
+  expect(await page.locator('#print-qr svg').count() === 1, 'a QR code SVG');
+  expect((await page.textContent('#print-link')).trim() === page.url(), 'the link as text');
+  expect(!(await page.isVisible('#prompt-input')) && !(await page.isVisible('nav')), 'controls hidden in print');
+  expect(await page.isVisible('#prompt-heatmap svg') && await page.isVisible('#exercises'), 'the chart and the questions print');
+  expect(!(await page.isVisible('li[data-id="Q1"] .answer')), 'answer controls hidden in print');
+  await shot('print', true);
+  await page.emulateMedia({ media: 'screen' });
+  expect(!(await page.isVisible('#print-handout')), 'no handout on screen');
+  // A sheet too large for a link is left out of it, and the page says to share the file.
+  const big = { name: 'big-sheet', prompts: Array.from({ length: 300 }, (_, i) => ({
+    id: `B${i}`, text: crypto.randomBytes(12).toString('hex'), question: { kind: 'induction', head: 'L2H0' } })) };
+  const bigFile = path.join(tmp, 'big-sheet.json');
+  fs.writeFileSync(bigFile, JSON.stringify(big));
+  await page.setInputFiles('#suite-file', bigFile);
+  await page.waitForSelector('#sheet-too-long');
+  await page.waitForFunction(() => /big-sheet/.test(document.querySelector('#suite-select')?.textContent ?? '') && !/sheet=/.test(location.hash));
+  await page.selectOption('#suite-select', 'bracket');
+  await page.waitForSelector('#verdict-table tbody tr');
+  await page.emulateMedia({ media: 'print' });
+  expect(await page.isVisible('#verdict-table'), 'the tables print');
+  expect(/suite=bracket/.test(await page.textContent('#print-link')), 'the printed link follows the view');
+  await page.emulateMedia({ media: 'screen' });
+});
+
 let demoName = '';
 await test('a GPT-2 fixture loads through the file input', async () => {
   demoName = (await page.textContent('#model-name')).trim();
