@@ -22,10 +22,10 @@ self.addEventListener('activate', (event) => event.waitUntil(self.clients.claim(
 self.addEventListener('fetch', (event) => {
   const { request } = event;
   if (request.method !== 'GET' || new URL(request.url).origin !== self.location.origin) return;
-  event.respondWith(networkThenCache(request));
+  event.respondWith(networkThenCache(request, event.clientId));
 });
 
-async function networkThenCache(request) {
+async function networkThenCache(request, clientId) {
   const cache = await caches.open(CACHE);
   let response;
   try {
@@ -38,7 +38,7 @@ async function networkThenCache(request) {
   if (response.ok && !request.headers.has('range')) {
     const previous = await cache.match(request);
     await cache.put(request, response.clone());
-    if (previous && isVersioned(request) && changed(previous, response)) await tellPages();
+    if (previous && isVersioned(request) && changed(previous, response)) await tellPages(clientId);
   }
   return response;
 }
@@ -54,8 +54,11 @@ function changed(before, after) {
   return key(before) !== key(after);
 }
 
-async function tellPages() {
-  for (const client of await self.clients.matchAll({ type: 'window' })) {
+// The page that asked for the new file first (it runs it), then every other open page.
+async function tellPages(clientId) {
+  const asking = clientId ? await self.clients.get(clientId) : undefined;
+  const others = await self.clients.matchAll({ type: 'window' });
+  for (const client of new Set([asking, ...others].filter(Boolean))) {
     client.postMessage({ kind: 'updated' });
   }
 }

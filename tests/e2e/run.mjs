@@ -496,7 +496,7 @@ await test('after one visit the page works offline, local files too; a new versi
   const later = new Date(Date.now() + 60_000);
   fs.utimesSync(wasm, later, later);
   await p.reload();
-  await p.waitForSelector('#sw-updated', { timeout: 30000 });
+  await p.waitForSelector('#sw-updated', { timeout: 90000 });
   expect(/updated since your last visit/.test(await p.textContent('#sw-updated')), 'the update is announced');
   await visit.close();
 });
