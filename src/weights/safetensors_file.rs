@@ -116,7 +116,8 @@ impl<'a> SafetensorsFile<'a> {
                 rows: total_rows,
             });
         }
-        let row_bytes = (cols * dtype_bytes(entry.dtype).unwrap_or(0)) as u64;
+        // Opening checked every byte range against its shape and dtype, so rows are equal slices.
+        let row_bytes = (entry.end - entry.start).checked_div(total_rows as u64).unwrap_or(0);
         let start = entry.start + rows.start as u64 * row_bytes;
         let len = (rows.end - rows.start) as u64 * row_bytes;
         let bytes = self.source.read_range(start, len as usize)?;
@@ -144,15 +145,6 @@ impl<'a> SafetensorsFile<'a> {
             return Err(Error::NonFinite { tensor: name.into(), count, first_index: index_base + first_index });
         }
         Ok(data)
-    }
-}
-
-/// Bytes per value of the dtypes headprint reads; None for the rest (refused when decoded).
-fn dtype_bytes(dtype: Dtype) -> Option<usize> {
-    match dtype {
-        Dtype::F32 => Some(4),
-        Dtype::F16 | Dtype::BF16 => Some(2),
-        _ => None,
     }
 }
 
