@@ -27,6 +27,8 @@ pub enum Error {
     UnknownFamily(String),
     #[error("tensor `{tensor}` holds {count} non-finite values (NaN or Inf), e.g. at index {first_index}")]
     NonFinite { tensor: String, count: usize, first_index: usize },
+    #[error("rows {start}..{end} of tensor `{tensor}` are out of range: it has {rows} rows")]
+    RowsOutOfRange { tensor: String, start: usize, end: usize, rows: usize },
     #[error("bad config.json: {0}")]
     BadConfig(String),
     #[error("token id {id} is out of range (vocabulary size {vocab})")]

@@ -7,7 +7,8 @@ use nalgebra::DMatrix;
 
 use super::HeadId;
 use super::spectrum::Factored;
-use crate::model::{Model, Norm, NormKind};
+use crate::Result;
+use crate::model::{Layer, Model, ModelConfig, ModelStream, Norm, NormKind};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -81,26 +82,49 @@ impl Grams {
     /// over the vocabulary, through matrixmultiply's blocked f64 gemm (threaded on native).
     pub fn compute(model: &Model) -> Grams {
         let (vocab, d_model) = (model.w_e.nrows(), model.w_e.ncols());
-        let tied = model.w_u.is_none();
-        let mut embed = DMatrix::<f64>::zeros(d_model, d_model);
-        let (mut cross, mut unembed) = match tied {
+        let mut grams = Grams::zeros(d_model, model.w_u.is_none());
+        for start in (0..vocab).step_by(GRAM_BLOCK) {
+            let rows = GRAM_BLOCK.min(vocab - start);
+            let unembed_columns = model.w_u.as_ref().map(|w_u| w_u.columns(start, rows).map(f64::from));
+            grams.add_block(&model.w_e.rows(start, rows).map(f64::from), unembed_columns.as_ref());
+        }
+        grams
+    }
+
+    /// The same Grams from a model read layer by layer: W_E and W_U are read a block of token
+    /// rows at a time (the same blocks as `compute`, so the same sums in the same order), and
+    /// never held whole.
+    pub fn stream(model: &ModelStream) -> Result<Grams> {
+        let (vocab, d_model) = (model.config.vocab, model.config.d_model);
+        let mut grams = Grams::zeros(d_model, model.tied());
+        for start in (0..vocab).step_by(GRAM_BLOCK) {
+            let rows = start..(start + GRAM_BLOCK).min(vocab);
+            let embed = model.embedding_rows(rows.clone())?.map(f64::from);
+            // The file holds W_U^T's rows; their transpose is W_U's columns, as `compute` has them.
+            let unembed_columns = model.unembedding_rows(rows)?.map(|u| u.map(f64::from).transpose());
+            grams.add_block(&embed, unembed_columns.as_ref());
+        }
+        Ok(grams)
+    }
+
+    fn zeros(d_model: usize, tied: bool) -> Grams {
+        let (cross, unembed) = match tied {
             true => (DMatrix::zeros(0, 0), DMatrix::zeros(0, 0)),
             false => (DMatrix::zeros(d_model, d_model), DMatrix::zeros(d_model, d_model)),
         };
-        for start in (0..vocab).step_by(GRAM_BLOCK) {
-            let rows = GRAM_BLOCK.min(vocab - start);
-            // `A * B` and `gemm` go through matrixmultiply; nalgebra's `tr_mul` would be a loop
-            // of dot products, 20x slower at vocabulary size.
-            let e = model.w_e.rows(start, rows).map(f64::from);
-            let e_t = e.transpose();
-            embed.gemm(1.0, &e_t, &e, 1.0);
-            if let Some(w_u) = &model.w_u {
-                let u = w_u.columns(start, rows).map(f64::from);
-                cross.gemm(1.0, &u, &e, 1.0);
-                unembed.gemm(1.0, &u, &u.transpose(), 1.0);
-            }
+        Grams { embed: DMatrix::zeros(d_model, d_model), cross, unembed, tied }
+    }
+
+    /// Adds one block of token rows: `embed` is W_E's rows (rows x d_model), `unembed_columns`
+    /// W_U's matching columns (d_model x rows), absent when tied.
+    fn add_block(&mut self, embed: &DMatrix<f64>, unembed_columns: Option<&DMatrix<f64>>) {
+        // `A * B` and `gemm` go through matrixmultiply; nalgebra's `tr_mul` would be a loop
+        // of dot products, 20x slower at vocabulary size.
+        self.embed.gemm(1.0, &embed.transpose(), embed, 1.0);
+        if let Some(u) = unembed_columns {
+            self.cross.gemm(1.0, u, embed, 1.0);
+            self.unembed.gemm(1.0, u, &u.transpose(), 1.0);
         }
-        Grams { embed, cross, unembed, tied }
     }
 }
 
@@ -127,12 +151,44 @@ impl<'m> Circuits<'m> {
         Circuits { model, mode, grams }
     }
 
+    pub fn grams(&self) -> &'m Grams {
+        self.grams
+    }
+
     pub fn head_weights(&self, id: HeadId) -> HeadWeights {
-        let config = &self.model.config;
-        let layer = &self.model.layers[id.layer];
+        let model = self.model;
+        HeadWeights::new(&model.config, &model.layers[id.layer], &model.ln_final, id.head, self.mode)
+    }
+
+    /// QK in residual space: `W_Q W_K^T`.
+    pub fn qk(&self, w: &HeadWeights) -> Factored {
+        w.qk()
+    }
+
+    /// QK in token space: `W_E W_Q W_K^T W_E^T`.
+    pub fn qk_token(&self, w: &HeadWeights) -> Factored {
+        w.qk_token(self.grams)
+    }
+
+    /// OV in residual space: `W_V W_O`.
+    pub fn ov_residual(&self, w: &HeadWeights) -> Factored {
+        w.ov_residual()
+    }
+
+    /// OV in token space: `W_E W_V W_O W_U`.
+    pub fn ov_token(&self, w: &HeadWeights) -> Factored {
+        w.ov_token(self.grams)
+    }
+}
+
+impl HeadWeights {
+    /// Head `head` of `layer`, folded with the layer's ln1 (reading weights) and `ln_final`
+    /// (W_O as the unembedding sees it) in folded mode. Needs nothing of the model beyond
+    /// that layer, so a model read layer by layer gives the same weights.
+    pub fn new(config: &ModelConfig, layer: &Layer, ln_final: &Norm, head: usize, mode: Mode) -> HeadWeights {
         let d_head = config.d_head;
-        let (q_start, kv_start) = (id.head * d_head, config.kv_head_of(id.head) * d_head);
-        let folded = self.mode == Mode::Folded;
+        let (q_start, kv_start) = (head * d_head, config.kv_head_of(head) * d_head);
+        let folded = mode == Mode::Folded;
         let reading = |w: &DMatrix<f32>, start: usize| {
             let mut block = w.columns(start, d_head).map(f64::from);
             if folded {
@@ -143,7 +199,7 @@ impl<'m> Circuits<'m> {
         let w_o = layer.attention.w_o.rows(q_start, d_head).map(f64::from);
         let mut o_transposed = w_o.transpose();
         if folded {
-            fold_reading_transposed(&self.model.ln_final, config.norm, &mut o_transposed);
+            fold_reading_transposed(ln_final, config.norm, &mut o_transposed);
         }
         HeadWeights {
             w_q: reading(&layer.attention.w_q, q_start),
@@ -155,7 +211,8 @@ impl<'m> Circuits<'m> {
     }
 
     /// QK in residual space: `W_Q W_K^T` (A = W_Q, B = W_K^T).
-    pub fn qk(&self, w: &HeadWeights) -> Factored {
+    pub fn qk(&self) -> Factored {
+        let w = self;
         Factored { small: w.w_k.tr_mul(&w.w_q), gram_left: w.w_q.tr_mul(&w.w_q), gram_right: w.w_k.tr_mul(&w.w_k) }
     }
 
@@ -163,8 +220,8 @@ impl<'m> Circuits<'m> {
     /// embedding Gram: `B A = W_K^T G_E W_Q`, `A^T A = W_Q^T G_E W_Q`, `B B^T = W_K^T G_E W_K`.
     /// Unlike the residual-space QK it does not depend on the residual basis: tokens fix it.
     /// W_E is never folded (as in TransformerLens); W_Q and W_K are folded in folded mode.
-    pub fn qk_token(&self, w: &HeadWeights) -> Factored {
-        let embed = &self.grams.embed;
+    pub fn qk_token(&self, grams: &Grams) -> Factored {
+        let (w, embed) = (self, &grams.embed);
         let embed_q = embed * &w.w_q;
         let embed_k = embed * &w.w_k;
         Factored {
@@ -175,15 +232,16 @@ impl<'m> Circuits<'m> {
     }
 
     /// OV in residual space: `W_V W_O` (A = W_V, B = W_O).
-    pub fn ov_residual(&self, w: &HeadWeights) -> Factored {
+    pub fn ov_residual(&self) -> Factored {
+        let w = self;
         Factored { small: &w.w_o * &w.w_v, gram_left: w.w_v.tr_mul(&w.w_v), gram_right: &w.w_o * w.w_o.transpose() }
     }
 
     /// OV in token space: `W_E W_V W_O W_U` (A = W_E W_V, B = W_O W_U), through the Grams:
     /// `B A = Ô C W_V`, `A^T A = W_V^T G_E W_V`, `B B^T = Ô G_U Ô^T` with Ô = W_O T.
     /// Two d_model² · d_head products per head when the unembedding is tied, three otherwise.
-    pub fn ov_token(&self, w: &HeadWeights) -> Factored {
-        let grams = self.grams;
+    pub fn ov_token(&self, grams: &Grams) -> Factored {
+        let w = self;
         let embed_v = &grams.embed * &w.w_v;
         let o_hat = &w.w_o_unembed;
         let (cross_v, unembed_o) = match grams.tied {

@@ -6,9 +6,9 @@ use serde::ser::SerializeStruct;
 use serde::{Deserialize, Serialize};
 
 use super::HeadId;
-use super::circuits::{Circuits, Grams, Mode};
+use super::circuits::{Circuits, Grams, HeadWeights, Mode};
 use super::spectrum::Fingerprint;
-use crate::model::{Model, ModelConfig};
+use crate::model::{LoadParts, Model, ModelConfig, ModelStream};
 use crate::{Error, Result};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -25,17 +25,12 @@ pub struct ModelSummary {
 
 impl ModelSummary {
     pub fn of(model: &Model) -> Self {
-        let ModelConfig { family, layers, heads, kv_heads, d_model, d_head, vocab, .. } = model.config;
-        ModelSummary {
-            family: family.name().into(),
-            layers,
-            heads,
-            kv_heads,
-            d_model,
-            d_head,
-            vocab,
-            parameters: model.parameter_count,
-        }
+        Self::from_config(&model.config, model.parameter_count)
+    }
+
+    pub fn from_config(config: &ModelConfig, parameters: u64) -> Self {
+        let ModelConfig { family, layers, heads, kv_heads, d_model, d_head, vocab, .. } = *config;
+        ModelSummary { family: family.name().into(), layers, heads, kv_heads, d_model, d_head, vocab, parameters }
     }
 }
 
@@ -138,15 +133,19 @@ impl<'de> Deserialize<'de> for Fingerprint {
 
 /// The four fingerprints of one head; a circuit that cannot be read carries its error.
 pub fn fingerprint_head(circuits: &Circuits, id: HeadId) -> HeadFingerprint {
-    let weights = circuits.head_weights(id);
+    fingerprint_head_weights(&circuits.head_weights(id), circuits.grams(), id)
+}
+
+/// The four fingerprints of a head from its weights (however they were read) and the Grams.
+fn fingerprint_head_weights(weights: &HeadWeights, grams: &Grams, id: HeadId) -> HeadFingerprint {
     let spectrum = |factored: super::Factored| factored.fingerprint().unwrap_or_else(Fingerprint::failed);
     HeadFingerprint {
         layer: id.layer,
         head: id.head,
-        qk: spectrum(circuits.qk(&weights)),
-        qk_token: spectrum(circuits.qk_token(&weights)),
-        ov: spectrum(circuits.ov_token(&weights)),
-        ov_residual: spectrum(circuits.ov_residual(&weights)),
+        qk: spectrum(weights.qk()),
+        qk_token: spectrum(weights.qk_token(grams)),
+        ov: spectrum(weights.ov_token(grams)),
+        ov_residual: spectrum(weights.ov_residual()),
     }
 }
 
@@ -173,24 +172,50 @@ pub fn fingerprint_model_with_progress(
 /// Fingerprints every head, on all cores where there are threads (native), else in turn.
 pub fn fingerprint_model(model: &Model, mode: Mode) -> Result<ModelFingerprint> {
     let grams = Grams::compute(model);
+    let circuits = Circuits::new(model, &grams, mode);
+    let ids: Vec<HeadId> = HeadId::all(&model.config).collect();
+    let heads = fingerprint_heads(&ids, &|id| fingerprint_head(&circuits, id));
+    Ok(ModelFingerprint { model: ModelSummary::of(model), mode: mode.name().into(), heads })
+}
+
+/// The same fingerprints as `fingerprint_model`, from a model read a layer at a time: the
+/// Grams from blocks of vocabulary rows, then each layer's attention read, fingerprinted
+/// (threaded across its heads on native) and dropped. Memory is the Grams and one layer,
+/// never the whole model.
+pub fn fingerprint_stream(model: &ModelStream, mode: Mode) -> Result<ModelFingerprint> {
+    let grams = Grams::stream(model)?;
+    // The handle holds the files, which are not shared across threads; the workers get only
+    // what a head's weights need.
+    let (config, ln_final) = (&model.config, &model.ln_final);
+    let mut heads = Vec::with_capacity(config.layers * config.heads);
+    for l in 0..config.layers {
+        let layer = model.layer(l, LoadParts::Circuits)?;
+        let ids: Vec<HeadId> = (0..config.heads).map(|h| HeadId::new(l, h)).collect();
+        heads.extend(fingerprint_heads(&ids, &|id| {
+            let weights = HeadWeights::new(config, &layer, ln_final, id.head, mode);
+            fingerprint_head_weights(&weights, &grams, id)
+        }));
+    }
+    let summary = ModelSummary::from_config(config, model.parameter_count);
+    Ok(ModelFingerprint { model: summary, mode: mode.name().into(), heads })
+}
+
+/// `fingerprint(id)` of every head in `ids`, in order: split across all cores where there are
+/// threads (native), else in turn. Each head is computed alone, so the split changes no number.
+fn fingerprint_heads(ids: &[HeadId], fingerprint: &(dyn Fn(HeadId) -> HeadFingerprint + Sync)) -> Vec<HeadFingerprint> {
     #[cfg(not(target_arch = "wasm32"))]
     {
-        let circuits = Circuits::new(model, &grams, mode);
-        let ids: Vec<HeadId> = HeadId::all(&model.config).collect();
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(ids.len().max(1));
         let chunk = ids.len().div_ceil(workers).max(1);
-        let heads: Vec<Vec<HeadFingerprint>> = std::thread::scope(|scope| {
+        let parts: Vec<Vec<HeadFingerprint>> = std::thread::scope(|scope| {
             let handles: Vec<_> = ids
                 .chunks(chunk)
-                .map(|part| {
-                    let circuits = &circuits;
-                    scope.spawn(move || part.iter().map(|&id| fingerprint_head(circuits, id)).collect::<Vec<_>>())
-                })
+                .map(|part| scope.spawn(move || part.iter().map(|&id| fingerprint(id)).collect::<Vec<_>>()))
                 .collect();
             handles.into_iter().map(|h| h.join().expect("fingerprint worker panicked")).collect()
         });
-        Ok(ModelFingerprint { model: ModelSummary::of(model), mode: mode.name().into(), heads: heads.concat() })
+        parts.concat()
     }
     #[cfg(target_arch = "wasm32")]
-    fingerprint_model_with_progress(model, &grams, mode, &mut |_, _, _| {})
+    ids.iter().map(|&id| fingerprint(id)).collect()
 }

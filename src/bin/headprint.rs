@@ -12,11 +12,12 @@ mod native {
     use headprint::analysis::ov_logits::{bottom_k, top_k};
     use headprint::analysis::{
         Circuits, Fingerprint, HeadId, Mode, ModelSummary, OvTokenLogits, circuits::Grams, fingerprint_model,
+        fingerprint_stream,
     };
     use headprint::compare::{
         BEHAVIOURAL_SCORES, ComparisonRow, INDUCTION_HEAD_THRESHOLD, SPECTRAL_FEATURES, spearman_table,
     };
-    use headprint::model::{LoadParts, Model};
+    use headprint::model::{LoadParts, Model, ModelStream};
     use headprint::probes::induction::{
         DEFAULT_SEQUENCES, FirstCopy, InductionReport, RepeatSource, Spread, induction_probe, random_first_copies,
         text_window_first_copies,
@@ -209,8 +210,11 @@ mod native {
     fn run(command: Command) -> Result<()> {
         match command {
             Command::Fingerprint { common, raw } => {
-                let loaded = load(&common, LoadParts::Circuits)?;
-                let report = fingerprint_model(&loaded.model, if raw { Mode::Raw } else { Mode::Folded })?;
+                // Read a layer at a time: a model of any size fingerprints in the memory of its
+                // Grams and one layer's attention.
+                let files = ModelFiles::from_path(&common.model)?;
+                let model = ModelStream::open(&files)?;
+                let report = fingerprint_stream(&model, if raw { Mode::Raw } else { Mode::Folded })?;
                 if common.json {
                     return print_json(&report);
                 }

@@ -2,21 +2,18 @@
 //! to `wte`) and nanoGPT's nn.Linear variant (out x in), told apart by the fused QKV shape.
 
 use super::{
-    Activation, Attention, Family, Layer, LoadParts, Mlp, Model, ModelConfig, NormKind, Positions, Reader,
-    check_dimensions, config_f32, config_usize, count_indexed,
+    Activation, Attention, Blueprint, Family, Layer, LayerNames, LoadParts, Mlp, ModelConfig, NormKind, Positions,
+    Reader, check_dimensions, config_f32, config_usize, count_indexed,
 };
 use crate::{Error, Result};
 
-pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>, parts: LoadParts) -> Result<Model> {
+pub(super) fn blueprint(reader: &Reader, config_json: Option<&serde_json::Value>) -> Result<Blueprint> {
     let names = reader.names();
     let prefix = if reader.has("transformer.wte.weight") { "transformer." } else { "" };
-    let embedding = reader.shape(&format!("{prefix}wte.weight"))?;
-    let [vocab, d_model] = embedding[..] else {
-        return Err(Error::BadShape {
-            tensor: format!("{prefix}wte.weight"),
-            actual: embedding,
-            expected: "[vocab, n_embd]".into(),
-        });
+    let embedding = format!("{prefix}wte.weight");
+    let embedding_shape = reader.shape(&embedding)?;
+    let [vocab, d_model] = embedding_shape[..] else {
+        return Err(Error::BadShape { tensor: embedding, actual: embedding_shape, expected: "[vocab, n_embd]".into() });
     };
     let config_json = config_json.ok_or_else(|| {
         Error::BadConfig(
@@ -60,62 +57,71 @@ pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>,
     };
     check_dimensions(&config)?;
 
+    // nanoGPT saves lm_head.weight even though it is tied; an untied one is honoured. Compared
+    // a block of rows at a time, so that neither copy is ever whole in memory.
+    let (unembedding, copies): (_, &[&str]) = match reader.has("lm_head.weight") {
+        true => match reader.same_values(&embedding, "lm_head.weight", vocab, d_model)? {
+            true => (None, &["lm_head.weight"]),
+            false => (Some("lm_head.weight".to_string()), &[]),
+        },
+        false => (None, &[]),
+    };
+    Ok(Blueprint {
+        config,
+        positions: Some(format!("{prefix}wpe.weight")),
+        embedding,
+        unembedding,
+        unembedding_bias: None,
+        final_norm: format!("{prefix}ln_f"),
+        layer_names: LayerNames::Gpt2 { prefix: prefix.into(), linear_layout },
+        vocab_strings: None,
+        facts: Vec::new(),
+        parameter_count: reader.parameter_count(copies),
+    })
+}
+
+/// Layer `l` under `prefix` (`transformer.` or none); `linear_layout`: nanoGPT's out x in
+/// weights rather than Hugging Face's Conv1D in x out.
+pub(super) fn layer(
+    reader: &mut Reader,
+    config: &ModelConfig,
+    prefix: &str,
+    linear_layout: bool,
+    l: usize,
+    parts: LoadParts,
+) -> Result<Layer> {
+    let ModelConfig { d_model, d_mlp, .. } = *config;
     // Reads a weight as the in x out map whichever layout the file uses.
     let weight = |reader: &mut Reader, name: &str, d_in: usize, d_out: usize| {
         if linear_layout { reader.linear(name, d_in, d_out) } else { reader.matrix(name, d_in, d_out) }
     };
-    let w_e = reader.matrix(&format!("{prefix}wte.weight"), vocab, d_model)?;
-    let w_pos = reader.matrix(&format!("{prefix}wpe.weight"), context, d_model)?;
-    let mut layer_list = Vec::with_capacity(layers);
-    for l in 0..layers {
-        let p = format!("{prefix}h.{l}");
-        let qkv = weight(reader, &format!("{p}.attn.c_attn.weight"), d_model, 3 * d_model)?;
-        let qkv_bias = reader.optional_vector(&format!("{p}.attn.c_attn.bias"), 3 * d_model)?;
-        let attention = Attention {
-            w_q: qkv.columns(0, d_model).into_owned(),
-            w_k: qkv.columns(d_model, d_model).into_owned(),
-            w_v: qkv.columns(2 * d_model, d_model).into_owned(),
-            b_q: qkv_bias.rows(0, d_model).into_owned(),
-            b_k: qkv_bias.rows(d_model, d_model).into_owned(),
-            b_v: qkv_bias.rows(2 * d_model, d_model).into_owned(),
-            w_o: weight(reader, &format!("{p}.attn.c_proj.weight"), d_model, d_model)?,
-            b_o: reader.optional_vector(&format!("{p}.attn.c_proj.bias"), d_model)?,
-        };
-        let mlp = match parts {
-            LoadParts::Circuits => None,
-            LoadParts::Everything => Some(Mlp {
-                w_in: weight(reader, &format!("{p}.mlp.c_fc.weight"), d_model, d_mlp)?,
-                b_in: reader.optional_vector(&format!("{p}.mlp.c_fc.bias"), d_mlp)?,
-                w_gate: None,
-                w_out: weight(reader, &format!("{p}.mlp.c_proj.weight"), d_mlp, d_model)?,
-                b_out: reader.optional_vector(&format!("{p}.mlp.c_proj.bias"), d_model)?,
-            }),
-        };
-        layer_list.push(Layer {
-            ln1: reader.norm(&format!("{p}.ln_1"), d_model, NormKind::LayerNorm)?,
-            attention,
-            ln2: reader.norm(&format!("{p}.ln_2"), d_model, NormKind::LayerNorm)?,
-            mlp,
-        });
-    }
-    // nanoGPT saves lm_head.weight even though it is tied; an untied one is honoured.
-    let (w_u, copies): (_, &[&str]) = match reader.has("lm_head.weight") {
-        true => {
-            let head = reader.matrix("lm_head.weight", vocab, d_model)?;
-            if head == w_e { (None, &["lm_head.weight"]) } else { (Some(head.transpose()), &[]) }
-        }
-        false => (None, &[]),
+    let p = format!("{prefix}h.{l}");
+    let qkv = weight(reader, &format!("{p}.attn.c_attn.weight"), d_model, 3 * d_model)?;
+    let qkv_bias = reader.optional_vector(&format!("{p}.attn.c_attn.bias"), 3 * d_model)?;
+    let attention = Attention {
+        w_q: qkv.columns(0, d_model).into_owned(),
+        w_k: qkv.columns(d_model, d_model).into_owned(),
+        w_v: qkv.columns(2 * d_model, d_model).into_owned(),
+        b_q: qkv_bias.rows(0, d_model).into_owned(),
+        b_k: qkv_bias.rows(d_model, d_model).into_owned(),
+        b_v: qkv_bias.rows(2 * d_model, d_model).into_owned(),
+        w_o: weight(reader, &format!("{p}.attn.c_proj.weight"), d_model, d_model)?,
+        b_o: reader.optional_vector(&format!("{p}.attn.c_proj.bias"), d_model)?,
     };
-    Ok(Model {
-        w_e,
-        w_pos: Some(w_pos),
-        layers: layer_list,
-        ln_final: reader.norm(&format!("{prefix}ln_f"), d_model, NormKind::LayerNorm)?,
-        w_u,
-        b_u: None,
-        vocab_strings: None,
-        facts: Vec::new(),
-        parameter_count: reader.parameter_count(copies),
-        config,
+    let mlp = match parts {
+        LoadParts::Circuits => None,
+        LoadParts::Everything => Some(Mlp {
+            w_in: weight(reader, &format!("{p}.mlp.c_fc.weight"), d_model, d_mlp)?,
+            b_in: reader.optional_vector(&format!("{p}.mlp.c_fc.bias"), d_mlp)?,
+            w_gate: None,
+            w_out: weight(reader, &format!("{p}.mlp.c_proj.weight"), d_mlp, d_model)?,
+            b_out: reader.optional_vector(&format!("{p}.mlp.c_proj.bias"), d_model)?,
+        }),
+    };
+    Ok(Layer {
+        ln1: reader.norm(&format!("{p}.ln_1"), d_model, NormKind::LayerNorm)?,
+        attention,
+        ln2: reader.norm(&format!("{p}.ln_2"), d_model, NormKind::LayerNorm)?,
+        mlp,
     })
 }

@@ -5,12 +5,12 @@
 use nalgebra::{DMatrix, DVector};
 
 use super::{
-    Activation, Attention, Family, Layer, LoadParts, Mlp, Model, ModelConfig, NormKind, Positions, Reader,
-    check_dimensions, count_indexed,
+    Activation, Attention, Blueprint, Family, Layer, LayerNames, LoadParts, Mlp, ModelConfig, NormKind, Positions,
+    Reader, check_dimensions, count_indexed,
 };
 use crate::{Error, Result};
 
-pub(super) fn load(reader: &mut Reader, parts: LoadParts) -> Result<Model> {
+pub(super) fn blueprint(reader: &Reader) -> Result<Blueprint> {
     let names = reader.names();
     let embedding = reader.shape("token_embedding_table.weight")?;
     let [vocab, d_model] = embedding[..] else {
@@ -61,64 +61,63 @@ pub(super) fn load(reader: &mut Reader, parts: LoadParts) -> Result<Model> {
         }
         None => None,
     };
-
-    let w_e = reader.matrix("token_embedding_table.weight", vocab, d_model)?;
-    let w_pos = reader.matrix("position_embedding_table.weight", context, d_model)?;
-    let mut layer_list = Vec::with_capacity(layers);
-    for l in 0..layers {
-        let prefix = format!("blocks.{l}");
-        let mut per_head = |kind: &str| -> Result<DMatrix<f32>> {
-            let mut stacked = DMatrix::zeros(d_model, heads * d_head);
-            for h in 0..heads {
-                let w = reader.linear(&format!("{prefix}.sa.heads.{h}.{kind}.weight"), d_model, d_head)?;
-                stacked.columns_mut(h * d_head, d_head).copy_from(&w);
-            }
-            Ok(stacked)
-        };
-        let w_q = per_head("query")?;
-        let w_k = per_head("key")?;
-        let w_v = per_head("value")?;
-        let attention = Attention {
-            w_q,
-            b_q: DVector::zeros(heads * d_head),
-            w_k,
-            b_k: DVector::zeros(heads * d_head),
-            w_v,
-            b_v: DVector::zeros(heads * d_head),
-            w_o: reader.linear(&format!("{prefix}.sa.proj.weight"), heads * d_head, d_model)?,
-            b_o: reader.optional_vector(&format!("{prefix}.sa.proj.bias"), d_model)?,
-        };
-        let mlp = match parts {
-            LoadParts::Circuits => None,
-            LoadParts::Everything => Some(Mlp {
-                w_in: reader.linear(&format!("{prefix}.ffwd.net.0.weight"), d_model, d_mlp)?,
-                b_in: reader.optional_vector(&format!("{prefix}.ffwd.net.0.bias"), d_mlp)?,
-                w_gate: None,
-                w_out: reader.linear(&format!("{prefix}.ffwd.net.2.weight"), d_mlp, d_model)?,
-                b_out: reader.optional_vector(&format!("{prefix}.ffwd.net.2.bias"), d_model)?,
-            }),
-        };
-        layer_list.push(Layer {
-            ln1: reader.norm(&format!("{prefix}.ln1"), d_model, NormKind::LayerNorm)?,
-            attention,
-            ln2: reader.norm(&format!("{prefix}.ln2"), d_model, NormKind::LayerNorm)?,
-            mlp,
-        });
-    }
     let facts = ["steps", "tokens_seen", "val_loss", "seed", "trained_with"]
         .iter()
         .filter_map(|k| reader.metadata(k).map(|v| (k.to_string(), v)))
         .collect();
-    Ok(Model {
-        w_e,
-        w_pos: Some(w_pos),
-        layers: layer_list,
-        ln_final: reader.norm("ln_f", d_model, NormKind::LayerNorm)?,
-        w_u: Some(reader.linear("lm_head.weight", d_model, vocab)?),
-        b_u: Some(reader.optional_vector("lm_head.bias", vocab)?),
+    Ok(Blueprint {
+        config,
+        embedding: "token_embedding_table.weight".into(),
+        positions: Some("position_embedding_table.weight".into()),
+        unembedding: Some("lm_head.weight".into()),
+        unembedding_bias: Some("lm_head.bias".into()),
+        final_norm: "ln_f".into(),
+        layer_names: LayerNames::GptChar,
         vocab_strings,
         facts,
         parameter_count: reader.parameter_count(&[]),
-        config,
+    })
+}
+
+/// Layer `l`: one tensor per head for each of query, key and value, stacked here.
+pub(super) fn layer(reader: &mut Reader, config: &ModelConfig, l: usize, parts: LoadParts) -> Result<Layer> {
+    let ModelConfig { d_model, heads, d_head, d_mlp, .. } = *config;
+    let prefix = format!("blocks.{l}");
+    let mut per_head = |kind: &str| -> Result<DMatrix<f32>> {
+        let mut stacked = DMatrix::zeros(d_model, heads * d_head);
+        for h in 0..heads {
+            let w = reader.linear(&format!("{prefix}.sa.heads.{h}.{kind}.weight"), d_model, d_head)?;
+            stacked.columns_mut(h * d_head, d_head).copy_from(&w);
+        }
+        Ok(stacked)
+    };
+    let w_q = per_head("query")?;
+    let w_k = per_head("key")?;
+    let w_v = per_head("value")?;
+    let attention = Attention {
+        w_q,
+        b_q: DVector::zeros(heads * d_head),
+        w_k,
+        b_k: DVector::zeros(heads * d_head),
+        w_v,
+        b_v: DVector::zeros(heads * d_head),
+        w_o: reader.linear(&format!("{prefix}.sa.proj.weight"), heads * d_head, d_model)?,
+        b_o: reader.optional_vector(&format!("{prefix}.sa.proj.bias"), d_model)?,
+    };
+    let mlp = match parts {
+        LoadParts::Circuits => None,
+        LoadParts::Everything => Some(Mlp {
+            w_in: reader.linear(&format!("{prefix}.ffwd.net.0.weight"), d_model, d_mlp)?,
+            b_in: reader.optional_vector(&format!("{prefix}.ffwd.net.0.bias"), d_mlp)?,
+            w_gate: None,
+            w_out: reader.linear(&format!("{prefix}.ffwd.net.2.weight"), d_mlp, d_model)?,
+            b_out: reader.optional_vector(&format!("{prefix}.ffwd.net.2.bias"), d_model)?,
+        }),
+    };
+    Ok(Layer {
+        ln1: reader.norm(&format!("{prefix}.ln1"), d_model, NormKind::LayerNorm)?,
+        attention,
+        ln2: reader.norm(&format!("{prefix}.ln2"), d_model, NormKind::LayerNorm)?,
+        mlp,
     })
 }

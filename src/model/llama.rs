@@ -2,12 +2,12 @@
 //! key/value head h / (heads / kv_heads)), SwiGLU MLP, often sharded.
 
 use super::{
-    Activation, Attention, Family, Layer, LoadParts, Mlp, Model, ModelConfig, NormKind, Positions, Reader,
-    check_dimensions, config_f32, config_usize, count_indexed, rope_settings,
+    Activation, Attention, Blueprint, Family, Layer, LayerNames, LoadParts, Mlp, ModelConfig, NormKind, Positions,
+    Reader, check_dimensions, config_f32, config_usize, count_indexed, rope_settings,
 };
 use crate::{Error, Result};
 
-pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>, parts: LoadParts) -> Result<Model> {
+pub(super) fn blueprint(reader: &Reader, config_json: Option<&serde_json::Value>) -> Result<Blueprint> {
     let config_json = config_json.ok_or_else(|| Error::BadConfig("a Llama model needs its config.json".into()))?;
     let names = reader.names();
     let d_model = config_usize(config_json, &["hidden_size"])?;
@@ -35,50 +35,48 @@ pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>,
         config_special_ids: Vec::new(),
     };
     check_dimensions(&config)?;
-    let (d_q, d_kv, d_mlp) = (heads * d_head, kv_heads * d_head, config.d_mlp);
-
-    let w_e = reader.matrix("model.embed_tokens.weight", vocab, d_model)?;
-    let mut layer_list = Vec::with_capacity(config.layers);
-    for l in 0..config.layers {
-        let p = format!("model.layers.{l}");
-        let attention = Attention {
-            w_q: reader.linear(&format!("{p}.self_attn.q_proj.weight"), d_model, d_q)?,
-            b_q: reader.optional_vector(&format!("{p}.self_attn.q_proj.bias"), d_q)?,
-            w_k: reader.linear(&format!("{p}.self_attn.k_proj.weight"), d_model, d_kv)?,
-            b_k: reader.optional_vector(&format!("{p}.self_attn.k_proj.bias"), d_kv)?,
-            w_v: reader.linear(&format!("{p}.self_attn.v_proj.weight"), d_model, d_kv)?,
-            b_v: reader.optional_vector(&format!("{p}.self_attn.v_proj.bias"), d_kv)?,
-            w_o: reader.linear(&format!("{p}.self_attn.o_proj.weight"), d_q, d_model)?,
-            b_o: reader.optional_vector(&format!("{p}.self_attn.o_proj.bias"), d_model)?,
-        };
-        let mlp = match parts {
-            LoadParts::Circuits => None,
-            LoadParts::Everything => Some(Mlp {
-                w_in: reader.linear(&format!("{p}.mlp.up_proj.weight"), d_model, d_mlp)?,
-                b_in: nalgebra::DVector::zeros(d_mlp),
-                w_gate: Some(reader.linear(&format!("{p}.mlp.gate_proj.weight"), d_model, d_mlp)?),
-                w_out: reader.linear(&format!("{p}.mlp.down_proj.weight"), d_mlp, d_model)?,
-                b_out: nalgebra::DVector::zeros(d_model),
-            }),
-        };
-        layer_list.push(Layer {
-            ln1: reader.norm(&format!("{p}.input_layernorm"), d_model, NormKind::RmsNorm)?,
-            attention,
-            ln2: reader.norm(&format!("{p}.post_attention_layernorm"), d_model, NormKind::RmsNorm)?,
-            mlp,
-        });
-    }
-    let w_u = if reader.has("lm_head.weight") { Some(reader.linear("lm_head.weight", d_model, vocab)?) } else { None };
-    Ok(Model {
-        w_e,
-        w_pos: None,
-        layers: layer_list,
-        ln_final: reader.norm("model.norm", d_model, NormKind::RmsNorm)?,
-        w_u,
-        b_u: None,
+    Ok(Blueprint {
+        config,
+        embedding: "model.embed_tokens.weight".into(),
+        positions: None,
+        unembedding: reader.has("lm_head.weight").then(|| "lm_head.weight".into()),
+        unembedding_bias: None,
+        final_norm: "model.norm".into(),
+        layer_names: LayerNames::Llama,
         vocab_strings: None,
         facts: Vec::new(),
         parameter_count: reader.parameter_count(&[]),
-        config,
+    })
+}
+
+pub(super) fn layer(reader: &mut Reader, config: &ModelConfig, l: usize, parts: LoadParts) -> Result<Layer> {
+    let d_model = config.d_model;
+    let (d_q, d_kv, d_mlp) = (config.heads * config.d_head, config.kv_heads * config.d_head, config.d_mlp);
+    let p = format!("model.layers.{l}");
+    let attention = Attention {
+        w_q: reader.linear(&format!("{p}.self_attn.q_proj.weight"), d_model, d_q)?,
+        b_q: reader.optional_vector(&format!("{p}.self_attn.q_proj.bias"), d_q)?,
+        w_k: reader.linear(&format!("{p}.self_attn.k_proj.weight"), d_model, d_kv)?,
+        b_k: reader.optional_vector(&format!("{p}.self_attn.k_proj.bias"), d_kv)?,
+        w_v: reader.linear(&format!("{p}.self_attn.v_proj.weight"), d_model, d_kv)?,
+        b_v: reader.optional_vector(&format!("{p}.self_attn.v_proj.bias"), d_kv)?,
+        w_o: reader.linear(&format!("{p}.self_attn.o_proj.weight"), d_q, d_model)?,
+        b_o: reader.optional_vector(&format!("{p}.self_attn.o_proj.bias"), d_model)?,
+    };
+    let mlp = match parts {
+        LoadParts::Circuits => None,
+        LoadParts::Everything => Some(Mlp {
+            w_in: reader.linear(&format!("{p}.mlp.up_proj.weight"), d_model, d_mlp)?,
+            b_in: nalgebra::DVector::zeros(d_mlp),
+            w_gate: Some(reader.linear(&format!("{p}.mlp.gate_proj.weight"), d_model, d_mlp)?),
+            w_out: reader.linear(&format!("{p}.mlp.down_proj.weight"), d_mlp, d_model)?,
+            b_out: nalgebra::DVector::zeros(d_model),
+        }),
+    };
+    Ok(Layer {
+        ln1: reader.norm(&format!("{p}.input_layernorm"), d_model, NormKind::RmsNorm)?,
+        attention,
+        ln2: reader.norm(&format!("{p}.post_attention_layernorm"), d_model, NormKind::RmsNorm)?,
+        mlp,
     })
 }

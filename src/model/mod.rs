@@ -5,6 +5,11 @@ mod gpt2;
 mod gptchar;
 mod llama;
 mod neox;
+mod stream;
+
+pub use stream::ModelStream;
+
+use std::ops::Range;
 
 use nalgebra::{DMatrix, DVector};
 use serde::{Deserialize, Serialize};
@@ -261,26 +266,106 @@ impl Model {
     /// Detects the family, maps its tensors and checks every shape.
     pub fn load(files: &ModelFiles, parts: LoadParts) -> Result<Model> {
         let store = TensorStore::open(files)?;
+        let blueprint = Blueprint::read(&store, files)?;
+        let mut reader = Reader { store: &store, family: blueprint.config.family };
+        let (vocab, d_model) = (blueprint.config.vocab, blueprint.config.d_model);
+        let w_e = reader.matrix(&blueprint.embedding, vocab, d_model)?;
+        let w_pos = match &blueprint.positions {
+            Some(name) => Some(reader.matrix(name, blueprint.config.context.unwrap_or(0), d_model)?),
+            None => None,
+        };
+        let layers = (0..blueprint.config.layers)
+            .map(|l| blueprint.layer(&mut reader, l, parts))
+            .collect::<Result<Vec<Layer>>>()?;
+        let ln_final = reader.norm(&blueprint.final_norm, d_model, blueprint.config.norm)?;
+        let w_u = match &blueprint.unembedding {
+            Some(name) => Some(reader.linear(name, d_model, vocab)?),
+            None => None,
+        };
+        let b_u = match &blueprint.unembedding_bias {
+            Some(name) => Some(reader.optional_vector(name, vocab)?),
+            None => None,
+        };
+        Ok(Model {
+            w_e,
+            w_pos,
+            layers,
+            ln_final,
+            w_u,
+            b_u,
+            vocab_strings: blueprint.vocab_strings,
+            facts: blueprint.facts,
+            parameter_count: blueprint.parameter_count,
+            config: blueprint.config,
+        })
+    }
+}
+
+/// What a checkpoint's header and config.json say before any weight is read: the
+/// configuration, where the tensors outside the layers are, and how the layers are named.
+/// The whole load and the layer-by-layer stream both start from it.
+pub(crate) struct Blueprint {
+    pub config: ModelConfig,
+    /// [vocab, d_model].
+    pub embedding: String,
+    /// [context, d_model], for learned positions.
+    pub positions: Option<String>,
+    /// [vocab, d_model] (nn.Linear's out x in); None when tied to the embedding.
+    pub unembedding: Option<String>,
+    /// An unembedding bias the family may have (zeros when the file lacks it).
+    pub unembedding_bias: Option<String>,
+    pub final_norm: String,
+    pub layer_names: LayerNames,
+    pub vocab_strings: Option<Vec<String>>,
+    pub facts: Vec<(String, String)>,
+    pub parameter_count: u64,
+}
+
+/// How a family names and lays out one layer's tensors, beyond what `ModelConfig` says.
+pub(crate) enum LayerNames {
+    GptChar,
+    /// `prefix`: `transformer.` or none; `linear_layout`: nanoGPT's out x in weights.
+    Gpt2 {
+        prefix: String,
+        linear_layout: bool,
+    },
+    Neox,
+    Llama,
+}
+
+impl Blueprint {
+    fn read(store: &TensorStore, files: &ModelFiles) -> Result<Blueprint> {
         let config_json = match &files.config_json {
             Some(text) => {
                 Some(serde_json::from_str::<serde_json::Value>(text).map_err(|e| Error::BadConfig(e.to_string()))?)
             }
             None => None,
         };
-        let family = detect_family(&store, config_json.as_ref())?;
-        let mut reader = Reader { store: &store, family };
-        let model = match family {
-            Family::GptChar => gptchar::load(&mut reader, parts)?,
-            Family::Gpt2 => gpt2::load(&mut reader, config_json.as_ref(), parts)?,
-            Family::Neox => neox::load(&mut reader, config_json.as_ref(), parts)?,
-            Family::Llama => llama::load(&mut reader, config_json.as_ref(), parts)?,
+        let family = detect_family(store, config_json.as_ref())?;
+        let reader = Reader { store, family };
+        let mut blueprint = match family {
+            Family::GptChar => gptchar::blueprint(&reader)?,
+            Family::Gpt2 => gpt2::blueprint(&reader, config_json.as_ref())?,
+            Family::Neox => neox::blueprint(&reader, config_json.as_ref())?,
+            Family::Llama => llama::blueprint(&reader, config_json.as_ref())?,
         };
-        let mut model = model;
         if let Some(config) = &config_json {
-            model.config.bos_token_id = bos_from_config(config, model.config.vocab)?;
-            model.config.config_special_ids = special_ids_from_config(config, model.config.vocab);
+            blueprint.config.bos_token_id = bos_from_config(config, blueprint.config.vocab)?;
+            blueprint.config.config_special_ids = special_ids_from_config(config, blueprint.config.vocab);
         }
-        Ok(model)
+        Ok(blueprint)
+    }
+
+    /// Layer `l` (its MLP only when `parts` asks for everything).
+    fn layer(&self, reader: &mut Reader, l: usize, parts: LoadParts) -> Result<Layer> {
+        match &self.layer_names {
+            LayerNames::GptChar => gptchar::layer(reader, &self.config, l, parts),
+            LayerNames::Gpt2 { prefix, linear_layout } => {
+                gpt2::layer(reader, &self.config, prefix, *linear_layout, l, parts)
+            }
+            LayerNames::Neox => neox::layer(reader, &self.config, l, parts),
+            LayerNames::Llama => llama::layer(reader, &self.config, l, parts),
+        }
     }
 }
 
@@ -356,6 +441,32 @@ impl Reader<'_> {
     /// A matrix stored as `rows x cols`, returned as stored.
     pub fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<DMatrix<f32>> {
         self.tensor(name, &[rows, cols])?.to_matrix()
+    }
+
+    /// Rows `rows` of a matrix stored as `total_rows x cols`, read by byte range.
+    pub fn matrix_rows(&self, name: &str, total_rows: usize, cols: usize, rows: Range<usize>) -> Result<DMatrix<f32>> {
+        let shape = self.shape(name)?;
+        if shape != [total_rows, cols] {
+            return Err(Error::BadShape {
+                tensor: name.into(),
+                actual: shape,
+                expected: format!("{:?}", [total_rows, cols]),
+            });
+        }
+        self.store.read_rows(name, self.family.name(), rows)?.to_matrix()
+    }
+
+    /// Whether two `rows x cols` matrices hold the same values, compared a block of rows at a
+    /// time so that neither is ever whole in memory.
+    pub fn same_values(&self, a: &str, b: &str, rows: usize, cols: usize) -> Result<bool> {
+        const BLOCK: usize = 1024;
+        for start in (0..rows).step_by(BLOCK) {
+            let block = start..(start + BLOCK).min(rows);
+            if self.matrix_rows(a, rows, cols, block.clone())? != self.matrix_rows(b, rows, cols, block)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// An nn.Linear weight (stored out x in) as the row-vector map in x out.

@@ -4,12 +4,12 @@
 use nalgebra::{DMatrix, DVector};
 
 use super::{
-    Activation, Attention, Family, Layer, LoadParts, Mlp, Model, ModelConfig, NormKind, Positions, Reader,
-    check_dimensions, config_f32, config_usize, count_indexed, rope_settings,
+    Activation, Attention, Blueprint, Family, Layer, LayerNames, LoadParts, Mlp, ModelConfig, NormKind, Positions,
+    Reader, check_dimensions, config_f32, config_usize, count_indexed, rope_settings,
 };
 use crate::{Error, Result};
 
-pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>, parts: LoadParts) -> Result<Model> {
+pub(super) fn blueprint(reader: &Reader, config_json: Option<&serde_json::Value>) -> Result<Blueprint> {
     let config_json = config_json.ok_or_else(|| Error::BadConfig("a GPT-NeoX model needs its config.json".into()))?;
     let names = reader.names();
     let d_model = config_usize(config_json, &["hidden_size"])?;
@@ -47,69 +47,63 @@ pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>,
         config_special_ids: Vec::new(),
     };
     check_dimensions(&config)?;
-    let d_mlp = config.d_mlp;
-
-    let w_e = reader.matrix("gpt_neox.embed_in.weight", vocab, d_model)?;
-    let mut layer_list = Vec::with_capacity(config.layers);
-    for l in 0..config.layers {
-        let p = format!("gpt_neox.layers.{l}");
-        let qkv = reader.linear(&format!("{p}.attention.query_key_value.weight"), d_model, 3 * d_model)?;
-        let qkv_bias = reader.optional_vector(&format!("{p}.attention.query_key_value.bias"), 3 * d_model)?;
-        // Un-interleave: head h's q, k, v are columns (3h + 0|1|2) * d_head of the fused map.
-        let split = |which: usize| {
-            let mut w = DMatrix::zeros(d_model, d_model);
-            let mut b = DVector::zeros(d_model);
-            for h in 0..heads {
-                let source = (3 * h + which) * d_head;
-                w.columns_mut(h * d_head, d_head).copy_from(&qkv.columns(source, d_head));
-                b.rows_mut(h * d_head, d_head).copy_from(&qkv_bias.rows(source, d_head));
-            }
-            (w, b)
-        };
-        let ((w_q, b_q), (w_k, b_k), (w_v, b_v)) = (split(0), split(1), split(2));
-        let attention = Attention {
-            w_q,
-            b_q,
-            w_k,
-            b_k,
-            w_v,
-            b_v,
-            w_o: reader.linear(&format!("{p}.attention.dense.weight"), d_model, d_model)?,
-            b_o: reader.optional_vector(&format!("{p}.attention.dense.bias"), d_model)?,
-        };
-        let mlp = match parts {
-            LoadParts::Circuits => None,
-            LoadParts::Everything => Some(Mlp {
-                w_in: reader.linear(&format!("{p}.mlp.dense_h_to_4h.weight"), d_model, d_mlp)?,
-                b_in: reader.optional_vector(&format!("{p}.mlp.dense_h_to_4h.bias"), d_mlp)?,
-                w_gate: None,
-                w_out: reader.linear(&format!("{p}.mlp.dense_4h_to_h.weight"), d_mlp, d_model)?,
-                b_out: reader.optional_vector(&format!("{p}.mlp.dense_4h_to_h.bias"), d_model)?,
-            }),
-        };
-        layer_list.push(Layer {
-            ln1: reader.norm(&format!("{p}.input_layernorm"), d_model, NormKind::LayerNorm)?,
-            attention,
-            ln2: reader.norm(&format!("{p}.post_attention_layernorm"), d_model, NormKind::LayerNorm)?,
-            mlp,
-        });
-    }
-    Ok(Model {
-        w_e,
-        w_pos: None,
-        layers: layer_list,
-        ln_final: reader.norm("gpt_neox.final_layer_norm", d_model, NormKind::LayerNorm)?,
+    Ok(Blueprint {
+        config,
+        embedding: "gpt_neox.embed_in.weight".into(),
+        positions: None,
         // The hub's files call the unembedding `embed_out`; a state_dict saved directly from
         // newer transformers calls it `lm_head`.
-        w_u: Some(reader.linear(
-            if reader.has("embed_out.weight") { "embed_out.weight" } else { "lm_head.weight" },
-            d_model,
-            vocab,
-        )?),
-        b_u: None,
+        unembedding: Some(if reader.has("embed_out.weight") { "embed_out.weight" } else { "lm_head.weight" }.into()),
+        unembedding_bias: None,
+        final_norm: "gpt_neox.final_layer_norm".into(),
+        layer_names: LayerNames::Neox,
         vocab_strings: None,
         facts: Vec::new(),
         parameter_count: reader.parameter_count(&[]),
-        config,
+    })
+}
+
+pub(super) fn layer(reader: &mut Reader, config: &ModelConfig, l: usize, parts: LoadParts) -> Result<Layer> {
+    let ModelConfig { d_model, heads, d_head, d_mlp, .. } = *config;
+    let p = format!("gpt_neox.layers.{l}");
+    let qkv = reader.linear(&format!("{p}.attention.query_key_value.weight"), d_model, 3 * d_model)?;
+    let qkv_bias = reader.optional_vector(&format!("{p}.attention.query_key_value.bias"), 3 * d_model)?;
+    // Un-interleave: head h's q, k, v are columns (3h + 0|1|2) * d_head of the fused map.
+    let split = |which: usize| {
+        let mut w = DMatrix::zeros(d_model, d_model);
+        let mut b = DVector::zeros(d_model);
+        for h in 0..heads {
+            let source = (3 * h + which) * d_head;
+            w.columns_mut(h * d_head, d_head).copy_from(&qkv.columns(source, d_head));
+            b.rows_mut(h * d_head, d_head).copy_from(&qkv_bias.rows(source, d_head));
+        }
+        (w, b)
+    };
+    let ((w_q, b_q), (w_k, b_k), (w_v, b_v)) = (split(0), split(1), split(2));
+    let attention = Attention {
+        w_q,
+        b_q,
+        w_k,
+        b_k,
+        w_v,
+        b_v,
+        w_o: reader.linear(&format!("{p}.attention.dense.weight"), d_model, d_model)?,
+        b_o: reader.optional_vector(&format!("{p}.attention.dense.bias"), d_model)?,
+    };
+    let mlp = match parts {
+        LoadParts::Circuits => None,
+        LoadParts::Everything => Some(Mlp {
+            w_in: reader.linear(&format!("{p}.mlp.dense_h_to_4h.weight"), d_model, d_mlp)?,
+            b_in: reader.optional_vector(&format!("{p}.mlp.dense_h_to_4h.bias"), d_mlp)?,
+            w_gate: None,
+            w_out: reader.linear(&format!("{p}.mlp.dense_4h_to_h.weight"), d_mlp, d_model)?,
+            b_out: reader.optional_vector(&format!("{p}.mlp.dense_4h_to_h.bias"), d_model)?,
+        }),
+    };
+    Ok(Layer {
+        ln1: reader.norm(&format!("{p}.input_layernorm"), d_model, NormKind::LayerNorm)?,
+        attention,
+        ln2: reader.norm(&format!("{p}.post_attention_layernorm"), d_model, NormKind::LayerNorm)?,
+        mlp,
     })
 }

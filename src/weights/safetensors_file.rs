@@ -2,6 +2,7 @@
 //! `ByteSource`, so only the header is in memory until a tensor is asked for.
 
 use std::collections::HashMap;
+use std::ops::Range;
 
 use safetensors::{Dtype, SafeTensorError, tensor::Metadata};
 
@@ -90,7 +91,44 @@ impl<'a> SafetensorsFile<'a> {
     pub fn read(&self, name: &str) -> Result<Option<Tensor>> {
         let Some(entry) = self.tensors.get(name) else { return Ok(None) };
         let bytes = self.source.read_range(entry.start, (entry.end - entry.start) as usize)?;
-        let data: Vec<f32> = match entry.dtype {
+        let data = self.decode(name, entry.dtype, &bytes, 0)?;
+        Ok(Some(Tensor { name: name.into(), shape: entry.shape.clone(), data }))
+    }
+
+    /// Reads rows `rows` of a 2-D tensor, and only their bytes: a block of rows of a row-major
+    /// matrix is one contiguous byte range, so a vocabulary-sized embedding can be read a block
+    /// at a time. The same conversion and checks as `read`; a non-finite value's index is
+    /// counted from the start of the whole tensor, its count only over the rows read.
+    pub fn read_rows(&self, name: &str, rows: Range<usize>) -> Result<Option<Tensor>> {
+        let Some(entry) = self.tensors.get(name) else { return Ok(None) };
+        let &[total_rows, cols] = entry.shape.as_slice() else {
+            return Err(Error::BadShape {
+                tensor: name.into(),
+                actual: entry.shape.clone(),
+                expected: "a matrix (rows are read by byte range)".into(),
+            });
+        };
+        if rows.start > rows.end || rows.end > total_rows {
+            return Err(Error::RowsOutOfRange {
+                tensor: name.into(),
+                start: rows.start,
+                end: rows.end,
+                rows: total_rows,
+            });
+        }
+        // Opening checked every byte range against its shape and dtype, so rows are equal slices.
+        let row_bytes = (entry.end - entry.start).checked_div(total_rows as u64).unwrap_or(0);
+        let start = entry.start + rows.start as u64 * row_bytes;
+        let len = (rows.end - rows.start) as u64 * row_bytes;
+        let bytes = self.source.read_range(start, len as usize)?;
+        let data = self.decode(name, entry.dtype, &bytes, rows.start * cols)?;
+        Ok(Some(Tensor { name: name.into(), shape: vec![rows.end - rows.start, cols], data }))
+    }
+
+    /// Little-endian bytes of `dtype` as f32, refusing non-finite values (`index_base`: the
+    /// index in the whole tensor of the first value given).
+    fn decode(&self, name: &str, dtype: Dtype, bytes: &[u8], index_base: usize) -> Result<Vec<f32>> {
+        let data: Vec<f32> = match dtype {
             Dtype::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
             Dtype::F16 => bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
             Dtype::BF16 => bytes.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
@@ -104,9 +142,9 @@ impl<'a> SafetensorsFile<'a> {
         };
         if let Some(first_index) = data.iter().position(|v| !v.is_finite()) {
             let count = data.iter().filter(|v| !v.is_finite()).count();
-            return Err(Error::NonFinite { tensor: name.into(), count, first_index });
+            return Err(Error::NonFinite { tensor: name.into(), count, first_index: index_base + first_index });
         }
-        Ok(Some(Tensor { name: name.into(), shape: entry.shape.clone(), data }))
+        Ok(data)
     }
 }
 

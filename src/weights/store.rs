@@ -2,6 +2,7 @@
 //! `tokenizer.json` and possibly a sharded index), and lookup of a tensor by name.
 
 use std::collections::HashMap;
+use std::ops::Range;
 
 use super::{ByteSource, SafetensorsFile, Tensor, TensorEntry};
 use crate::{Error, Result};
@@ -137,6 +138,13 @@ impl<'a> TensorStore<'a> {
         let missing = || Error::MissingTensor { family: family.into(), tensor: name.into() };
         let &file_index = self.location.get(name).ok_or_else(missing)?;
         self.files[file_index].read(name)?.ok_or_else(missing)
+    }
+
+    /// Rows `rows` of a 2-D tensor, read by byte range (see `SafetensorsFile::read_rows`).
+    pub fn read_rows(&self, name: &str, family: &str, rows: Range<usize>) -> Result<Tensor> {
+        let missing = || Error::MissingTensor { family: family.into(), tensor: name.into() };
+        let &file_index = self.location.get(name).ok_or_else(missing)?;
+        self.files[file_index].read_rows(name, rows)?.ok_or_else(missing)
     }
 }
 

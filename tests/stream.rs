@@ -1,0 +1,216 @@
+//! Reading a model a layer at a time gives exactly what the whole load gives: the same rows of
+//! a tensor, the same Grams, the same layers and the same fingerprints, on every fixture.
+
+mod common;
+
+use common::{FAMILIES, fixture};
+use headprint::Error;
+use headprint::analysis::circuits::Grams;
+use headprint::analysis::{Mode, fingerprint_model, fingerprint_stream};
+use headprint::model::{LoadParts, Model, ModelStream};
+use headprint::weights::{ByteSource, MemorySource, ModelFiles, SafetensorsFile};
+use safetensors::Dtype;
+use safetensors::tensor::TensorView;
+
+fn files(name: &str) -> ModelFiles {
+    ModelFiles::from_path(&fixture(name)).expect("fixture files")
+}
+
+#[test]
+fn streamed_fingerprints_equal_the_whole_model_fingerprints_on_every_fixture() {
+    for name in FAMILIES {
+        let files = files(name);
+        let model = Model::load(&files, LoadParts::Circuits).unwrap();
+        let stream = ModelStream::open(&files).unwrap();
+        for mode in [Mode::Folded, Mode::Raw] {
+            let whole = fingerprint_model(&model, mode).unwrap();
+            let streamed = fingerprint_stream(&stream, mode).unwrap();
+            // Same blocks, same products, same order: the numbers are bit for bit the same, so
+            // the JSON contract (every eigenvalue and feature, the model summary) is identical.
+            let (whole, streamed) = (serde_json::to_string(&whole).unwrap(), serde_json::to_string(&streamed).unwrap());
+            assert_eq!(whole, streamed, "{name} ({})", mode.name());
+        }
+    }
+}
+
+#[test]
+fn streamed_grams_equal_the_whole_model_grams_on_every_fixture() {
+    for name in FAMILIES {
+        let files = files(name);
+        let model = Model::load(&files, LoadParts::Circuits).unwrap();
+        let whole = Grams::compute(&model);
+        let streamed = Grams::stream(&ModelStream::open(&files).unwrap()).unwrap();
+        assert_eq!(streamed.tied, whole.tied, "{name}: tied");
+        assert_eq!(streamed.tied, model.w_u.is_none(), "{name}: tied as loaded");
+        assert_eq!(streamed.embed.shape(), (model.config.d_model, model.config.d_model), "{name}");
+        assert_eq!(streamed.embed, whole.embed, "{name}: W_E^T W_E");
+        assert_eq!(streamed.cross, whole.cross, "{name}: W_U W_E");
+        assert_eq!(streamed.unembed, whole.unembed, "{name}: W_U W_U^T");
+    }
+}
+
+#[test]
+fn a_streamed_layer_is_the_loaded_layer() {
+    for name in FAMILIES {
+        let files = files(name);
+        let model = Model::load(&files, LoadParts::Everything).unwrap();
+        let stream = ModelStream::open(&files).unwrap();
+        assert_eq!(stream.config, model.config, "{name}: config");
+        assert_eq!(stream.parameter_count, model.parameter_count, "{name}: parameters");
+        assert_eq!(stream.ln_final.weight, model.ln_final.weight, "{name}: ln_final");
+        for (l, loaded) in model.layers.iter().enumerate() {
+            let layer = stream.layer(l, LoadParts::Everything).unwrap();
+            let (a, b) = (&layer.attention, &loaded.attention);
+            assert!(a.w_q == b.w_q && a.w_k == b.w_k && a.w_v == b.w_v && a.w_o == b.w_o, "{name} L{l}: weights");
+            assert!(a.b_q == b.b_q && a.b_k == b.b_k && a.b_v == b.b_v && a.b_o == b.b_o, "{name} L{l}: biases");
+            assert_eq!((&layer.ln1.weight, &layer.ln1.bias), (&loaded.ln1.weight, &loaded.ln1.bias), "{name} L{l}");
+            assert_eq!((&layer.ln2.weight, &layer.ln2.bias), (&loaded.ln2.weight, &loaded.ln2.bias), "{name} L{l}");
+            let (m, n) = (layer.mlp.as_ref().unwrap(), loaded.mlp.as_ref().unwrap());
+            assert!(m.w_in == n.w_in && m.w_out == n.w_out && m.w_gate == n.w_gate, "{name} L{l}: MLP");
+            assert!(stream.layer(l, LoadParts::Circuits).unwrap().mlp.is_none(), "{name} L{l}: no MLP for circuits");
+        }
+    }
+}
+
+/// A 7 x 5 matrix of distinct values, exact in f16 and bf16, stored as `dtype`.
+fn matrix_file(dtype: Dtype) -> (Vec<f32>, Vec<u8>) {
+    let values: Vec<f32> = (0..35).map(|i| (i as f32 - 17.0) * 0.25).collect();
+    let bytes: Vec<u8> = match dtype {
+        Dtype::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        Dtype::F16 => values.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect(),
+        Dtype::BF16 => values.iter().flat_map(|&v| half::bf16::from_f32(v).to_le_bytes()).collect(),
+        other => panic!("no test data for {other:?}"),
+    };
+    let vector: Vec<u8> = [1.0f32, 2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let views = vec![
+        ("m".to_string(), TensorView::new(dtype, vec![7, 5], &bytes).unwrap()),
+        ("v".to_string(), TensorView::new(Dtype::F32, vec![2], &vector).unwrap()),
+    ];
+    (values, safetensors::serialize(views, None).unwrap())
+}
+
+#[test]
+fn a_block_of_rows_equals_the_same_rows_of_the_whole_tensor() {
+    for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
+        let (values, bytes) = matrix_file(dtype);
+        let source = MemorySource::new("m.safetensors", bytes);
+        let file = SafetensorsFile::open(&source).unwrap();
+        let whole = file.read("m").unwrap().unwrap();
+        assert_eq!(whole.data, values, "{dtype:?}: the values survive the dtype");
+        for (start, end) in [(0, 7), (2, 5), (6, 7), (3, 3)] {
+            let rows = file.read_rows("m", start..end).unwrap().unwrap();
+            assert_eq!(rows.shape, vec![end - start, 5], "{dtype:?} {start}..{end}");
+            assert_eq!(rows.data, whole.data[start * 5..end * 5], "{dtype:?} {start}..{end}");
+        }
+        assert_eq!(file.read_rows("absent", 0..1).unwrap(), None);
+    }
+    // Through the store, across the files of a model.
+    let (values, bytes) = matrix_file(Dtype::BF16);
+    let files = ModelFiles::from_named(vec![(
+        "model.safetensors".into(),
+        Box::new(MemorySource::new("model.safetensors", bytes)) as Box<dyn ByteSource>,
+    )])
+    .unwrap();
+    let store = headprint::weights::TensorStore::open(&files).unwrap();
+    assert_eq!(store.read_rows("m", "test", 4..6).unwrap().data, values[20..30]);
+    assert!(matches!(store.read_rows("w", "test", 0..1), Err(Error::MissingTensor { .. })));
+}
+
+#[test]
+fn rows_outside_the_tensor_are_a_clear_error() {
+    let (_, bytes) = matrix_file(Dtype::F16);
+    let source = MemorySource::new("m.safetensors", bytes);
+    let file = SafetensorsFile::open(&source).unwrap();
+    let error = file.read_rows("m", 5..8).unwrap_err();
+    assert_eq!(error, Error::RowsOutOfRange { tensor: "m".into(), start: 5, end: 8, rows: 7 });
+    assert_eq!(error.to_string(), "rows 5..8 of tensor `m` are out of range: it has 7 rows");
+    #[allow(clippy::reversed_empty_ranges)]
+    let backwards = file.read_rows("m", 4..2).unwrap_err();
+    assert!(matches!(backwards, Error::RowsOutOfRange { start: 4, end: 2, .. }), "{backwards}");
+    let vector = file.read_rows("v", 0..1).unwrap_err();
+    assert!(matches!(&vector, Error::BadShape { tensor, .. } if tensor == "v"), "{vector}");
+}
+
+#[test]
+fn a_non_finite_value_in_a_block_of_rows_is_refused_with_its_index_in_the_tensor() {
+    let values: Vec<f32> = (0..12).map(|i| if i == 9 { f32::NAN } else { i as f32 }).collect();
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let views = vec![("m".to_string(), TensorView::new(Dtype::F32, vec![4, 3], &bytes).unwrap())];
+    let source = MemorySource::new("m.safetensors", safetensors::serialize(views, None).unwrap());
+    let file = SafetensorsFile::open(&source).unwrap();
+    assert_eq!(file.read_rows("m", 0..3).unwrap().unwrap().data, values[..9]);
+    let error = file.read_rows("m", 2..4).unwrap_err();
+    assert_eq!(error, Error::NonFinite { tensor: "m".into(), count: 1, first_index: 9 });
+}
+
+#[test]
+fn the_streamed_embedding_rows_are_the_loaded_ones() {
+    for name in ["gpt2-nanogpt", "llama32", "pythia"] {
+        let files = files(name);
+        let model = Model::load(&files, LoadParts::Circuits).unwrap();
+        let stream = ModelStream::open(&files).unwrap();
+        let vocab = model.config.vocab;
+        let rows = vocab / 3..vocab / 2;
+        let embed = stream.embedding_rows(rows.clone()).unwrap();
+        assert_eq!(embed, model.w_e.rows(rows.start, rows.len()), "{name}: W_E rows");
+        match (stream.unembedding_rows(rows.clone()).unwrap(), &model.w_u) {
+            (Some(u), Some(w_u)) => assert_eq!(u.transpose(), w_u.columns(rows.start, rows.len()), "{name}: W_U"),
+            (None, None) => {}
+            (u, w_u) => panic!("{name}: tied disagrees ({} vs {})", u.is_some(), w_u.is_some()),
+        }
+        let past = stream.embedding_rows(vocab - 1..vocab + 1).unwrap_err();
+        assert!(matches!(past, Error::RowsOutOfRange { rows, .. } if rows == vocab), "{name}: {past}");
+    }
+}
+
+/// The gptchar fixture with its vocabulary grown to 2600 tokens (three blocks of the Grams'
+/// 1024 rows, the last one partial): embedding stored as bf16, unembedding as f16, so the
+/// streamed blocks cross block boundaries in both half-precision formats.
+fn gptchar_with_large_vocabulary() -> Vec<u8> {
+    let bytes = std::fs::read(fixture("gptchar/model.safetensors")).unwrap();
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let d_model = file.tensor("token_embedding_table.weight").unwrap().shape()[1];
+    let vocab = 2600;
+    // A fixed, irregular pattern with a common direction, as trained embeddings have.
+    let value = |i: usize, salt: usize| ((i * 7919 + salt * 104_729) % 2003) as f32 / 1001.5 - 1.0 + 0.25;
+    let embedding: Vec<u8> =
+        (0..vocab * d_model).flat_map(|i| half::bf16::from_f32(value(i, 1)).to_le_bytes()).collect();
+    let unembedding: Vec<u8> =
+        (0..vocab * d_model).flat_map(|i| half::f16::from_f32(value(i, 2)).to_le_bytes()).collect();
+    let mut views: Vec<(String, TensorView)> = file
+        .tensors()
+        .into_iter()
+        .filter(|(name, _)| {
+            !["token_embedding_table.weight", "lm_head.weight", "lm_head.bias"].contains(&name.as_str())
+        })
+        .collect();
+    views.push((
+        "token_embedding_table.weight".into(),
+        TensorView::new(Dtype::BF16, vec![vocab, d_model], &embedding).unwrap(),
+    ));
+    views.push(("lm_head.weight".into(), TensorView::new(Dtype::F16, vec![vocab, d_model], &unembedding).unwrap()));
+    // No `vocab` metadata: its 13 characters would not match the grown embedding.
+    safetensors::serialize(views, None).unwrap()
+}
+
+#[test]
+fn streaming_across_several_blocks_of_vocabulary_rows_gives_the_same_grams_and_fingerprints() {
+    let files = ModelFiles::from_named(vec![(
+        "model.safetensors".into(),
+        Box::new(MemorySource::new("model.safetensors", gptchar_with_large_vocabulary())) as Box<dyn ByteSource>,
+    )])
+    .unwrap();
+    let model = Model::load(&files, LoadParts::Circuits).unwrap();
+    assert_eq!(model.config.vocab, 2600);
+    let stream = ModelStream::open(&files).unwrap();
+    let (whole, streamed) = (Grams::compute(&model), Grams::stream(&stream).unwrap());
+    assert!(!streamed.tied);
+    assert_eq!(streamed.embed, whole.embed);
+    assert_eq!(streamed.cross, whole.cross);
+    assert_eq!(streamed.unembed, whole.unembed);
+    for mode in [Mode::Folded, Mode::Raw] {
+        let whole = serde_json::to_string(&fingerprint_model(&model, mode).unwrap()).unwrap();
+        let streamed = serde_json::to_string(&fingerprint_stream(&stream, mode).unwrap()).unwrap();
+        assert_eq!(whole, streamed, "{}", mode.name());
+    }
+}
