@@ -3,21 +3,14 @@
 
 use super::{
     Activation, Attention, Family, Layer, LoadParts, Mlp, Model, ModelConfig, NormKind, Positions, Reader,
-    check_dimensions, config_f32, config_usize, count_indexed,
+    check_dimensions, config_agrees, config_f32, config_usize, count_indexed,
 };
 use crate::{Error, Result};
 
 pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>, parts: LoadParts) -> Result<Model> {
     let names = reader.names();
     let prefix = if reader.has("transformer.wte.weight") { "transformer." } else { "" };
-    let embedding = reader.shape(&format!("{prefix}wte.weight"))?;
-    let [vocab, d_model] = embedding[..] else {
-        return Err(Error::BadShape {
-            tensor: format!("{prefix}wte.weight"),
-            actual: embedding,
-            expected: "[vocab, n_embd]".into(),
-        });
-    };
+    let [vocab, d_model] = reader.matrix_shape(&format!("{prefix}wte.weight"), "[vocab, n_embd]")?;
     let config_json = config_json.ok_or_else(|| {
         Error::BadConfig(
             "a GPT-2 model needs its config.json beside the weights (the head count is not in the tensor shapes)"
@@ -25,8 +18,11 @@ pub(super) fn load(reader: &mut Reader, config_json: Option<&serde_json::Value>,
         )
     })?;
     let heads = config_usize(config_json, &["n_head", "num_attention_heads"])?;
-    let layers = count_indexed(&names, &format!("{prefix}h."));
-    let context = reader.shape(&format!("{prefix}wpe.weight"))?[0];
+    let layers = count_indexed(&names, &format!("{prefix}h."))?;
+    config_agrees(config_json, &["n_layer", "num_hidden_layers"], layers, "layers")?;
+    config_agrees(config_json, &["vocab_size"], vocab, "embedding rows (vocabulary)")?;
+    config_agrees(config_json, &["n_embd", "hidden_size"], d_model, "embedding columns (model width)")?;
+    let [context, _] = reader.matrix_shape(&format!("{prefix}wpe.weight"), "[n_positions, n_embd]")?;
     let activation = match config_json.get("activation_function").and_then(|v| v.as_str()).unwrap_or("gelu_new") {
         "relu" => Activation::Relu,
         "gelu" => Activation::GeluErf,

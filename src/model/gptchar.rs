@@ -12,21 +12,12 @@ use crate::{Error, Result};
 
 pub(super) fn load(reader: &mut Reader, parts: LoadParts) -> Result<Model> {
     let names = reader.names();
-    let embedding = reader.shape("token_embedding_table.weight")?;
-    let [vocab, d_model] = embedding[..] else {
-        return Err(Error::BadShape {
-            tensor: "token_embedding_table.weight".into(),
-            actual: embedding,
-            expected: "[vocab, n_embd]".into(),
-        });
-    };
-    let positions = reader.shape("position_embedding_table.weight")?;
-    let context = positions[0];
-    let layers = count_indexed(&names, "blocks.");
-    let heads = count_indexed(&names, "blocks.0.sa.heads.");
-    let query0 = reader.shape("blocks.0.sa.heads.0.query.weight")?;
-    let d_head = query0[0];
-    let d_mlp = reader.shape("blocks.0.ffwd.net.0.weight")?[0];
+    let [vocab, d_model] = reader.matrix_shape("token_embedding_table.weight", "[vocab, n_embd]")?;
+    let [context, _] = reader.matrix_shape("position_embedding_table.weight", "[block_size, n_embd]")?;
+    let layers = count_indexed(&names, "blocks.")?;
+    let heads = count_indexed(&names, "blocks.0.sa.heads.")?;
+    let [d_head, _] = reader.matrix_shape("blocks.0.sa.heads.0.query.weight", "[head_size, n_embd]")?;
+    let [d_mlp, _] = reader.matrix_shape("blocks.0.ffwd.net.0.weight", "[4 n_embd, n_embd]")?;
     let config = ModelConfig {
         family: Family::GptChar,
         layers,
