@@ -40,11 +40,12 @@ pub(super) fn load(reader: &mut Reader, parts: LoadParts) -> Result<Model> {
 
     let vocab_strings = match reader.metadata("vocab") {
         Some(text) => {
-            let list: Vec<String> = serde_json::from_str(&text)
-                .map_err(|e| Error::BadConfig(format!("metadata `vocab` is not a JSON list of strings: {e}")))?;
+            let list: Vec<String> = serde_json::from_str(&text).map_err(|e| {
+                Error::Invalid(format!("the file's metadata `vocab` is not a JSON list of strings: {e}"))
+            })?;
             if list.len() != vocab {
-                return Err(Error::BadConfig(format!(
-                    "metadata `vocab` has {} entries, the embedding has {vocab} rows",
+                return Err(Error::Invalid(format!(
+                    "the file's metadata `vocab` has {} entries, the embedding has {vocab} rows",
                     list.len()
                 )));
             }
