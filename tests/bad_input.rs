@@ -311,7 +311,7 @@ fn absurd_shapes_and_indices_are_refused_before_allocating() {
             x.0 = x.0.replace("blocks.1.", "blocks.1000000000000.");
         }
     })));
-    assert_eq!(m, "bad config.json: tensor names number `blocks.*` up to 1000000000000 but none is numbered 1");
+    assert_eq!(m, "tensor names number `blocks.*` up to 1000000000000 but none is numbered 1");
     let m = message(load_bytes(edited(|t| {
         let x = t.iter_mut().find(|x| x.0 == "blocks.0.sa.heads.1.key.weight").unwrap();
         x.0 = "blocks.0.sa.heads.99999999999.key.weight".into();
@@ -344,4 +344,29 @@ fn tokenizer_of_another_model_is_refused() {
         headprint::tokens::Tokenizer::for_model(&gpt2, Some(&std::fs::read(fixture("gpt2/tokenizer.json")).unwrap()))
             .is_ok()
     );
+}
+
+#[test]
+fn probe_sizes_past_the_bounds_are_refused_before_drawing() {
+    use headprint::probes::induction::{random_first_copies, text_window_first_copies};
+    let ordinary: Vec<usize> = (0..13).collect();
+    let m = random_first_copies(&ordinary, 10, 0, 1_000_000_000_000).unwrap_err().to_string();
+    assert_eq!(m, "an induction probe of 1000000000000 sequences: ask for 1 to 1000");
+    let m = random_first_copies(&ordinary, usize::MAX, 0, 8).unwrap_err().to_string();
+    assert_eq!(m, format!("a first copy of {} tokens: ask for 2 to 8192 (it is repeated once)", usize::MAX));
+    assert!(random_first_copies(&ordinary, 0, 0, 8).unwrap_err().to_string().contains("of 0 tokens"));
+    assert!(text_window_first_copies(&ordinary, 5, 0, 0).unwrap_err().to_string().contains("of 0 sequences"));
+    // Seeds wrap past u64::MAX instead of overflowing.
+    let copies = random_first_copies(&ordinary, 4, u64::MAX, 2).unwrap();
+    assert_eq!(copies[1].tokens, headprint::probes::random_first_copy(&ordinary, 4, 0).unwrap());
+}
+
+#[test]
+fn a_model_without_positions_is_refused() {
+    let m = message(load_bytes(edited(|t| {
+        let x = t.iter_mut().find(|x| x.0 == "position_embedding_table.weight").unwrap();
+        x.2[0] = 0;
+        x.3.clear();
+    })));
+    assert_eq!(m, "the context (position embedding rows) is 0: a model needs at least 1 position");
 }

@@ -468,6 +468,11 @@ pub(crate) fn config_agrees(config: &serde_json::Value, keys: &[&str], from_tens
 
 /// Checks the numbers of layers and heads make sense before reading anything large.
 pub(crate) fn check_dimensions(config: &ModelConfig) -> Result<()> {
+    // A character model has no config.json: its numbers all come from the tensors.
+    let bad = |message: String| match config.family {
+        Family::GptChar => Error::Invalid(message),
+        _ => Error::BadConfig(message),
+    };
     // Where each number came from, for the message: config.json fields, or the tensors.
     let (heads_key, kv_key, head_dim_key) = match config.family {
         Family::GptChar => ("heads in the tensor names", "heads in the tensor names", "query rows"),
@@ -488,28 +493,33 @@ pub(crate) fn check_dimensions(config: &ModelConfig) -> Result<()> {
         ("model width", "embedding columns", config.d_model),
     ] {
         if value == 0 {
-            return Err(Error::BadConfig(format!("the {what} ({source}) is 0: a model needs at least 1")));
+            return Err(bad(format!("the {what} ({source}) is 0: a model needs at least 1")));
         }
+    }
+    if config.context == Some(0) {
+        return Err(Error::Invalid(
+            "the context (position embedding rows) is 0: a model needs at least 1 position".into(),
+        ));
     }
     let query_width = config.heads.checked_mul(config.d_head);
     if query_width.is_none() {
-        return Err(Error::BadConfig(format!("{} heads of width {} overflow", config.heads, config.d_head)));
+        return Err(bad(format!("{} heads of width {} overflow", config.heads, config.d_head)));
     }
     // Llama may set head_dim freely; the other families split the model width among the heads.
     if config.family != Family::Llama && !config.d_model.is_multiple_of(config.heads) {
-        return Err(Error::BadConfig(format!(
+        return Err(bad(format!(
             "{} attention heads ({heads_key}) do not divide the model width {} evenly",
             config.heads, config.d_model
         )));
     }
     if config.family != Family::Llama && query_width != Some(config.d_model) {
-        return Err(Error::BadConfig(format!(
+        return Err(bad(format!(
             "{} attention heads of width {} do not make up the model width {}",
             config.heads, config.d_head, config.d_model
         )));
     }
     if !config.heads.is_multiple_of(config.kv_heads) {
-        return Err(Error::BadConfig(format!(
+        return Err(bad(format!(
             "{} attention heads cannot share {} key/value heads (it must divide them)",
             config.heads, config.kv_heads
         )));
@@ -525,7 +535,7 @@ pub(crate) fn count_indexed(names: &[String], prefix: &str) -> Result<usize> {
     let count = indices.last().map_or(0, |m| m + 1);
     if indices.len() != count {
         let gap = (0..count).find(|i| !indices.contains(i)).unwrap_or(0);
-        return Err(Error::BadConfig(format!(
+        return Err(Error::Invalid(format!(
             "tensor names number `{prefix}*` up to {} but none is numbered {gap}",
             count - 1
         )));
