@@ -370,3 +370,14 @@ fn a_model_without_positions_is_refused() {
     })));
     assert_eq!(m, "the context (position embedding rows) is 0: a model needs at least 1 position");
 }
+
+#[test]
+fn a_tokenizer_json_with_a_broken_decoder_is_an_error_not_a_panic() {
+    // Found by fuzzing: the tokenizers crate panics ("Helper") on a decoder that is not valid JSON.
+    let text = std::fs::read_to_string(fixture("gpt2/tokenizer.json")).unwrap();
+    let broken = text.replacen("\"decoder\": null", "\"decoder\": {\"x\": ,}", 1);
+    assert_ne!(broken, text);
+    let gpt2 = common::load("gpt2", LoadParts::Circuits);
+    let m = headprint::tokens::Tokenizer::for_model(&gpt2, Some(broken.as_bytes())).err().unwrap().to_string();
+    assert!(m.starts_with("tokenizer: tokenizer.json is not valid JSON: expected value at line"), "{m}");
+}
