@@ -381,3 +381,16 @@ fn a_tokenizer_json_with_a_broken_decoder_is_an_error_not_a_panic() {
     let m = headprint::tokens::Tokenizer::for_model(&gpt2, Some(broken.as_bytes())).err().unwrap().to_string();
     assert!(m.starts_with("tokenizer: tokenizer.json is not valid JSON: expected value at line"), "{m}");
 }
+
+#[test]
+fn describing_empty_or_wrapping_probe_sequences_does_not_overflow() {
+    // Found by fuzzing worker messages: `count: 0` underflowed the last seed.
+    use headprint::worker::protocol::ProbeSequence;
+    let empty = ProbeSequence::UniformRandom { seed: 0, len: 12, count: 0 };
+    assert_eq!(empty.describe(None), "12 uniformly random tokens repeated twice (no sequences)");
+    let wrapping = ProbeSequence::UniformRandom { seed: u64::MAX, len: 4, count: 2 };
+    assert_eq!(
+        wrapping.describe(None),
+        format!("4 uniformly random tokens repeated twice (mean of 2, seeds {}–0)", u64::MAX)
+    );
+}
