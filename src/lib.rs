@@ -21,3 +21,9 @@ pub use error::{Error, Result};
 /// The page (Leptos, client-side rendering): views over the core above. Browser-only.
 #[cfg(target_arch = "wasm32")]
 pub mod ui;
+
+/// The page's charts are pure strings built from numbers and the files' token texts; compiled
+/// natively too, so the tests check what the page draws (its escaping included).
+#[cfg(not(target_arch = "wasm32"))]
+#[path = "ui/svg.rs"]
+pub mod svg;

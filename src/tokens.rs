@@ -19,7 +19,21 @@ pub enum Tokenizer {
 impl Tokenizer {
     pub fn for_model(model: &Model, tokenizer_json: Option<&[u8]>) -> Result<Self> {
         if let Some(bytes) = tokenizer_json {
+            // The tokenizers crate panics (an abort in the browser) on a decoder that is not
+            // valid JSON: check the whole file's syntax first (found by fuzzing).
+            serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
+                .map_err(|e| Error::Tokenizer(format!("tokenizer.json is not valid JSON: {e}")))?;
             let tokenizer = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| Error::Tokenizer(e.to_string()))?;
+            // A tokenizer from another (bigger) model would hand out ids past the embedding.
+            let vocab = model.config.vocab;
+            if let Some(largest) = tokenizer.get_vocab(true).into_values().max()
+                && largest as usize >= vocab
+            {
+                return Err(Error::Tokenizer(format!(
+                    "tokenizer.json has token ids up to {largest}, but the model's embedding has {vocab} rows (ids 0..{}): it belongs to another model",
+                    vocab - 1
+                )));
+            }
             return Ok(Tokenizer::Hugging(Box::new(tokenizer)));
         }
         Ok(match &model.vocab_strings {

@@ -192,3 +192,205 @@ fn shards_named_by_the_index_must_be_present() {
     let m = Model::load(&files, LoadParts::Circuits).unwrap_err().to_string();
     assert!(m.contains("shard `model-00003-of-00004.safetensors` named by the index is missing"), "{m}");
 }
+
+/// Loads a fixture folder with its config.json rewritten by `edit`.
+fn with_config(name: &str, edit: impl Fn(&mut serde_json::Value)) -> Result<Model, Error> {
+    let mut files: Vec<(String, Box<dyn ByteSource>)> = Vec::new();
+    for entry in std::fs::read_dir(fixture(name)).unwrap() {
+        let path = entry.unwrap().path();
+        let file_name = path.file_name().unwrap().to_str().unwrap().to_string();
+        let mut bytes = std::fs::read(&path).unwrap();
+        if file_name == "config.json" {
+            let mut config: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            edit(&mut config);
+            bytes = serde_json::to_vec(&config).unwrap();
+        } else if !file_name.ends_with(".safetensors") && !file_name.ends_with(".index.json") {
+            continue;
+        }
+        files.push((file_name.clone(), Box::new(MemorySource::new(file_name, bytes))));
+    }
+    Model::load(&ModelFiles::from_named(files)?, LoadParts::Circuits)
+}
+
+fn config_message(name: &str, key: &str, value: serde_json::Value) -> String {
+    message(with_config(name, |c| c[key] = value.clone()))
+}
+
+#[test]
+fn config_contradicting_the_tensors_names_both_values() {
+    // Each fixture loads with its own config (so only the edit can fail).
+    for name in ["gpt2", "pythia", "llama", "llama32"] {
+        with_config(name, |_| {}).unwrap();
+    }
+    let trillion = serde_json::json!(1_000_000_000_000u64);
+    assert_eq!(
+        config_message("gpt2", "n_layer", trillion.clone()),
+        "bad config.json: `n_layer` is 1000000000000 but the tensors hold 2 layers"
+    );
+    for name in ["pythia", "llama"] {
+        assert_eq!(
+            config_message(name, "num_hidden_layers", trillion.clone()),
+            "bad config.json: `num_hidden_layers` is 1000000000000 but the tensors hold 2 layers"
+        );
+    }
+    assert_eq!(
+        config_message("gpt2", "vocab_size", serde_json::json!(1u64 << 40)),
+        "bad config.json: `vocab_size` is 1099511627776 but the tensors hold 40 embedding rows (vocabulary)"
+    );
+    assert_eq!(
+        config_message("llama32", "vocab_size", serde_json::json!(67)),
+        "bad config.json: `vocab_size` is 67 but the tensors hold 50 embedding rows (vocabulary)"
+    );
+    assert_eq!(
+        config_message("gpt2", "n_embd", serde_json::json!(17)),
+        "bad config.json: `n_embd` is 17 but the tensors hold 16 embedding columns (model width)"
+    );
+    for name in ["pythia", "llama32"] {
+        let m = config_message(name, "hidden_size", serde_json::json!(64));
+        assert!(m.starts_with("bad config.json: `hidden_size` is 64 but the tensors hold"), "{m}");
+        assert!(m.ends_with(" embedding columns (model width)"), "{m}");
+        let m = config_message(name, "hidden_size", serde_json::json!(-4));
+        assert_eq!(m, "bad config.json: `hidden_size` is -4, not a whole number");
+    }
+    let m = config_message("pythia", "vocab_size", serde_json::json!("fifty"));
+    assert_eq!(m, "bad config.json: `vocab_size` is \"fifty\" but the tensors hold 50 embedding rows (vocabulary)");
+}
+
+#[test]
+fn head_counts_are_sentences_naming_the_field() {
+    assert_eq!(
+        config_message("llama", "num_attention_heads", serde_json::json!(0)),
+        "bad config.json: the attention heads (config.json `num_attention_heads`) is 0: a model needs at least 1"
+    );
+    assert_eq!(
+        config_message("llama32", "num_key_value_heads", serde_json::json!(0)),
+        "bad config.json: the key/value heads (config.json `num_key_value_heads`) is 0: a model needs at least 1"
+    );
+    assert_eq!(
+        config_message("llama32", "num_key_value_heads", serde_json::json!(3)),
+        "bad config.json: 4 attention heads cannot share 3 key/value heads (it must divide them)"
+    );
+    assert_eq!(
+        config_message("gpt2", "n_head", serde_json::json!(3)),
+        "bad config.json: 3 attention heads (config.json `n_head`) do not divide the model width 16 evenly"
+    );
+    assert_eq!(
+        config_message("pythia", "num_attention_heads", serde_json::json!(5)),
+        "bad config.json: 5 attention heads (config.json `num_attention_heads`) do not divide the model width 32 evenly"
+    );
+    let m = message(with_config("llama", |c| {
+        c["num_attention_heads"] = serde_json::json!(5);
+        c.as_object_mut().unwrap().remove("head_dim");
+    }));
+    assert_eq!(
+        m,
+        "bad config.json: `num_attention_heads` 5 does not divide `hidden_size` 32 (and there is no `head_dim`)"
+    );
+    let m = config_message("llama", "head_dim", serde_json::json!(u64::MAX / 2));
+    assert_eq!(m, format!("bad config.json: 4 heads of width {} overflow", u64::MAX / 2));
+    assert_eq!(
+        config_message("pythia-hub", "rotary_pct", serde_json::json!(1e12)),
+        "bad config.json: `rotary_pct` 1000000000000 must be a fraction of the head, above 0 and at most 1"
+    );
+    let m = message(with_config("pythia", |c| c["rope_parameters"]["partial_rotary_factor"] = serde_json::json!(-1)));
+    assert_eq!(m, "bad config.json: `partial_rotary_factor` -1 must be a fraction of the head, above 0 and at most 1");
+}
+
+#[test]
+fn absurd_shapes_and_indices_are_refused_before_allocating() {
+    // A 0-dimensional tensor where a matrix belongs.
+    let m = message(load_bytes(edited(|t| {
+        let x = t.iter_mut().find(|x| x.0 == "position_embedding_table.weight").unwrap();
+        x.2 = vec![];
+        x.3 = 1.0f32.to_le_bytes().to_vec();
+    })));
+    assert_eq!(m, "tensor `position_embedding_table.weight` has shape [], expected [block_size, n_embd]");
+    // A layer (or head) numbered 10^12 must not size a list of 10^12 layers.
+    let m = message(load_bytes(edited(|t| {
+        for x in t.iter_mut().filter(|x| x.0.starts_with("blocks.1.")) {
+            x.0 = x.0.replace("blocks.1.", "blocks.1000000000000.");
+        }
+    })));
+    assert_eq!(m, "tensor names number `blocks.*` up to 1000000000000 but none is numbered 1");
+    let m = message(load_bytes(edited(|t| {
+        let x = t.iter_mut().find(|x| x.0 == "blocks.0.sa.heads.1.key.weight").unwrap();
+        x.0 = "blocks.0.sa.heads.99999999999.key.weight".into();
+    })));
+    assert!(m.contains("up to 99999999999 but none is numbered 2"), "{m}");
+    // Element counts that overflow, or need more bytes than the file has.
+    let overflowing = r#"{"a":{"dtype":"F32","shape":[4294967296,4294967296,4294967296],"data_offsets":[0,8]}}"#;
+    let m = message(load_bytes(with_header(overflowing, 8)));
+    assert!(m.contains("bad tensor table") && m.contains("overflows"), "{m}");
+    let huge = r#"{"a":{"dtype":"F32","shape":[1000000000,1000],"data_offsets":[0,4000000000000]}}"#;
+    let m = message(load_bytes(with_header(huge, 8)));
+    assert!(m.contains("truncated: the header says 40000000000") && m.ends_with("the file has 96"), "{m}");
+}
+
+#[test]
+fn tokenizer_of_another_model_is_refused() {
+    let model = load_bytes(gptchar_bytes()).unwrap();
+    let pythia = std::fs::read(fixture("pythia/tokenizer.json")).unwrap();
+    let m = headprint::tokens::Tokenizer::for_model(&model, Some(&pythia)).err().unwrap().to_string();
+    assert!(m.starts_with("tokenizer: tokenizer.json has token ids up to 4") && m.contains("13 rows"), "{m}");
+    // An absurd id in an otherwise fitting tokenizer.
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixture("gpt2/tokenizer.json")).unwrap()).unwrap();
+    json["model"]["vocab"]["absurd"] = serde_json::json!(u32::MAX);
+    let gpt2 = common::load("gpt2", LoadParts::Circuits);
+    let bytes = serde_json::to_vec(&json).unwrap();
+    let m = headprint::tokens::Tokenizer::for_model(&gpt2, Some(&bytes)).err().unwrap().to_string();
+    assert!(m.contains(&format!("token ids up to {}", u32::MAX)) && m.contains("40 rows"), "{m}");
+    assert!(
+        headprint::tokens::Tokenizer::for_model(&gpt2, Some(&std::fs::read(fixture("gpt2/tokenizer.json")).unwrap()))
+            .is_ok()
+    );
+}
+
+#[test]
+fn probe_sizes_past_the_bounds_are_refused_before_drawing() {
+    use headprint::probes::induction::{random_first_copies, text_window_first_copies};
+    let ordinary: Vec<usize> = (0..13).collect();
+    let m = random_first_copies(&ordinary, 10, 0, 1_000_000_000_000).unwrap_err().to_string();
+    assert_eq!(m, "an induction probe of 1000000000000 sequences: ask for 1 to 1000");
+    let m = random_first_copies(&ordinary, usize::MAX, 0, 8).unwrap_err().to_string();
+    assert_eq!(m, format!("a first copy of {} tokens: ask for 2 to 8192 (it is repeated once)", usize::MAX));
+    assert!(random_first_copies(&ordinary, 0, 0, 8).unwrap_err().to_string().contains("of 0 tokens"));
+    assert!(text_window_first_copies(&ordinary, 5, 0, 0).unwrap_err().to_string().contains("of 0 sequences"));
+    // Seeds wrap past u64::MAX instead of overflowing.
+    let copies = random_first_copies(&ordinary, 4, u64::MAX, 2).unwrap();
+    assert_eq!(copies[1].tokens, headprint::probes::random_first_copy(&ordinary, 4, 0).unwrap());
+}
+
+#[test]
+fn a_model_without_positions_is_refused() {
+    let m = message(load_bytes(edited(|t| {
+        let x = t.iter_mut().find(|x| x.0 == "position_embedding_table.weight").unwrap();
+        x.2[0] = 0;
+        x.3.clear();
+    })));
+    assert_eq!(m, "the context (position embedding rows) is 0: a model needs at least 1 position");
+}
+
+#[test]
+fn a_tokenizer_json_with_a_broken_decoder_is_an_error_not_a_panic() {
+    // Found by fuzzing: the tokenizers crate panics ("Helper") on a decoder that is not valid JSON.
+    let text = std::fs::read_to_string(fixture("gpt2/tokenizer.json")).unwrap();
+    let broken = text.replacen("\"decoder\": null", "\"decoder\": {\"x\": ,}", 1);
+    assert_ne!(broken, text);
+    let gpt2 = common::load("gpt2", LoadParts::Circuits);
+    let m = headprint::tokens::Tokenizer::for_model(&gpt2, Some(broken.as_bytes())).err().unwrap().to_string();
+    assert!(m.starts_with("tokenizer: tokenizer.json is not valid JSON: expected value at line"), "{m}");
+}
+
+#[test]
+fn describing_empty_or_wrapping_probe_sequences_does_not_overflow() {
+    // Found by fuzzing worker messages: `count: 0` underflowed the last seed.
+    use headprint::worker::protocol::ProbeSequence;
+    let empty = ProbeSequence::UniformRandom { seed: 0, len: 12, count: 0 };
+    assert_eq!(empty.describe(None), "12 uniformly random tokens repeated twice (no sequences)");
+    let wrapping = ProbeSequence::UniformRandom { seed: u64::MAX, len: 4, count: 2 };
+    assert_eq!(
+        wrapping.describe(None),
+        format!("4 uniformly random tokens repeated twice (mean of 2, seeds {}–0)", u64::MAX)
+    );
+}

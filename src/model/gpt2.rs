@@ -3,7 +3,7 @@
 
 use super::{
     Activation, Attention, Blueprint, Family, Layer, LayerNames, LoadParts, Mlp, ModelConfig, NormKind, Positions,
-    Reader, check_dimensions, config_f32, config_usize, count_indexed,
+    Reader, check_dimensions, config_agrees, config_f32, config_usize, count_indexed,
 };
 use crate::{Error, Result};
 
@@ -11,10 +11,7 @@ pub(super) fn blueprint(reader: &Reader, config_json: Option<&serde_json::Value>
     let names = reader.names();
     let prefix = if reader.has("transformer.wte.weight") { "transformer." } else { "" };
     let embedding = format!("{prefix}wte.weight");
-    let embedding_shape = reader.shape(&embedding)?;
-    let [vocab, d_model] = embedding_shape[..] else {
-        return Err(Error::BadShape { tensor: embedding, actual: embedding_shape, expected: "[vocab, n_embd]".into() });
-    };
+    let [vocab, d_model] = reader.matrix_shape(&embedding, "[vocab, n_embd]")?;
     let config_json = config_json.ok_or_else(|| {
         Error::BadConfig(
             "a GPT-2 model needs its config.json beside the weights (the head count is not in the tensor shapes)"
@@ -22,8 +19,11 @@ pub(super) fn blueprint(reader: &Reader, config_json: Option<&serde_json::Value>
         )
     })?;
     let heads = config_usize(config_json, &["n_head", "num_attention_heads"])?;
-    let layers = count_indexed(&names, &format!("{prefix}h."));
-    let context = reader.shape(&format!("{prefix}wpe.weight"))?[0];
+    let layers = count_indexed(&names, &format!("{prefix}h."))?;
+    config_agrees(config_json, &["n_layer", "num_hidden_layers"], layers, "layers")?;
+    config_agrees(config_json, &["vocab_size"], vocab, "embedding rows (vocabulary)")?;
+    config_agrees(config_json, &["n_embd", "hidden_size"], d_model, "embedding columns (model width)")?;
+    let [context, _] = reader.matrix_shape(&format!("{prefix}wpe.weight"), "[n_positions, n_embd]")?;
     let activation = match config_json.get("activation_function").and_then(|v| v.as_str()).unwrap_or("gelu_new") {
         "relu" => Activation::Relu,
         "gelu" => Activation::GeluErf,

@@ -12,21 +12,12 @@ use crate::{Error, Result};
 
 pub(super) fn blueprint(reader: &Reader) -> Result<Blueprint> {
     let names = reader.names();
-    let embedding = reader.shape("token_embedding_table.weight")?;
-    let [vocab, d_model] = embedding[..] else {
-        return Err(Error::BadShape {
-            tensor: "token_embedding_table.weight".into(),
-            actual: embedding,
-            expected: "[vocab, n_embd]".into(),
-        });
-    };
-    let positions = reader.shape("position_embedding_table.weight")?;
-    let context = positions[0];
-    let layers = count_indexed(&names, "blocks.");
-    let heads = count_indexed(&names, "blocks.0.sa.heads.");
-    let query0 = reader.shape("blocks.0.sa.heads.0.query.weight")?;
-    let d_head = query0[0];
-    let d_mlp = reader.shape("blocks.0.ffwd.net.0.weight")?[0];
+    let [vocab, d_model] = reader.matrix_shape("token_embedding_table.weight", "[vocab, n_embd]")?;
+    let [context, _] = reader.matrix_shape("position_embedding_table.weight", "[block_size, n_embd]")?;
+    let layers = count_indexed(&names, "blocks.")?;
+    let heads = count_indexed(&names, "blocks.0.sa.heads.")?;
+    let [d_head, _] = reader.matrix_shape("blocks.0.sa.heads.0.query.weight", "[head_size, n_embd]")?;
+    let [d_mlp, _] = reader.matrix_shape("blocks.0.ffwd.net.0.weight", "[4 n_embd, n_embd]")?;
     let config = ModelConfig {
         family: Family::GptChar,
         layers,
@@ -49,11 +40,12 @@ pub(super) fn blueprint(reader: &Reader) -> Result<Blueprint> {
 
     let vocab_strings = match reader.metadata("vocab") {
         Some(text) => {
-            let list: Vec<String> = serde_json::from_str(&text)
-                .map_err(|e| Error::BadConfig(format!("metadata `vocab` is not a JSON list of strings: {e}")))?;
+            let list: Vec<String> = serde_json::from_str(&text).map_err(|e| {
+                Error::Invalid(format!("the file's metadata `vocab` is not a JSON list of strings: {e}"))
+            })?;
             if list.len() != vocab {
-                return Err(Error::BadConfig(format!(
-                    "metadata `vocab` has {} entries, the embedding has {vocab} rows",
+                return Err(Error::Invalid(format!(
+                    "the file's metadata `vocab` has {} entries, the embedding has {vocab} rows",
                     list.len()
                 )));
             }

@@ -3,7 +3,7 @@
 
 use super::{
     Activation, Attention, Blueprint, Family, Layer, LayerNames, LoadParts, Mlp, ModelConfig, NormKind, Positions,
-    Reader, check_dimensions, config_f32, config_usize, count_indexed, rope_settings,
+    Reader, check_dimensions, config_agrees, config_f32, config_usize, count_indexed, rope_settings,
 };
 use crate::{Error, Result};
 
@@ -13,12 +13,24 @@ pub(super) fn blueprint(reader: &Reader, config_json: Option<&serde_json::Value>
     let d_model = config_usize(config_json, &["hidden_size"])?;
     let heads = config_usize(config_json, &["num_attention_heads"])?;
     let kv_heads = config_usize(config_json, &["num_key_value_heads"]).unwrap_or(heads);
-    let d_head = config_usize(config_json, &["head_dim"]).unwrap_or(d_model / heads.max(1));
+    let d_head = match config_usize(config_json, &["head_dim"]) {
+        Ok(d_head) => d_head,
+        Err(_) if heads > 0 && !d_model.is_multiple_of(heads) => {
+            return Err(Error::BadConfig(format!(
+                "`num_attention_heads` {heads} does not divide `hidden_size` {d_model} (and there is no `head_dim`)"
+            )));
+        }
+        Err(_) => d_model / heads.max(1),
+    };
     let (rope_base, scaling) = rope_settings(config_json)?;
-    let vocab = reader.shape("model.embed_tokens.weight")?[0];
+    let [vocab, width] = reader.matrix_shape("model.embed_tokens.weight", "[vocab_size, hidden_size]")?;
+    config_agrees(config_json, &["hidden_size"], width, "embedding columns (model width)")?;
+    config_agrees(config_json, &["vocab_size"], vocab, "embedding rows (vocabulary)")?;
+    let layers = count_indexed(&names, "model.layers.")?;
+    config_agrees(config_json, &["num_hidden_layers"], layers, "layers")?;
     let config = ModelConfig {
         family: Family::Llama,
-        layers: count_indexed(&names, "model.layers."),
+        layers,
         heads,
         kv_heads,
         d_model,

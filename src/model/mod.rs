@@ -424,6 +424,17 @@ impl Reader<'_> {
             .ok_or_else(|| Error::MissingTensor { family: self.family.name().into(), tensor: name.into() })
     }
 
+    /// The shape of a tensor that must be a matrix; `expected` says what its axes are, for the
+    /// message when the header gives it another number of dimensions (a 0-dimensional tensor).
+    pub fn matrix_shape(&self, name: &str, expected: &str) -> Result<[usize; 2]> {
+        match self.shape(name)?[..] {
+            [rows, cols] => Ok([rows, cols]),
+            ref other => {
+                Err(Error::BadShape { tensor: name.into(), actual: other.to_vec(), expected: expected.into() })
+            }
+        }
+    }
+
     pub fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<Tensor> {
         let tensor = self.store.read(name, self.family.name())?;
         tensor.expect_shape(shape)?;
@@ -541,41 +552,104 @@ fn special_ids_from_config(config: &serde_json::Value, vocab: usize) -> Vec<usiz
 
 /// Integer field of config.json, with a clear error when missing.
 pub(crate) fn config_usize(config: &serde_json::Value, keys: &[&str]) -> Result<usize> {
-    keys.iter()
-        .find_map(|k| config.get(*k).and_then(|v| v.as_u64()))
-        .map(|v| v as usize)
-        .ok_or_else(|| Error::BadConfig(format!("missing integer `{}`", keys[0])))
+    let Some((key, value)) = keys.iter().find_map(|k| config.get(*k).filter(|v| !v.is_null()).map(|v| (*k, v))) else {
+        return Err(Error::BadConfig(format!("missing integer `{}`", keys[0])));
+    };
+    value
+        .as_u64()
+        .and_then(|v| usize::try_from(v).ok())
+        .ok_or_else(|| Error::BadConfig(format!("`{key}` is {value}, not a whole number")))
 }
 
 pub(crate) fn config_f32(config: &serde_json::Value, key: &str, default: f32) -> f32 {
     config.get(key).and_then(|v| v.as_f64()).map(|v| v as f32).unwrap_or(default)
 }
 
+/// A config.json field the tensors also determine must agree with them: a config copied from
+/// another model is refused rather than silently ignored. Absent or null fields are fine.
+pub(crate) fn config_agrees(config: &serde_json::Value, keys: &[&str], from_tensors: usize, what: &str) -> Result<()> {
+    let Some((key, value)) = keys.iter().find_map(|k| config.get(*k).filter(|v| !v.is_null()).map(|v| (*k, v))) else {
+        return Ok(());
+    };
+    match value.as_u64() {
+        Some(v) if v == from_tensors as u64 => Ok(()),
+        _ => Err(Error::BadConfig(format!("`{key}` is {value} but the tensors hold {from_tensors} {what}"))),
+    }
+}
+
 /// Checks the numbers of layers and heads make sense before reading anything large.
 pub(crate) fn check_dimensions(config: &ModelConfig) -> Result<()> {
-    if config.layers == 0 || config.heads == 0 || config.d_head == 0 || config.vocab == 0 {
-        return Err(Error::BadConfig(format!("degenerate dimensions: {config:?}")));
+    // A character model has no config.json: its numbers all come from the tensors.
+    let bad = |message: String| match config.family {
+        Family::GptChar => Error::Invalid(message),
+        _ => Error::BadConfig(message),
+    };
+    // Where each number came from, for the message: config.json fields, or the tensors.
+    let (heads_key, kv_key, head_dim_key) = match config.family {
+        Family::GptChar => ("heads in the tensor names", "heads in the tensor names", "query rows"),
+        Family::Gpt2 => ("config.json `n_head`", "config.json `n_head`", "n_embd / n_head"),
+        Family::Neox => {
+            ("config.json `num_attention_heads`", "config.json `num_attention_heads`", "hidden_size / heads")
+        }
+        Family::Llama => {
+            ("config.json `num_attention_heads`", "config.json `num_key_value_heads`", "config.json `head_dim`")
+        }
+    };
+    for (what, source, value) in [
+        ("layers", "layers in the tensor names", config.layers),
+        ("attention heads", heads_key, config.heads),
+        ("key/value heads", kv_key, config.kv_heads),
+        ("head width", head_dim_key, config.d_head),
+        ("vocabulary", "embedding rows", config.vocab),
+        ("model width", "embedding columns", config.d_model),
+    ] {
+        if value == 0 {
+            return Err(bad(format!("the {what} ({source}) is 0: a model needs at least 1")));
+        }
     }
-    if config.heads * config.d_head != config.d_model && config.family != Family::Llama {
-        return Err(Error::BadConfig(format!(
-            "{} heads x d_head {} != d_model {}",
+    if config.context == Some(0) {
+        return Err(Error::Invalid(
+            "the context (position embedding rows) is 0: a model needs at least 1 position".into(),
+        ));
+    }
+    let query_width = config.heads.checked_mul(config.d_head);
+    if query_width.is_none() {
+        return Err(bad(format!("{} heads of width {} overflow", config.heads, config.d_head)));
+    }
+    // Llama may set head_dim freely; the other families split the model width among the heads.
+    if config.family != Family::Llama && !config.d_model.is_multiple_of(config.heads) {
+        return Err(bad(format!(
+            "{} attention heads ({heads_key}) do not divide the model width {} evenly",
+            config.heads, config.d_model
+        )));
+    }
+    if config.family != Family::Llama && query_width != Some(config.d_model) {
+        return Err(bad(format!(
+            "{} attention heads of width {} do not make up the model width {}",
             config.heads, config.d_head, config.d_model
         )));
     }
-    if config.kv_heads == 0 || !config.heads.is_multiple_of(config.kv_heads) {
-        return Err(Error::BadConfig(format!(
-            "{} heads cannot share {} key/value heads",
+    if !config.heads.is_multiple_of(config.kv_heads) {
+        return Err(bad(format!(
+            "{} attention heads cannot share {} key/value heads (it must divide them)",
             config.heads, config.kv_heads
         )));
     }
     Ok(())
 }
 
-/// Splits a layer count from names like `prefix.{l}.suffix`.
-pub(crate) fn count_indexed(names: &[String], prefix: &str) -> usize {
-    names
-        .iter()
-        .filter_map(|n| n.strip_prefix(prefix)?.split('.').next()?.parse::<usize>().ok())
-        .max()
-        .map_or(0, |m| m + 1)
+/// The number of layers in names like `prefix.{l}.suffix`: one more than the largest index, with
+/// every index below it present (a name claiming layer 10^12 must not size anything).
+pub(crate) fn count_indexed(names: &[String], prefix: &str) -> Result<usize> {
+    let indices: std::collections::BTreeSet<usize> =
+        names.iter().filter_map(|n| n.strip_prefix(prefix)?.split('.').next()?.parse::<usize>().ok()).collect();
+    let count = indices.last().map_or(0, |m| m + 1);
+    if indices.len() != count {
+        let gap = (0..count).find(|i| !indices.contains(i)).unwrap_or(0);
+        return Err(Error::Invalid(format!(
+            "tensor names number `{prefix}*` up to {} but none is numbered {gap}",
+            count - 1
+        )));
+    }
+    Ok(count)
 }

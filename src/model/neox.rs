@@ -5,7 +5,7 @@ use nalgebra::{DMatrix, DVector};
 
 use super::{
     Activation, Attention, Blueprint, Family, Layer, LayerNames, LoadParts, Mlp, ModelConfig, NormKind, Positions,
-    Reader, check_dimensions, config_f32, config_usize, count_indexed, rope_settings,
+    Reader, check_dimensions, config_agrees, config_f32, config_usize, count_indexed, rope_settings,
 };
 use crate::{Error, Result};
 
@@ -22,11 +22,21 @@ pub(super) fn blueprint(reader: &Reader, config_json: Option<&serde_json::Value>
         .or_else(|| config_json.get("rotary_pct"))
         .and_then(|v| v.as_f64())
         .unwrap_or(1.0);
+    if !(rotary_fraction > 0.0 && rotary_fraction <= 1.0) {
+        let key = if config_json.get("rotary_pct").is_some() { "rotary_pct" } else { "partial_rotary_factor" };
+        return Err(Error::BadConfig(format!(
+            "`{key}` {rotary_fraction} must be a fraction of the head, above 0 and at most 1"
+        )));
+    }
     let (rotary_base, scaling) = rope_settings(config_json)?;
-    let vocab = reader.shape("gpt_neox.embed_in.weight")?[0];
+    let [vocab, width] = reader.matrix_shape("gpt_neox.embed_in.weight", "[vocab_size, hidden_size]")?;
+    config_agrees(config_json, &["hidden_size"], width, "embedding columns (model width)")?;
+    config_agrees(config_json, &["vocab_size"], vocab, "embedding rows (vocabulary)")?;
+    let layers = count_indexed(&names, "gpt_neox.layers.")?;
+    config_agrees(config_json, &["num_hidden_layers"], layers, "layers")?;
     let config = ModelConfig {
         family: Family::Neox,
-        layers: count_indexed(&names, "gpt_neox.layers."),
+        layers,
         heads,
         kv_heads: heads,
         d_model,

@@ -132,13 +132,30 @@ pub fn random_first_copy(ordinary: &[usize], n: usize, seed: u64) -> Result<Vec<
     Ok((0..n).map(|_| ordinary[rng.random_range(0..ordinary.len())]).collect())
 }
 
-/// `count` random first copies with seeds `seed, seed + 1, ...`.
+/// Most sequences one probe averages over, and longest first copy: a request beyond these would
+/// only exhaust memory or time (the page asks for 8 of at most 50).
+pub const MAX_SEQUENCES: usize = 1000;
+pub const MAX_FIRST_COPY: usize = 8192;
+
+/// Refuses probe sizes that cannot be run, before anything is drawn or allocated.
+fn check_probe_size(n: usize, count: usize) -> Result<()> {
+    if !(1..=MAX_SEQUENCES).contains(&count) {
+        return Err(Error::BadTokens(format!("an induction probe of {count} sequences: ask for 1 to {MAX_SEQUENCES}")));
+    }
+    if !(2..=MAX_FIRST_COPY).contains(&n) {
+        return Err(Error::BadTokens(format!(
+            "a first copy of {n} tokens: ask for 2 to {MAX_FIRST_COPY} (it is repeated once)"
+        )));
+    }
+    Ok(())
+}
+
+/// `count` random first copies with seeds `seed, seed + 1, ...` (wrapping past u64::MAX).
 pub fn random_first_copies(ordinary: &[usize], n: usize, seed: u64, count: usize) -> Result<Vec<FirstCopy>> {
+    check_probe_size(n, count)?;
     (0..count as u64)
         .map(|i| {
-            let seed = seed
-                .checked_add(i)
-                .ok_or_else(|| Error::BadTokens(format!("seed {seed} + {i} is past the largest seed")))?;
+            let seed = seed.wrapping_add(i);
             Ok(FirstCopy {
                 tokens: random_first_copy(ordinary, n, seed)?,
                 source: RepeatSource::UniformRandom { seed },
@@ -159,11 +176,10 @@ pub fn text_window_first_copy(text_ids: &[usize], n: usize, seed: u64) -> Result
 
 /// `count` text windows with seeds `seed, seed + 1, ...`.
 pub fn text_window_first_copies(text_ids: &[usize], n: usize, seed: u64, count: usize) -> Result<Vec<FirstCopy>> {
+    check_probe_size(n, count)?;
     (0..count as u64)
         .map(|i| {
-            let seed = seed
-                .checked_add(i)
-                .ok_or_else(|| Error::BadTokens(format!("seed {seed} + {i} is past the largest seed")))?;
+            let seed = seed.wrapping_add(i);
             Ok(FirstCopy {
                 tokens: text_window_first_copy(text_ids, n, seed)?,
                 source: RepeatSource::TextWindow { seed },

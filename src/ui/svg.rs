@@ -59,7 +59,8 @@ pub fn diverging(v: f64) -> Swatch {
     swatch(interpolate(&DIVERGING, (v + 1.0) / 2.0))
 }
 
-/// Escapes text for SVG/XML.
+/// Escapes text for SVG/XML. Characters XML 1.0 forbids (controls, U+FFFE, U+FFFF) become
+/// U+FFFD, so a token from a file cannot make the chart ill-formed.
 pub fn esc(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
@@ -69,18 +70,20 @@ pub fn esc(text: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
-            c if c.is_control() => out.push('\u{fffd}'),
+            c if c.is_control() || c == '\u{fffe}' || c == '\u{ffff}' => out.push('\u{fffd}'),
             c => out.push(c),
         }
     }
     out
 }
 
-/// How a token is shown in labels: visible whitespace.
+/// How a token is shown in labels: visible whitespace, and bidirectional controls (which would
+/// reorder the text around the token, e.g. U+202E) replaced by U+FFFD.
 pub fn visible(token: &str) -> String {
     token
         .chars()
         .map(|c| match c {
+            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => '\u{fffd}',
             ' ' => '\u{2423}',
             '\n' => '\u{23ce}',
             '\t' => '\u{21e5}',
@@ -331,18 +334,6 @@ pub fn legend(stops: &[(f64, String)], lo: &str, hi: &str) -> String {
     s
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn colours_are_clamped() {
-        assert_eq!(viridis(-1.0).fill, "rgb(68,1,84)");
-        assert_eq!(viridis(2.0).fill, "rgb(253,231,37)");
-        assert_eq!(diverging(0.0).fill, "rgb(247,247,247)");
-    }
-}
-
 /// One point of a scatter plot.
 pub struct Point {
     pub x: f64,
@@ -428,4 +419,16 @@ pub fn scatter(points: &[Point], x_name: &str, y_name: &str, title: &str) -> Str
     }
     s.push_str("</svg>");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colours_are_clamped() {
+        assert_eq!(viridis(-1.0).fill, "rgb(68,1,84)");
+        assert_eq!(viridis(2.0).fill, "rgb(253,231,37)");
+        assert_eq!(diverging(0.0).fill, "rgb(247,247,247)");
+    }
 }

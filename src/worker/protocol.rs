@@ -64,9 +64,11 @@ impl ProbeSequence {
 
     /// How the page names the sequences a score came from.
     pub fn describe(&self, bos: Option<&Bos>) -> String {
+        // Seeds wrap past u64::MAX as the probe draws them; a count of 0 is refused by the probe.
         let seeds = |seed: u64, count: usize| match count {
+            0 => "no sequences".to_string(),
             1 => format!("seed {seed}"),
-            _ => format!("mean of {count}, seeds {seed}–{}", seed.saturating_add((count as u64).saturating_sub(1))),
+            _ => format!("mean of {count}, seeds {seed}–{}", seed.wrapping_add(count as u64 - 1)),
         };
         let after = bos.map_or(String::new(), |b| format!(", after BOS {}", b.token));
         match self {

@@ -45,7 +45,7 @@ pub fn default_sequence(config: &crate::model::ModelConfig) -> ProbeSequence {
 /// The length of each copy when a BOS takes one position of the context.
 fn probe_len_with(config: &crate::model::ModelConfig, len: usize, bos: Option<usize>) -> usize {
     match (config.context, bos) {
-        (Some(context), Some(_)) if 2 * len + 1 > context => context.saturating_sub(1) / 2,
+        (Some(context), Some(_)) if len.saturating_mul(2).saturating_add(1) > context => context.saturating_sub(1) / 2,
         _ => len,
     }
 }

@@ -119,3 +119,17 @@ pub fn assert_verdicts_match(rows: &serde_json::Value, reference: &serde_json::V
         assert_eq!(got["verdict"], want["top"]["verdict"], "{what} {id}: the row's verdict is the top key's");
     }
 }
+
+/// A fixture's `model.safetensors` with one `__metadata__` entry set to `value` (the header is
+/// rewritten here, independently of the engine; data offsets are relative, so they stay valid).
+pub fn with_metadata(name: &str, key: &str, value: &str) -> Vec<u8> {
+    let bytes = std::fs::read(fixture(name).join("model.safetensors")).expect("fixture file");
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + header_len]).expect("header");
+    header["__metadata__"][key] = serde_json::Value::String(value.into());
+    let header = serde_json::to_vec(&header).unwrap();
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&header);
+    out.extend_from_slice(&bytes[8 + header_len..]);
+    out
+}

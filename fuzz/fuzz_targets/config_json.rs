@@ -1,0 +1,15 @@
+//! Any text as the config.json of a real (fixture) GPT-2, GPT-NeoX or Llama file: the first byte
+//! picks the family.
+#![no_main]
+
+use headprint::model::LoadParts;
+use headprint_fuzz::{GPT2, LLAMA, PYTHIA};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&which, config)) = data.split_first() else { return };
+    let weights = [GPT2, PYTHIA, LLAMA][which as usize % 3];
+    if let Ok(model) = headprint_fuzz::load(weights, Some(config), LoadParts::Everything) {
+        headprint_fuzz::exercise(&model);
+    }
+});
