@@ -150,18 +150,27 @@ fn check_probe_size(n: usize, count: usize) -> Result<()> {
     Ok(())
 }
 
-/// `count` random first copies with seeds `seed, seed + 1, ...` (wrapping past u64::MAX).
-pub fn random_first_copies(ordinary: &[usize], n: usize, seed: u64, count: usize) -> Result<Vec<FirstCopy>> {
+/// `count` first copies of n tokens drawn with seeds `seed, seed + 1, ...` (wrapping past
+/// u64::MAX), each named by the source it came from.
+fn seeded_copies(
+    n: usize,
+    seed: u64,
+    count: usize,
+    draw: impl Fn(u64) -> Result<Vec<usize>>,
+    source: fn(u64) -> RepeatSource,
+) -> Result<Vec<FirstCopy>> {
     check_probe_size(n, count)?;
     (0..count as u64)
         .map(|i| {
             let seed = seed.wrapping_add(i);
-            Ok(FirstCopy {
-                tokens: random_first_copy(ordinary, n, seed)?,
-                source: RepeatSource::UniformRandom { seed },
-            })
+            Ok(FirstCopy { tokens: draw(seed)?, source: source(seed) })
         })
         .collect()
+}
+
+/// `count` random first copies with seeds `seed, seed + 1, ...`.
+pub fn random_first_copies(ordinary: &[usize], n: usize, seed: u64, count: usize) -> Result<Vec<FirstCopy>> {
+    seeded_copies(n, seed, count, |s| random_first_copy(ordinary, n, s), |seed| RepeatSource::UniformRandom { seed })
 }
 
 /// A seeded random window of n tokens from a longer text (in-distribution repeats).
@@ -176,16 +185,7 @@ pub fn text_window_first_copy(text_ids: &[usize], n: usize, seed: u64) -> Result
 
 /// `count` text windows with seeds `seed, seed + 1, ...`.
 pub fn text_window_first_copies(text_ids: &[usize], n: usize, seed: u64, count: usize) -> Result<Vec<FirstCopy>> {
-    check_probe_size(n, count)?;
-    (0..count as u64)
-        .map(|i| {
-            let seed = seed.wrapping_add(i);
-            Ok(FirstCopy {
-                tokens: text_window_first_copy(text_ids, n, seed)?,
-                source: RepeatSource::TextWindow { seed },
-            })
-        })
-        .collect()
+    seeded_copies(n, seed, count, |s| text_window_first_copy(text_ids, n, s), |seed| RepeatSource::TextWindow { seed })
 }
 
 /// Runs every first copy repeated once (after `bos` when given) and averages the scores.
