@@ -29,7 +29,9 @@ async function networkThenCache(request, clientId) {
   const cache = await caches.open(CACHE);
   let response;
   try {
-    response = await fetch(request);
+    // The browser's HTTP cache may call a file fresh on a heuristic (a tenth of its age) and
+    // answer without asking the server: a new build would then go unnoticed. Revalidate.
+    response = await fetch(request.mode === 'navigate' ? request : new Request(request, { cache: 'no-cache' }));
   } catch (offline) {
     const cached = await cache.match(request, { ignoreSearch: true });
     if (cached) return cached;
