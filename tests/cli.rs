@@ -273,7 +273,10 @@ fn suite_positions_count_from_the_bos() {
 fn errors_are_one_line_and_nonzero() {
     let path = fixture("gptchar");
     let not_weights = fixture("gptchar/expected.json");
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 7] = [
+        (&["fingerprint", "--bogus"], "unexpected argument '--bogus'"),
+        (&["probe", path.to_str().unwrap(), "--sequences", "many"], "invalid value 'many'"),
+        (&["frobnicate"], "unrecognized subcommand 'frobnicate'"),
         (&["ov-logits", path.to_str().unwrap(), "--head", "L9H0"], "unknown head `L9H0`"),
         (&["attention", path.to_str().unwrap(), "--tokens", "1,99"], "token id 99 is out of range"),
         (&["fingerprint", "/nonexistent/model.safetensors"], "/nonexistent/model.safetensors"),

@@ -8,6 +8,7 @@ mod native {
     use std::path::PathBuf;
     use std::process::ExitCode;
 
+    use clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand;
     use clap::{Args, Parser, Subcommand};
     use headprint::analysis::ov_logits::{bottom_k, top_k};
     use headprint::analysis::{
@@ -158,7 +159,17 @@ mod native {
     }
 
     pub fn main() -> ExitCode {
-        let cli = Cli::parse();
+        let cli = match Cli::try_parse() {
+            Ok(cli) => cli,
+            // --help and --version print to stdout, and a bare `headprint` shows the help.
+            Err(error) if !error.use_stderr() || error.kind() == DisplayHelpOnMissingArgumentOrSubcommand => {
+                error.exit()
+            }
+            Err(error) => {
+                eprintln!("headprint: {}", usage_error_line(&error));
+                return ExitCode::from(2);
+            }
+        };
         match run(cli.command) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
@@ -166,6 +177,14 @@ mod native {
                 ExitCode::FAILURE
             }
         }
+    }
+
+    /// Clap's usage error in one line: its first line without the `error: ` prefix, and where to
+    /// look next.
+    fn usage_error_line(error: &clap::Error) -> String {
+        let rendered = error.render().to_string();
+        let first = rendered.lines().next().unwrap_or_default();
+        format!("{} (see `headprint --help`)", first.strip_prefix("error: ").unwrap_or(first))
     }
 
     struct Loaded {
