@@ -20,8 +20,13 @@ impl Tokenizer {
     pub fn for_model(model: &Model, tokenizer_json: Option<&[u8]>) -> Result<Self> {
         if let Some(bytes) = tokenizer_json {
             // The tokenizers crate panics (an abort in the browser) on a decoder that is not
-            // valid JSON: check the whole file's syntax first (found by fuzzing).
-            serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
+            // valid JSON: check the whole file first (found by fuzzing). Every string is read in
+            // full: a syntax-only check (serde's IgnoredAny) passed bytes that are not UTF-8 and
+            // lone surrogate escapes, which panicked too (found by fuzzing again).
+            let text = std::str::from_utf8(bytes).map_err(|e| {
+                Error::Tokenizer(format!("tokenizer.json is not UTF-8 text (byte {} is not)", e.valid_up_to()))
+            })?;
+            serde_json::from_str::<serde_json::Value>(text)
                 .map_err(|e| Error::Tokenizer(format!("tokenizer.json is not valid JSON: {e}")))?;
             let tokenizer = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| Error::Tokenizer(e.to_string()))?;
             // A tokenizer from another (bigger) model would hand out ids past the embedding.

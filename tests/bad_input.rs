@@ -383,6 +383,24 @@ fn a_tokenizer_json_with_a_broken_decoder_is_an_error_not_a_panic() {
 }
 
 #[test]
+fn a_tokenizer_json_with_bad_text_in_its_decoder_is_an_error_not_a_panic() {
+    // Found by fuzzing: bytes that are not UTF-8 in a decoder's key passed the syntax check
+    // (serde_json skips ignored strings unchecked) and the tokenizers crate panicked ("Helper").
+    let text = std::fs::read_to_string(fixture("gpt2/tokenizer.json")).unwrap();
+    let gpt2 = common::load("gpt2", LoadParts::Circuits);
+    let mut bytes = text.replacen("\"decoder\": null", "\"decoder\": {\"type\": \"BPE\", \"enXXXX\": null}", 1).into_bytes();
+    let at = bytes.windows(6).position(|w| w == b"enXXXX").unwrap();
+    bytes[at + 2..at + 6].copy_from_slice(&[0x9f, 0xa0, 0x90, 0x99]);
+    let m = headprint::tokens::Tokenizer::for_model(&gpt2, Some(&bytes)).err().unwrap().to_string();
+    assert_eq!(m, format!("tokenizer: tokenizer.json is not UTF-8 text (byte {} is not)", at + 2));
+    // A lone surrogate escape is valid JSON syntax but no string: refused, not a panic.
+    let lone = text.replacen("\"decoder\": null", "\"decoder\": {\"type\": \"BPE\", \"\\ud800\": null}", 1);
+    assert_ne!(lone, text);
+    let m = headprint::tokens::Tokenizer::for_model(&gpt2, Some(lone.as_bytes())).err().unwrap().to_string();
+    assert!(m.starts_with("tokenizer: tokenizer.json is not valid JSON: unexpected end of hex escape"), "{m}");
+}
+
+#[test]
 fn describing_empty_or_wrapping_probe_sequences_does_not_overflow() {
     // Found by fuzzing worker messages: `count: 0` underflowed the last seed.
     use headprint::worker::protocol::ProbeSequence;
