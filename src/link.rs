@@ -9,8 +9,16 @@ use crate::probes::Suite;
 use crate::probes::exercise::decode_sheet;
 
 /// What `encodeURIComponent` leaves as it is: ASCII letters, digits and `-_.!~*'()`.
-const COMPONENT: &AsciiSet =
-    &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'!').remove(b'~').remove(b'*').remove(b'\'').remove(b'(').remove(b')');
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'!')
+    .remove(b'~')
+    .remove(b'*')
+    .remove(b'\'')
+    .remove(b'(')
+    .remove(b')');
 
 /// `text` as one fragment value (the same bytes as the browser's `encodeURIComponent`).
 pub fn encode_component(text: &str) -> String {

@@ -388,7 +388,8 @@ fn a_tokenizer_json_with_bad_text_in_its_decoder_is_an_error_not_a_panic() {
     // (serde_json skips ignored strings unchecked) and the tokenizers crate panicked ("Helper").
     let text = std::fs::read_to_string(fixture("gpt2/tokenizer.json")).unwrap();
     let gpt2 = common::load("gpt2", LoadParts::Circuits);
-    let mut bytes = text.replacen("\"decoder\": null", "\"decoder\": {\"type\": \"BPE\", \"enXXXX\": null}", 1).into_bytes();
+    let mut bytes =
+        text.replacen("\"decoder\": null", "\"decoder\": {\"type\": \"BPE\", \"enXXXX\": null}", 1).into_bytes();
     let at = bytes.windows(6).position(|w| w == b"enXXXX").unwrap();
     bytes[at + 2..at + 6].copy_from_slice(&[0x9f, 0xa0, 0x90, 0x99]);
     let m = headprint::tokens::Tokenizer::for_model(&gpt2, Some(&bytes)).err().unwrap().to_string();

@@ -8,7 +8,7 @@ use std::rc::Rc;
 use common::with_metadata;
 use headprint::analysis::{HeadId, Mode};
 use headprint::model::{LoadParts, Model};
-use headprint::svg::{Bar, Point, bar_chart, heatmap, scatter};
+use headprint::svg::{Bar, Point, bar_chart, heatmap, key_picker, scatter};
 use headprint::tokens::Tokenizer;
 use headprint::weights::{ByteSource, MemorySource, ModelFiles};
 use headprint::worker::protocol::{Reply, Request};
@@ -111,6 +111,27 @@ fn an_attention_heatmap_of_hostile_tokens_is_well_formed_svg_with_the_tokens_as_
     }
     let cell = format!("query 5 {} → key 0 {}: {:.4}", SHOWN[5], SHOWN[0], rows[5][0]);
     assert!(titles.contains(&cell), "{cell}");
+}
+
+#[test]
+fn the_key_picker_offers_the_query_rows_keys_as_labelled_buttons_and_no_weights() {
+    let tokens: Vec<String> = HOSTILE.iter().map(|t| t.to_string()).collect();
+    let svg = key_picker(&tokens, 6, 360.0, HOSTILE[0]);
+    let document = parse(&svg);
+    assert_eq!(element_names(&document), ["rect", "svg", "text", "title"]);
+    let choices: Vec<roxmltree::Node> = document.descendants().filter(|n| n.attribute("data-key").is_some()).collect();
+    // Keys 0..=6 of query 6 only, each focusable, a button, named by its token as shown.
+    let keys: Vec<&str> = choices.iter().map(|n| n.attribute("data-key").unwrap()).collect();
+    assert_eq!(keys, ["0", "1", "2", "3", "4", "5", "6"]);
+    for (k, node) in choices.iter().enumerate() {
+        assert_eq!(node.attribute("data-query"), Some("6"));
+        assert_eq!((node.attribute("tabindex"), node.attribute("role")), (Some("0"), Some("button")));
+        assert_eq!(node.attribute("aria-label"), Some(format!("key {k}: {}", SHOWN[k]).as_str()));
+    }
+    // The other cells of the lower triangle are drawn, without titles, so no weight is given away.
+    let cells = document.descendants().filter(|n| n.has_tag_name("rect")).count();
+    assert_eq!(cells, 13 * 14 / 2);
+    assert!(!svg.contains('→'), "no query → key weight titles");
 }
 
 #[test]

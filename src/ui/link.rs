@@ -8,8 +8,8 @@ use wasm_bindgen::JsValue;
 
 use super::state::{Awaited, Ctx, Identity, Metric, Origin, Sequence, Tab};
 use crate::analysis::Mode;
-use crate::probes::Suite;
 use crate::link::{self, encode_component};
+use crate::probes::Suite;
 use crate::probes::exercise::link_form;
 
 /// Hex digits of the SHA-256 a link keeps (48 bits: enough to tell files apart by accident).

@@ -11,6 +11,7 @@ mod export;
 mod head;
 mod link;
 mod overview;
+mod pick;
 mod print;
 mod probes;
 mod requested;

@@ -275,13 +275,26 @@ await test('a student answers an exercise sheet: one right, one wrong, the revea
   await page.waitForSelector('li[data-id="E1"] .reveal.right');
   const e1 = await page.textContent('li[data-id="E1"] .reveal');
   expect(/mean induction score is 0\.82\d; the threshold is 0\.4: an induction head/.test(e1), `E1 reveals the score: ${e1}`);
-  // E5: "(a (b" on L2H0; the student guesses the open bracket at 3, the model sinks on 0 (CLI: 0.7547).
-  await page.waitForSelector('li[data-id="E5"] select.answer-position option[value="3"]', { state: 'attached' });
-  await page.selectOption('li[data-id="E5"] select.answer-position', '3');
-  await page.click('li[data-id="E5"] button.check');
+  // E5: "(a (b" on L2H0; the student clicks the open bracket at key 3 in the query's row of the
+  // weightless heatmap; the model sinks on 0 (CLI: 0.7547).
+  const e5Picker = 'li[data-id="E5"] .answer-heatmap svg.key-picker';
+  await page.waitForSelector(`${e5Picker} rect.key-choice[data-key="3"]`);
+  const e5Choices = await page.$$eval(`${e5Picker} rect.key-choice`, (cells) => cells.map((c) => c.getAttribute('data-key')).join(','));
+  const e5Query = await page.getAttribute(`${e5Picker} rect.key-choice[data-key="0"]`, 'data-query');
+  expect(e5Choices === Array.from({ length: Number(e5Query) + 1 }, (_, i) => i).join(','), `the query row's keys are the choices: ${e5Choices} (query ${e5Query})`);
+  expect(!/\d\.\d{4}/.test(await page.innerHTML(e5Picker)), 'the picker shows no weights before the answer');
+  expect(await page.locator('li[data-id="E5"] select').count() === 0, 'no drop-down: the heatmap is the answer');
+  await page.evaluate(() => document.querySelector('li[data-id="E5"]')?.scrollIntoView());
+  await shot('exercise-picker');
+  await page.click(`${e5Picker} rect.key-choice[data-key="3"]`);
   await page.waitForSelector('li[data-id="E5"] .reveal.wrong');
   const e5 = await page.textContent('li[data-id="E5"] .reveal');
   expect(/you answered key 3/.test(e5) && /attends most to 0 `\(` \(weight 0\.75\d\d, position-0 sink/.test(e5), `E5 reveals the attention: ${e5}`);
+  // The reveal draws the head's real pattern with the query's row boxed; its cell titles carry the weights.
+  await page.waitForSelector('li[data-id="E5"] .revealed-heatmap svg');
+  expect(await page.locator('li[data-id="E5"] .answer-heatmap').count() === 0, 'the picker gives way to the reveal');
+  const e5Titles = await page.$$eval('li[data-id="E5"] .revealed-heatmap rect title', (ts) => ts.map((t) => t.textContent));
+  expect(e5Titles.some((t) => new RegExp(`^query ${e5Query} .* → key 0 .*: 0\\.75\\d\\d$`).test(t)), `the revealed row holds 0.75 on key 0: ${e5Titles.slice(-6).join(' | ')}`);
   let score = await page.textContent('#exercise-score');
   expect(/1 correct of 2 answered \(7 questions\)/.test(score), `score after two: ${score}`);
   // E7: the OV row of L2H0 after `)`, from the worker's Row request (CLI: `)` +0.040 first).
@@ -323,6 +336,14 @@ await test('a teacher sheet travels compressed in the share link, and prints wit
   expect(/my-sheet \(loaded\)/.test(await linked.textContent('#suite-select')), 'the sheet is the loaded suite');
   await linked.click('li[data-id="Q2"] .answer-no');
   await linked.waitForSelector('li[data-id="Q2"] .reveal.right');
+  // The heatmap answer works from the keyboard: Tab reaches the keys, Enter chooses one.
+  await linked.waitForSelector('li[data-id="Q1"] rect.key-choice[data-key="1"]');
+  await linked.focus('li[data-id="Q1"] rect.key-choice[data-key="0"]');
+  await linked.keyboard.press('Tab');
+  expect(await linked.evaluate(() => document.activeElement?.getAttribute('data-key')) === '1', 'Tab moves to the next key');
+  await linked.keyboard.press('Enter');
+  await linked.waitForSelector('li[data-id="Q1"] .reveal');
+  expect(/you answered key 1/.test(await linked.textContent('li[data-id="Q1"] .reveal')), 'Enter answers with the focused key');
   // A damaged sheet in a link says so once the page is up; the built-in suite stays.
   await linked.goto(origin + '/#model=demo&tab=probes&sheet=AAAA');
   await linked.reload();
