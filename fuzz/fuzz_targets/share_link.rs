@@ -28,7 +28,8 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(decode_component(&encode_component(value)).as_deref(), Some(value.as_str()));
     }
     if let Some(Ok(sheet)) = &fields.sheet {
-        let again = headprint::probes::exercise::decode_sheet(&encode_sheet(sheet)).expect("a written sheet reads back");
+        let again =
+            headprint::probes::exercise::decode_sheet(&encode_sheet(sheet)).expect("a written sheet reads back");
         assert_eq!(serde_json::to_string(&again).unwrap(), serde_json::to_string(sheet).unwrap());
     }
 });
