@@ -508,6 +508,49 @@ def fresh_dir(name):
 
 
 # --------------------------------------------------------------------------------------------
+# 0. hostile token texts: gptchar's weights with a vocabulary, and a tokenizer.json, of strings
+#    that would be markup, script, XML-breaking, CSV-breaking or text-reordering if the page
+#    wrote them unescaped (tests/hostile_tokens.rs and the browser test load these files).
+
+# The same list as HOSTILE in tests/hostile_tokens.rs (checked there).
+HOSTILE_VOCAB = ["<img src=x onerror=window.__pwned=1>", "</script>", "]]>", '"', "'", "\u202eevil", "a\u0000b",
+                 "&amp;", "<![CDATA[x", "\uffff", "<!--", " ", "\u2066x"]
+# Words a prompt can hold (WordLevel on whitespace): ids 0..12, all within gptchar's 13 rows.
+HOSTILE_WORDS = ["[UNK]", "<script>window.__pwned=3</script>", "\"><img/src=x/onerror=window.__pwned=4>",
+                 "</title><svg/onload=window.__pwned=5>", "]]><!--", "<style>*{display:none!important}</style>",
+                 "'\"`", "\u202eevil\u202c", "nul\u0000byte", "=cmd|'/C calc'!A0", "a,b;\"c\"",
+                 "&lt;&amp;", "\u2066rtl\u2069"]
+
+
+def safetensors_with_vocab(src, vocab_json):
+    """`src`'s bytes with the header's __metadata__.vocab replaced by the text `vocab_json`."""
+    data = src.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    header["__metadata__"]["vocab"] = "VOCAB"
+    text = json.dumps(header).replace('"VOCAB"', json.dumps(vocab_json))
+    text += " " * ((8 - len(text) % 8) % 8)
+    return len(text).to_bytes(8, "little") + text.encode() + data[8 + n:]
+
+
+def make_hostile():
+    d = fresh_dir("hostile")
+    src = FIXTURES / "gptchar" / "model.safetensors"
+    (d / "model.safetensors").write_bytes(safetensors_with_vocab(src, json.dumps(HOSTILE_VOCAB)))
+    # JSON can spell a lone surrogate; no Rust (or UTF-8) string can hold one: a clear error.
+    lone = json.dumps(HOSTILE_VOCAB).replace('"]]>"', '"\\ud800"')
+    (d / "lone-surrogate.safetensors").write_bytes(safetensors_with_vocab(src, lone))
+    tokenizer = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+        "normalizer": None, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None,
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": {w: i for i, w in enumerate(HOSTILE_WORDS)}, "unk_token": "[UNK]"},
+    }
+    write_json(d / "tokenizer.json", tokenizer)
+    return d, 0.0
+
+
+# --------------------------------------------------------------------------------------------
 # 1. character GPT, the model of Karpathy's "Let's build GPT" gpt.py
 
 
@@ -1436,7 +1479,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gpt2-small", nargs="?", const="bench-data/gpt2-small", metavar="DIR",
                     help="write a GPT-2-Small-shaped random model (float32, ~500 MB) into DIR instead")
-    ap.add_argument("--only", nargs="*", choices=["gptchar", "gpt2", "pythia", "llama", "pythia-hub", "llama32", "gptchar-induction"],
+    ap.add_argument("--only", nargs="*", choices=["gptchar", "gpt2", "pythia", "llama", "pythia-hub", "llama32", "gptchar-induction", "hostile"],
                     help="build only these fixtures (gpt2 also builds gpt2-nanogpt)")
     args = ap.parse_args()
     if args.gpt2_small:
@@ -1447,7 +1490,7 @@ def main():
     import transformer_lens  # noqa: F401
     from importlib.metadata import version
 
-    only = set(args.only or ["gptchar", "gpt2", "pythia", "llama", "pythia-hub", "llama32", "gptchar-induction"])
+    only = set(args.only or ["gptchar", "gpt2", "pythia", "llama", "pythia-hub", "llama32", "gptchar-induction", "hostile"])
     built, extra = [], {}
     if "gptchar" in only:
         built.append(make_gptchar())
@@ -1469,6 +1512,8 @@ def main():
         built.append(make_llama32())
     if "gptchar-induction" in only:
         built.append(make_planted_induction())
+    if "hostile" in only:
+        built.append(make_hostile())
 
     print(f"\ntorch {torch.__version__}, transformers {transformers.__version__}, "
           f"transformer_lens {version('transformer_lens')}, numpy {np.__version__}")

@@ -9,6 +9,10 @@ have() { command -v "$1" >/dev/null 2>&1; }
 
 rustup target list --installed | grep -q wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
 rustup component list --installed | grep -q clippy || rustup component add clippy rustfmt
+# The fuzz step (scripts/fuzz.sh --ci): nightly Rust for the instrumented build, a C++ compiler
+# for libFuzzer itself (libfuzzer-sys builds it).
+rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+have c++ || { apt-get update -q && apt-get install -y -q g++; }
 
 if [ "${1:-}" = "--page" ]; then
   # The wasm-bindgen CLI must be exactly the library version in Cargo.lock, or Trunk downloads one.

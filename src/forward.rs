@@ -30,6 +30,43 @@ pub enum HeadOutputs<'a> {
     Projected(&'a DMatrix<f32>),
 }
 
+/// The most one forward pass may hold in what it keeps (every head's attention pattern, and
+/// per-head outputs when asked): well inside a browser worker's 4 GB of wasm memory beside the
+/// model. A rotary model has no context limit, so a long prompt on a model with many heads would
+/// otherwise ask for gigabytes (16 385 tokens on 16 × 8 heads: 137 GB of patterns).
+pub const KEPT_BYTES_LIMIT: u64 = 1 << 30;
+
+/// Bytes a forward pass over `len` tokens keeps: f32 patterns (len × len per head) and, when
+/// asked, per-head outputs (len × their width per head). Saturates instead of overflowing.
+pub fn kept_bytes(model: &Model, len: usize, keep: HeadOutputs) -> u64 {
+    let config = &model.config;
+    let heads = (config.layers as u64).saturating_mul(config.heads as u64);
+    let len = len as u64;
+    let per_head_output = match keep {
+        HeadOutputs::None => 0,
+        HeadOutputs::Full => config.d_model as u64,
+        HeadOutputs::Projected(directions) => directions.ncols() as u64,
+    };
+    heads.saturating_mul(len).saturating_mul(len.saturating_add(per_head_output)).saturating_mul(4)
+}
+
+/// Refuses a run whose kept outputs would pass [`KEPT_BYTES_LIMIT`], before allocating them.
+fn check_kept(model: &Model, len: usize, keep: HeadOutputs) -> Result<()> {
+    let bytes = kept_bytes(model, len, keep);
+    if bytes <= KEPT_BYTES_LIMIT {
+        return Ok(());
+    }
+    let longest = (1..=len).rev().find(|&n| kept_bytes(model, n, keep) <= KEPT_BYTES_LIMIT).unwrap_or(0);
+    Err(Error::BadTokens(format!(
+        "{len} tokens on {} layers × {} heads would keep {:.1} GB of attention patterns{}, over the {:.1} GB a run may use: use at most {longest} tokens",
+        model.config.layers,
+        model.config.heads,
+        bytes as f64 / 1e9,
+        if matches!(keep, HeadOutputs::None) { "" } else { " and head outputs" },
+        KEPT_BYTES_LIMIT as f64 / 1e9,
+    )))
+}
+
 /// Checks a token sequence against the model before running it.
 pub fn check_tokens(model: &Model, tokens: &[usize]) -> Result<()> {
     if tokens.is_empty() {
@@ -53,6 +90,7 @@ pub fn run(model: &Model, tokens: &[usize]) -> Result<ForwardOutput> {
 /// The forward pass, keeping per-head outputs as asked.
 pub fn run_with(model: &Model, tokens: &[usize], keep: HeadOutputs) -> Result<ForwardOutput> {
     check_tokens(model, tokens)?;
+    check_kept(model, tokens.len(), keep)?;
     let config = &model.config;
     let seq = tokens.len();
     let mut residual = DMatrix::from_fn(seq, config.d_model, |t, j| model.w_e[(tokens[t], j)]);

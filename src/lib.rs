@@ -9,6 +9,7 @@ pub mod analysis;
 pub mod compare;
 pub mod error;
 pub mod forward;
+pub mod link;
 pub mod model;
 pub mod probes;
 pub mod tokens;

@@ -20,9 +20,15 @@ impl Tokenizer {
     pub fn for_model(model: &Model, tokenizer_json: Option<&[u8]>) -> Result<Self> {
         if let Some(bytes) = tokenizer_json {
             // The tokenizers crate panics (an abort in the browser) on a decoder that is not
-            // valid JSON: check the whole file's syntax first (found by fuzzing).
-            serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
+            // valid JSON: check the whole file first (found by fuzzing). Every string is read in
+            // full: a syntax-only check (serde's IgnoredAny) passed bytes that are not UTF-8 and
+            // lone surrogate escapes, which panicked too (found by fuzzing again).
+            let text = std::str::from_utf8(bytes).map_err(|e| {
+                Error::Tokenizer(format!("tokenizer.json is not UTF-8 text (byte {} is not)", e.valid_up_to()))
+            })?;
+            let json = serde_json::from_str::<serde_json::Value>(text)
                 .map_err(|e| Error::Tokenizer(format!("tokenizer.json is not valid JSON: {e}")))?;
+            check_bpe_merges(&json)?;
             let tokenizer = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| Error::Tokenizer(e.to_string()))?;
             // A tokenizer from another (bigger) model would hand out ids past the embedding.
             let vocab = model.config.vocab;
@@ -58,10 +64,16 @@ impl Tokenizer {
                 let encoding = tokenizer.encode(text, false).map_err(|e| Error::Tokenizer(e.to_string()))?;
                 Ok(encoding.get_ids().iter().map(|&i| i as usize).collect())
             }
-            Tokenizer::IdsOnly { .. } => Err(Error::BadTokens(
-                "this model has no vocabulary (no tokenizer.json, no `vocab` metadata): give token ids, e.g. 3,1,4"
-                    .into(),
-            )),
+            // Prompts and suites on such a model are written as ids.
+            Tokenizer::IdsOnly { .. } => parse_ids(text).map_err(|e| {
+                Error::BadTokens(format!(
+                    "this model has no vocabulary (no tokenizer.json, no `vocab` metadata): give token ids, e.g. 3,1,4 ({})",
+                    match e {
+                        Error::BadTokens(why) => why,
+                        other => other.to_string(),
+                    }
+                ))
+            }),
         }
     }
 
@@ -169,6 +181,33 @@ pub fn with_bos(bos: Option<usize>, ids: &[usize]) -> Vec<usize> {
 }
 
 /// Parses `3,1,4` (spaces allowed).
+/// The tokenizers crate cuts a BPE merge's second token after `continuing_subword_prefix`
+/// bytes and panics when the token is shorter or the cut splits a character (found by fuzzing):
+/// such a merge is refused here first.
+fn check_bpe_merges(json: &serde_json::Value) -> Result<()> {
+    let model = &json["model"];
+    let Some(prefix) = model["continuing_subword_prefix"].as_str().filter(|_| model["type"] == "BPE") else {
+        return Ok(());
+    };
+    let merges = model["merges"].as_array().map(Vec::as_slice).unwrap_or_default();
+    for (i, merge) in merges.iter().enumerate() {
+        let second = match merge {
+            serde_json::Value::Array(pair) => pair.get(1).and_then(|b| b.as_str()),
+            serde_json::Value::String(pair) => pair.split_once(' ').map(|(_, b)| b),
+            _ => None,
+        };
+        if let Some(b) = second
+            && !b.is_char_boundary(prefix.len())
+        {
+            return Err(Error::Tokenizer(format!(
+                "tokenizer.json's merge {i} joins {b:?}, which is too short for its continuing-subword prefix {prefix:?} ({} bytes) or splits a character there",
+                prefix.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
 pub fn parse_ids(text: &str) -> Result<Vec<usize>> {
     text.split(',')
         .map(str::trim)

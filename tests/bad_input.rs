@@ -383,6 +383,25 @@ fn a_tokenizer_json_with_a_broken_decoder_is_an_error_not_a_panic() {
 }
 
 #[test]
+fn a_tokenizer_json_with_bad_text_in_its_decoder_is_an_error_not_a_panic() {
+    // Found by fuzzing: bytes that are not UTF-8 in a decoder's key passed the syntax check
+    // (serde_json skips ignored strings unchecked) and the tokenizers crate panicked ("Helper").
+    let text = std::fs::read_to_string(fixture("gpt2/tokenizer.json")).unwrap();
+    let gpt2 = common::load("gpt2", LoadParts::Circuits);
+    let mut bytes =
+        text.replacen("\"decoder\": null", "\"decoder\": {\"type\": \"BPE\", \"enXXXX\": null}", 1).into_bytes();
+    let at = bytes.windows(6).position(|w| w == b"enXXXX").unwrap();
+    bytes[at + 2..at + 6].copy_from_slice(&[0x9f, 0xa0, 0x90, 0x99]);
+    let m = headprint::tokens::Tokenizer::for_model(&gpt2, Some(&bytes)).err().unwrap().to_string();
+    assert_eq!(m, format!("tokenizer: tokenizer.json is not UTF-8 text (byte {} is not)", at + 2));
+    // A lone surrogate escape is valid JSON syntax but no string: refused, not a panic.
+    let lone = text.replacen("\"decoder\": null", "\"decoder\": {\"type\": \"BPE\", \"\\ud800\": null}", 1);
+    assert_ne!(lone, text);
+    let m = headprint::tokens::Tokenizer::for_model(&gpt2, Some(lone.as_bytes())).err().unwrap().to_string();
+    assert!(m.starts_with("tokenizer: tokenizer.json is not valid JSON: unexpected end of hex escape"), "{m}");
+}
+
+#[test]
 fn describing_empty_or_wrapping_probe_sequences_does_not_overflow() {
     // Found by fuzzing worker messages: `count: 0` underflowed the last seed.
     use headprint::worker::protocol::ProbeSequence;
@@ -392,5 +411,77 @@ fn describing_empty_or_wrapping_probe_sequences_does_not_overflow() {
     assert_eq!(
         wrapping.describe(None),
         format!("4 uniformly random tokens repeated twice (mean of 2, seeds {}–0)", u64::MAX)
+    );
+}
+
+#[test]
+fn a_run_that_would_keep_gigabytes_of_patterns_is_refused_before_it_allocates() {
+    // A rotary model has no context limit: a long prompt on it is bounded by what the run keeps.
+    let llama = common::load("llama32", LoadParts::Everything);
+    let (layers, heads) = (llama.config.layers as u64, llama.config.heads as u64);
+    assert_eq!(llama.config.context, None);
+    // Largest n with layers × heads × n² f32 patterns within 1 GiB, found independently.
+    let mut longest = 0u64;
+    while layers * heads * (longest + 1) * (longest + 1) * 4 <= 1 << 30 {
+        longest += 1;
+    }
+    let tokens = vec![1usize; longest as usize + 1];
+    let m = match headprint::forward::run(&llama, &tokens) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("{} tokens ran", tokens.len()),
+    };
+    let gb = (layers * heads * (longest + 1) * (longest + 1) * 4) as f64 / 1e9;
+    assert!(
+        m.contains(&format!(
+            "{} tokens on {layers} layers × {heads} heads would keep {gb:.1} GB of attention patterns, over the 1.1 GB a run may use: use at most {longest} tokens",
+            longest + 1
+        )),
+        "{m}"
+    );
+    // The induction probe's longest first copy (8192 tokens, so 16 385 with the BOS) on it.
+    let copy: Vec<usize> = (0..8192).map(|i| i % llama.config.vocab).collect();
+    let first = headprint::probes::FirstCopy { tokens: copy, source: headprint::probes::RepeatSource::Given };
+    let m = match headprint::probes::induction_probe(&llama, &[first], Some(1)) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("a 16 385-token probe ran"),
+    };
+    assert!(m.contains("16385 tokens on") && m.contains("attention patterns and head outputs"), "{m}");
+}
+
+#[test]
+fn a_model_without_a_vocabulary_takes_prompts_and_suites_as_ids() {
+    // Found by the browser test of cancelling a suite: prompts took ids, suites refused them.
+    let gpt2 = common::load("gpt2", LoadParts::Everything);
+    let tokenizer = headprint::tokens::Tokenizer::for_model(&gpt2, None).unwrap();
+    assert_eq!(tokenizer.encode(" 3, 1,4 ").unwrap(), [3, 1, 4]);
+    let m = tokenizer.encode("abc").unwrap_err().to_string();
+    assert!(m.ends_with("give token ids, e.g. 3,1,4 (\"abc\" is not a token id)"), "{m}");
+    let suite =
+        headprint::probes::Suite::from_json(r#"{"name": "ids", "prompts": [{"id": "P", "text": "5,6,5"}]}"#).unwrap();
+    let rows =
+        headprint::probes::verdict_table(&gpt2, &tokenizer, &suite, headprint::analysis::HeadId::new(1, 0), None)
+            .unwrap();
+    assert_eq!(rows[0].tokens, ["#5", "#6", "#5"]);
+}
+
+#[test]
+fn a_bpe_merge_shorter_than_its_subword_prefix_is_an_error_not_a_panic() {
+    // Found by fuzzing: the tokenizers crate slices `b[prefix.len()..]` of every merge (a, b).
+    let text = std::fs::read_to_string(fixture("gpt2/tokenizer.json")).unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    json["model"]["continuing_subword_prefix"] = "v\\".into();
+    let first = json["model"]["merges"][0].clone();
+    let gpt2 = common::load("gpt2", LoadParts::Circuits);
+    let m =
+        headprint::tokens::Tokenizer::for_model(&gpt2, Some(json.to_string().as_bytes())).err().unwrap().to_string();
+    let b = match &first {
+        serde_json::Value::Array(pair) => pair[1].as_str().unwrap().to_string(),
+        other => other.as_str().unwrap().split_once(' ').unwrap().1.to_string(),
+    };
+    assert_eq!(
+        m,
+        format!(
+            "tokenizer: tokenizer.json's merge 0 joins {b:?}, which is too short for its continuing-subword prefix \"v\\\\\" (2 bytes) or splits a character there"
+        )
     );
 }

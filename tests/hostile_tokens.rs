@@ -8,7 +8,7 @@ use std::rc::Rc;
 use common::with_metadata;
 use headprint::analysis::{HeadId, Mode};
 use headprint::model::{LoadParts, Model};
-use headprint::svg::{Bar, Point, bar_chart, heatmap, scatter};
+use headprint::svg::{Bar, Point, bar_chart, heatmap, key_picker, scatter};
 use headprint::tokens::Tokenizer;
 use headprint::weights::{ByteSource, MemorySource, ModelFiles};
 use headprint::worker::protocol::{Reply, Request};
@@ -17,7 +17,7 @@ use headprint::worker::session::Session;
 /// gptchar's 13 characters replaced by tokens that would be markup, script, XML-breaking or
 /// text-reordering if written into the page unescaped.
 const HOSTILE: [&str; 13] = [
-    "<img src=x onerror=alert(1)>",
+    "<img src=x onerror=window.__pwned=1>",
     "</script>",
     "]]>",
     "\"",
@@ -35,7 +35,7 @@ const HOSTILE: [&str; 13] = [
 /// What the page shows for each: the same text, with NUL, U+FFFF and bidirectional controls as
 /// U+FFFD and a space as a visible space.
 const SHOWN: [&str; 13] = [
-    "<img\u{2423}src=x\u{2423}onerror=alert(1)>",
+    "<img\u{2423}src=x\u{2423}onerror=window.__pwned=1>",
     "</script>",
     "]]>",
     "\"",
@@ -50,8 +50,78 @@ const SHOWN: [&str; 13] = [
     "\u{fffd}x",
 ];
 
+/// The committed fixture (scripts/make_fixtures.py --only hostile; the browser test loads it too).
 fn hostile_bytes() -> Vec<u8> {
-    with_metadata("gptchar", "vocab", &serde_json::to_string(&HOSTILE).unwrap())
+    std::fs::read(common::fixture("hostile/model.safetensors")).unwrap()
+}
+
+#[test]
+fn the_hostile_fixture_is_gptchar_with_the_hostile_vocabulary() {
+    let fixture = hostile_model();
+    let gptchar = common::load("gptchar", LoadParts::Everything);
+    assert_eq!(fixture.vocab_strings.as_deref(), Some(HOSTILE.map(String::from).as_slice()));
+    let expected = Model::load(
+        &ModelFiles::from_named(vec![(
+            "x.safetensors".into(),
+            Box::new(MemorySource::new(
+                "x.safetensors",
+                with_metadata("gptchar", "vocab", &serde_json::to_string(&HOSTILE).unwrap()),
+            )) as Box<dyn ByteSource>,
+        )])
+        .unwrap(),
+        LoadParts::Everything,
+    )
+    .unwrap();
+    assert_eq!(fixture.parameter_count, gptchar.parameter_count);
+    let ids: Vec<usize> = (0..13).collect();
+    let (a, b) = (headprint::forward::run(&fixture, &ids).unwrap(), headprint::forward::run(&expected, &ids).unwrap());
+    assert_eq!(a.patterns[1][0], b.patterns[1][0], "the same weights as gptchar");
+}
+
+/// The fixture's tokenizer.json: words that would be script, markup or CSV formulas.
+const WORDS: [&str; 13] = [
+    "[UNK]",
+    "<script>window.__pwned=3</script>",
+    "\"><img/src=x/onerror=window.__pwned=4>",
+    "</title><svg/onload=window.__pwned=5>",
+    "]]><!--",
+    "<style>*{display:none!important}</style>",
+    "'\"`",
+    "\u{202e}evil\u{202c}",
+    "nul\u{0}byte",
+    "=cmd|'/C calc'!A0",
+    "a,b;\"c\"",
+    "&lt;&amp;",
+    "\u{2066}rtl\u{2069}",
+];
+
+#[test]
+fn a_hostile_tokenizer_encodes_and_labels_its_words_as_text() {
+    let model = hostile_model();
+    let json = std::fs::read(common::fixture("hostile/tokenizer.json")).unwrap();
+    let tokenizer = Tokenizer::for_model(&model, Some(&json)).unwrap();
+    let texts: Vec<String> = (0..13).map(|i| tokenizer.token_text(i)).collect();
+    assert_eq!(texts, WORDS);
+    let prompt = WORDS[1..].iter().filter(|w| !w.contains(char::is_whitespace)).copied().collect::<Vec<_>>().join(" ");
+    let ids = tokenizer.encode(&prompt).unwrap();
+    let typed: Vec<usize> = (1..13).filter(|&i| !WORDS[i].contains(char::is_whitespace)).collect();
+    assert_eq!(ids, typed);
+    let output = headprint::forward::run(&model, &ids).unwrap();
+    let n = ids.len();
+    let rows: Vec<Vec<f64>> = (0..n).map(|q| (0..n).map(|k| output.patterns[0][0][(q, k)] as f64).collect()).collect();
+    let tokens: Vec<String> = ids.iter().map(|&i| tokenizer.token_text(i)).collect();
+    let document_text = heatmap(&rows, &tokens, &[], None, 480.0, "L0H0");
+    let document = parse(&document_text);
+    assert_eq!(element_names(&document), ["rect", "svg", "text", "title"]);
+    let labels: Vec<&str> = document
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .map(|n| n.text().unwrap_or_default())
+        .step_by(2)
+        .collect();
+    assert_eq!(labels[0], WORDS[1]);
+    assert_eq!(labels[6], "\u{fffd}evil\u{fffd}", "bidi controls shown as U+FFFD");
+    assert_eq!(labels[7], "nul\u{fffd}byte");
 }
 
 fn hostile_model() -> Model {
@@ -114,6 +184,27 @@ fn an_attention_heatmap_of_hostile_tokens_is_well_formed_svg_with_the_tokens_as_
 }
 
 #[test]
+fn the_key_picker_offers_the_query_rows_keys_as_labelled_buttons_and_no_weights() {
+    let tokens: Vec<String> = HOSTILE.iter().map(|t| t.to_string()).collect();
+    let svg = key_picker(&tokens, 6, 360.0, HOSTILE[0]);
+    let document = parse(&svg);
+    assert_eq!(element_names(&document), ["rect", "svg", "text", "title"]);
+    let choices: Vec<roxmltree::Node> = document.descendants().filter(|n| n.attribute("data-key").is_some()).collect();
+    // Keys 0..=6 of query 6 only, each focusable, a button, named by its token as shown.
+    let keys: Vec<&str> = choices.iter().map(|n| n.attribute("data-key").unwrap()).collect();
+    assert_eq!(keys, ["0", "1", "2", "3", "4", "5", "6"]);
+    for (k, node) in choices.iter().enumerate() {
+        assert_eq!(node.attribute("data-query"), Some("6"));
+        assert_eq!((node.attribute("tabindex"), node.attribute("role")), (Some("0"), Some("button")));
+        assert_eq!(node.attribute("aria-label"), Some(format!("key {k}: {}", SHOWN[k]).as_str()));
+    }
+    // The other cells of the lower triangle are drawn, without titles, so no weight is given away.
+    let cells = document.descendants().filter(|n| n.has_tag_name("rect")).count();
+    assert_eq!(cells, 13 * 14 / 2);
+    assert!(!svg.contains('→'), "no query → key weight titles");
+}
+
+#[test]
 fn bar_and_scatter_labels_stay_text() {
     let bars: Vec<Bar> = HOSTILE
         .iter()
@@ -166,9 +257,7 @@ fn hostile_tokens_survive_the_worker_json_trip_exactly() {
 #[test]
 fn a_lone_surrogate_in_the_vocabulary_is_a_clear_error() {
     // JSON can spell a lone surrogate; a Rust string cannot hold one.
-    let mut vocab = serde_json::to_string(&HOSTILE).unwrap();
-    vocab = vocab.replacen("\"]]>\"", "\"\\ud800\"", 1);
-    let bytes = with_metadata("gptchar", "vocab", &vocab);
+    let bytes = std::fs::read(common::fixture("hostile/lone-surrogate.safetensors")).unwrap();
     let files = ModelFiles::from_named(vec![(
         "lone.safetensors".into(),
         Box::new(MemorySource::new("lone.safetensors", bytes)) as Box<dyn ByteSource>,

@@ -288,6 +288,19 @@ fn loading_reports_progress_up_to_every_byte_and_head() {
     std::fs::remove_file(&listing).unwrap();
     let seen = seen.borrow();
     let last = |stage: &str| seen.iter().rfind(|p| p.stage.starts_with(stage)).cloned().unwrap();
+    // Every stage the page can cancel is named while it runs, in order.
+    let mut stages: Vec<&str> = seen.iter().map(|p| p.stage.as_str()).collect();
+    stages.dedup();
+    assert_eq!(
+        stages,
+        [
+            "Reading tensors",
+            "Computing the embedding Grams",
+            "Fingerprinting heads (folded)",
+            "Running the induction probe",
+            "Identifying the files (SHA-256)"
+        ]
+    );
     assert_eq!(last("Identifying the files").done, size);
     let reading = last("Reading tensors");
     assert!(reading.done > 0 && reading.done <= size && reading.total == size, "{reading:?}");

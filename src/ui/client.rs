@@ -26,6 +26,8 @@ pub struct Hooks {
     pub on_memory: Box<dyn Fn(f64)>,
     /// A restarted worker could not load the shown model again, or stopped.
     pub on_trouble: Box<dyn Fn(String)>,
+    /// The hashing worker's progress; `None` when it has ended (answered or cancelled).
+    pub on_hashing: Box<dyn Fn(Option<Progress>)>,
 }
 
 /// Named files as the browser holds them (`File`s, or the fetched demo model as a `Blob`).
@@ -60,8 +62,15 @@ struct Client {
 /// Failures in a row after which the page stops restarting the worker.
 const MAX_FAILURES: u32 = 3;
 
+/// The hashing worker while it runs: cancelling terminates it and fails its request.
+struct Hashing {
+    worker: web_sys::Worker,
+    reject: js_sys::Function,
+}
+
 thread_local! {
     static CLIENT: RefCell<Client> = RefCell::default();
+    static HASHING: RefCell<Option<Hashing>> = const { RefCell::new(None) };
 }
 
 pub fn set_hooks(hooks: Hooks) {
@@ -202,25 +211,55 @@ pub async fn identify(files: &Files) -> Result<String, String> {
     let (resolve, reject) = handlers.expect("the promise executor runs at once");
     let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
         let data = event.data();
-        if field(&data, "kind").as_string().as_deref() == Some("reply") {
-            let _ = resolve.call1(&JsValue::NULL, &field(&data, "json"));
+        match field(&data, "kind").as_string().as_deref() {
+            Some("reply") => {
+                let _ = resolve.call1(&JsValue::NULL, &field(&data, "json"));
+            }
+            Some("progress") => {
+                let progress = field(&data, "json").as_string().and_then(|j| serde_json::from_str(&j).ok());
+                if let (Some(hooks), Some(progress)) = (hooks(), progress) {
+                    (hooks.on_hashing)(Some(progress));
+                }
+            }
+            _ => {}
         }
     });
+    let on_error_reject = reject.clone();
     let on_error = Closure::<dyn FnMut(web_sys::Event)>::new(move |event: web_sys::Event| {
         let detail = event.dyn_ref::<web_sys::ErrorEvent>().map(|e| e.message()).unwrap_or_default();
-        let _ = reject.call1(&JsValue::NULL, &JsValue::from_str(&format!("the hashing worker stopped ({detail})")));
+        let message = JsValue::from_str(&format!("the hashing worker stopped ({detail})"));
+        let _ = on_error_reject.call1(&JsValue::NULL, &message);
     });
     worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
+    // One hashing worker at a time: a newer load's hash replaces (cancels) an older one.
+    cancel_hashing();
+    HASHING.with_borrow_mut(|h| *h = Some(Hashing { worker: worker.clone(), reject }));
     let answer = match post_request(&worker, 1, &json, files) {
         Ok(()) => JsFuture::from(promise).await.map_err(|e| js_message(&e)),
         Err(e) => Err(e),
     };
     worker.terminate();
+    HASHING.with_borrow_mut(|h| {
+        if h.as_ref().is_some_and(|h| h.worker == worker) {
+            *h = None;
+        }
+    });
+    if let Some(hooks) = hooks() {
+        (hooks.on_hashing)(None);
+    }
     drop((on_message, on_error));
     match read_reply(answer?)? {
         Reply::Hashed { sha256 } => Ok(sha256),
         _ => Err("the hashing worker gave an unexpected answer".into()),
+    }
+}
+
+/// Stops the hashing worker, if one runs; its request fails with [`CANCELLED`].
+pub fn cancel_hashing() {
+    if let Some(Hashing { worker, reject }) = HASHING.with_borrow_mut(Option::take) {
+        worker.terminate();
+        let _ = reject.call1(&JsValue::NULL, &JsValue::from_str(CANCELLED));
     }
 }
 

@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 
 use leptos::prelude::*;
 
+use super::pick::{activates, cell_of};
 use super::requested::requested;
 use super::state::{Ctx, Sequence};
-use super::svg::visible;
+use super::svg::{heatmap, key_picker, visible};
 use crate::analysis::HeadId;
 use crate::probes::Suite;
 use crate::probes::exercise::{Answer, Question, Score};
@@ -17,6 +18,9 @@ use crate::worker::protocol::{Reply, Request, Scored};
 
 /// How many promoted tokens an OV question reveals.
 const OV_TOP: usize = 5;
+
+/// The answer grid's and the revealed heatmap's size, about (pixels).
+const PICKER_PX: f64 = 360.0;
 
 /// What the model does, as the reveal shows it.
 #[derive(Clone)]
@@ -113,6 +117,7 @@ fn Exercise(prompt: Prompt, question: Question, outcomes: RwSignal<BTreeMap<Stri
         pairs: Vec::new(),
     };
     let attend = matches!(question, Question::Attend { .. });
+    let pattern_text = prompt.text.clone();
     let verdict = requested(
         move || {
             if !attend {
@@ -188,28 +193,40 @@ fn Exercise(prompt: Prompt, question: Question, outcomes: RwSignal<BTreeMap<Stri
             }
             let check = check.clone();
             match &question {
-                Question::Attend { .. } => match verdict.get() {
+                Question::Attend { head } => match verdict.get() {
                     Some(Ok(row)) => {
-                        let options = row.tokens[..=row.query_position]
-                            .iter()
-                            .enumerate()
-                            .map(|(i, t)| view! { <option value=i.to_string()>{format!("{i} `{}`", visible(t))}</option> })
-                            .collect_view();
+                        // The prompt's grid without weights: the student clicks (or tabs to
+                        // and presses Enter on) the key they predict; the query's row holds the choices.
+                        let svg = key_picker(
+                            &row.tokens,
+                            row.query_position,
+                            PICKER_PX,
+                            &format!("Choose the key {head} attends to most from query {}", row.query_position),
+                        );
+                        let by_key = check.clone();
                         view! {
-                            <select class="answer-position" on:change=move |ev| draft.set(event_target_value(&ev))>
-                                <option value="" selected=true>"choose a key…"</option>
-                                {options}
-                            </select>
-                            <button
-                                class="check"
-                                on:click=move |_| {
-                                    if let Ok(p) = draft.get_untracked().parse() {
-                                        check(Answer::Position(p));
+                            <p class="note">
+                                {format!(
+                                    "Click the key you predict in row {} (or Tab to it and press Enter).",
+                                    row.query_position,
+                                )}
+                            </p>
+                            <div
+                                class="chart-scroll answer-heatmap"
+                                inner_html=svg
+                                on:click=move |ev| {
+                                    if let Some((_, key)) = cell_of(&ev) {
+                                        check(Answer::Position(key));
                                     }
                                 }
-                            >
-                                "Check"
-                            </button>
+                                on:keydown=move |ev| {
+                                    if activates(&ev)
+                                        && let Some((_, key)) = cell_of(&ev)
+                                    {
+                                        by_key(Answer::Position(key));
+                                    }
+                                }
+                            ></div>
                         }
                         .into_any()
                     }
@@ -265,6 +282,34 @@ fn Exercise(prompt: Prompt, question: Question, outcomes: RwSignal<BTreeMap<Stri
             </p>
         })
     };
+    // Once answered, an attention question shows the head's real pattern on the prompt, the
+    // query's row boxed.
+    let attention_head = head;
+    let revealed_pattern = requested(
+        move || {
+            if !attend || given.get().is_none() {
+                return None;
+            }
+            Some(Request::Pattern {
+                model: ctx.loaded.get()?.id,
+                head: attention_head.get()?.ok()?,
+                text: pattern_text.clone(),
+                prepend_bos: ctx.prepend_bos.get(),
+            })
+        },
+        |reply| match reply {
+            Reply::Pattern(p) => Some(p),
+            _ => None,
+        },
+    );
+    let revealed_heatmap = move || {
+        let pattern = revealed_pattern.get()?.ok()?;
+        let query = verdict.get()?.ok()?.query_position;
+        let head = attention_head.get()?.ok()?;
+        let svg =
+            heatmap(&pattern.rows, &pattern.tokens, &[], Some(query), PICKER_PX, &format!("{head} attention pattern"));
+        Some(view! { <div class="chart-scroll revealed-heatmap" inner_html=svg></div> })
+    };
     let problem = move || match truth.get() {
         Some(Err(e)) => Some(view! { <p class="error-inline">{e}</p> }),
         _ => None,
@@ -280,6 +325,7 @@ fn Exercise(prompt: Prompt, question: Question, outcomes: RwSignal<BTreeMap<Stri
             <div class="answer">{input}</div>
             {problem}
             {reveal}
+            {revealed_heatmap}
             {move || given.get().and(note.clone()).map(|n| view! { <p class="note">{n}</p> })}
         </li>
     }

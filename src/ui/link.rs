@@ -1,25 +1,19 @@
 //! Share links: the URL's fragment holds the view (model, tab, head, metric, mode, sequence,
 //! BOS switch, induction-head threshold, suite or, deflated, a teacher's sheet, prompt), so a link opens the same view. A local model is named by its file name and
-//! the first digits of its SHA-256; the page asks for the file and checks the hash.
+//! the first digits of its SHA-256; the page asks for the file and checks the hash. The text
+//! itself is read and written by the core (src/link.rs).
 
 use leptos::prelude::*;
 use wasm_bindgen::JsValue;
 
 use super::state::{Awaited, Ctx, Identity, Metric, Origin, Sequence, Tab};
 use crate::analysis::Mode;
+use crate::link::{self, encode_component};
 use crate::probes::Suite;
-use crate::probes::exercise::{decode_sheet, link_form};
+use crate::probes::exercise::link_form;
 
 /// Hex digits of the SHA-256 a link keeps (48 bits: enough to tell files apart by accident).
 pub const HASH_DIGITS: usize = 12;
-
-fn encode(text: &str) -> String {
-    String::from(js_sys::encode_uri_component(text))
-}
-
-fn decode(text: &str) -> Option<String> {
-    js_sys::decode_uri_component(text).ok().map(String::from)
-}
 
 /// The fragment for the current view.
 pub fn fragment(ctx: Ctx) -> Option<String> {
@@ -27,7 +21,7 @@ pub fn fragment(ctx: Ctx) -> Option<String> {
     let mut parts = match &loaded.origin {
         Origin::Demo => vec!["model=demo".to_string()],
         Origin::Local { name, sha256 } => {
-            let mut parts = vec!["model=file".into(), format!("name={}", encode(name.as_str()))];
+            let mut parts = vec!["model=file".into(), format!("name={}", encode_component(name.as_str()))];
             // While the hashing worker runs, the link names the file alone; the hash joins it
             // when known (this reruns: `sha256` is a signal).
             if let Identity::Known(hex) = sha256.get() {
@@ -45,14 +39,14 @@ pub fn fragment(ctx: Ctx) -> Option<String> {
     parts.push(format!("threshold={}", ctx.threshold.get()));
     let suite = ctx.suite.get();
     if Suite::BUILTIN.contains(&suite.name.as_str()) {
-        parts.push(format!("suite={}", encode(&suite.name)));
+        parts.push(format!("suite={}", encode_component(&suite.name)));
     } else {
         // A teacher's suite or exercise sheet travels compressed, when it fits (else: JSON file).
         if let Some(sheet) = link_form(&suite) {
             parts.push(format!("sheet={sheet}"));
         }
     }
-    parts.push(format!("prompt={}", encode(&ctx.prompt.get())));
+    parts.push(format!("prompt={}", encode_component(&ctx.prompt.get())));
     Some(format!("#{}", parts.join("&")))
 }
 
@@ -67,60 +61,46 @@ pub fn write(fragment: &str) {
 
 /// Applies a link's fragment to the page; returns whether it asks for the demo model.
 pub fn apply(ctx: Ctx, fragment: &str) -> bool {
-    let mut wants_demo = true;
-    let (mut name, mut sha256) = (None, None);
-    for pair in fragment.trim_start_matches('#').split('&') {
-        let Some((key, value)) = pair.split_once('=') else { continue };
-        let Some(value) = decode(value) else { continue };
-        match key {
-            "model" => wants_demo = value != "file",
-            "name" => name = Some(value),
-            "sha256" => sha256 = Some(value.to_ascii_lowercase()),
-            "tab" => {
-                if let Some(tab) = Tab::from_key(&value) {
-                    ctx.tab.set(tab);
-                }
-            }
-            "head" => ctx.linked_head.set(Some(value)),
-            "metric" => {
-                if let Some(metric) = Metric::from_key(&value) {
-                    ctx.metric.set(metric);
-                }
-            }
-            "mode" => ctx.mode.set(if value == "raw" { Mode::Raw } else { Mode::Folded }),
-            "seq" => {
-                if let Some(sequence) = Sequence::from_key(&value) {
-                    ctx.sequence.set(sequence);
-                }
-            }
-            "bos" => ctx.prepend_bos.set(value != "off"),
-            "threshold" => {
-                if let Ok(threshold) = value.parse::<f64>()
-                    && (0.0..=1.0).contains(&threshold)
-                {
-                    ctx.threshold.set(threshold);
-                }
-            }
-            "suite" => {
-                if let Some(suite) = Suite::builtin(&value) {
-                    ctx.suite.set(suite);
-                }
-            }
-            "sheet" => match decode_sheet(&value) {
-                Ok(suite) => ctx.suite.set(suite),
-                Err(e) => report_after_load(ctx, e.to_string()),
-            },
-            "prompt" => ctx.prompt.set(value),
-            _ => {}
-        }
+    let fields = link::parse(fragment);
+    if let Some(tab) = fields.tab.as_deref().and_then(Tab::from_key) {
+        ctx.tab.set(tab);
     }
-    if !wants_demo {
+    if fields.head.is_some() {
+        ctx.linked_head.set(fields.head);
+    }
+    if let Some(metric) = fields.metric.as_deref().and_then(Metric::from_key) {
+        ctx.metric.set(metric);
+    }
+    if let Some(mode) = fields.mode {
+        ctx.mode.set(if mode == "raw" { Mode::Raw } else { Mode::Folded });
+    }
+    if let Some(sequence) = fields.sequence.as_deref().and_then(Sequence::from_key) {
+        ctx.sequence.set(sequence);
+    }
+    if let Some(prepend_bos) = fields.prepend_bos {
+        ctx.prepend_bos.set(prepend_bos);
+    }
+    if let Some(threshold) = fields.threshold {
+        ctx.threshold.set(threshold);
+    }
+    if let Some(suite) = fields.suite {
+        ctx.suite.set(suite);
+    }
+    match fields.sheet {
+        Some(Ok(suite)) => ctx.suite.set(suite),
+        Some(Err(e)) => report_after_load(ctx, e.to_string()),
+        None => {}
+    }
+    if let Some(prompt) = fields.prompt {
+        ctx.prompt.set(prompt);
+    }
+    if !fields.wants_demo {
         ctx.awaited.set(Some(Awaited {
-            name: name.unwrap_or_else(|| "a local model".into()),
-            sha256_prefix: sha256.unwrap_or_default(),
+            name: fields.name.unwrap_or_else(|| "a local model".into()),
+            sha256_prefix: fields.sha256.unwrap_or_default(),
         }));
     }
-    wants_demo
+    fields.wants_demo
 }
 
 /// Shows `message` on the error line once the first model is shown (showing a model clears

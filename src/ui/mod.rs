@@ -11,6 +11,7 @@ mod export;
 mod head;
 mod link;
 mod overview;
+mod pick;
 mod print;
 mod probes;
 mod requested;
@@ -78,16 +79,26 @@ fn connect_worker(ctx: Ctx) {
         }),
         on_memory: Box::new(move |bytes| ctx.worker_memory.set(bytes)),
         on_trouble: Box::new(move |message| ctx.error.set(Some(message))),
+        on_hashing: Box::new(move |progress| ctx.hashing.set(progress)),
     });
     // Start the worker (and its copy of the wasm) while the demo model downloads.
     client::warm_up();
 }
 
-/// Stops the running work; the worker is replaced and the shown model stays.
+/// Stops the running work: the analysis worker is replaced when it was busy (the shown model
+/// stays), and the hashing worker stops.
 fn cancel(ctx: Ctx) {
-    client::restart(client::CANCELLED);
+    let analysing = ctx.busy.get_untracked().is_some()
+        || ctx.progress.get_untracked().is_some()
+        || ctx.running.with_untracked(|r| !r.is_empty());
+    if analysing {
+        client::restart(client::CANCELLED);
+    }
+    client::cancel_hashing();
     ctx.progress.set(None);
     ctx.busy.set(None);
+    ctx.hashing.set(None);
+    ctx.running.set(Vec::new());
 }
 
 #[component]
@@ -369,7 +380,30 @@ fn ModelBar() -> impl IntoView {
                         })
                 }}
                 {move || {
-                    (ctx.busy.get().is_some() || ctx.progress.get().is_some())
+                    // A suite's run shows only when nothing bigger is named.
+                    ctx.busy
+                        .with(Option::is_none)
+                        .then(|| ctx.running.with(|r| r.first().map(|(_, label)| label.clone())))
+                        .flatten()
+                        .map(|label| view! { <span id="running-suite">{label}</span> })
+                }}
+                {move || {
+                    ctx.hashing
+                        .get()
+                        .map(|p| {
+                            let fraction = if p.total > 0 { p.done as f64 / p.total as f64 } else { 0.0 };
+                            view! {
+                                <span class="progress" id="hashing">
+                                    {format!(" {} for the share link {:.0}%", p.stage, 100.0 * fraction)}
+                                </span>
+                            }
+                        })
+                }}
+                {move || {
+                    (ctx.busy.get().is_some()
+                        || ctx.progress.get().is_some()
+                        || ctx.hashing.get().is_some()
+                        || ctx.running.with(|r| !r.is_empty()))
                         .then(|| {
                             view! {
                                 <button id="cancel" class="small" on:click=move |_| cancel(ctx)>

@@ -5,6 +5,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use super::browser::{download_text, file_list, read_file};
+use super::client;
 use super::exercises::Exercises;
 use super::export::ChartExport;
 use super::head::HeadSelect;
@@ -173,6 +174,12 @@ pub fn Probes() -> impl IntoView {
                 }
                 .into_any()
             }
+            Err(e) if e == client::CANCELLED => view! {
+                <p class="error-inline" id="verdict-error">
+                    "Cancelled: the suite was not run. Choose it again to run it."
+                </p>
+            }
+            .into_any(),
             Err(e) => view! { <p class="error-inline" id="verdict-error">{e}</p> }.into_any(),
         })
     };

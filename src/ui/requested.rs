@@ -5,8 +5,13 @@
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use super::client;
+use super::state::Ctx;
 use crate::worker::protocol::{Reply, Request};
+
+static NEXT_TICKET: AtomicU64 = AtomicU64::new(1);
 
 /// The answer to `request()` (None while there is nothing to ask or no answer yet),
 /// turned into `T` by `read` (which rejects an unexpected reply kind).
@@ -26,10 +31,22 @@ where
         };
         let generation = asked.get_value() + 1;
         asked.set_value(generation);
+        // A suite can take long on a big model: the busy line names it, and Cancel stops it.
+        let running = match &request {
+            Request::Verdicts { suite, head, .. } => use_context::<Ctx>().map(|ctx| {
+                let ticket = NEXT_TICKET.fetch_add(1, Ordering::Relaxed);
+                ctx.running.update(|r| r.push((ticket, format!("Running the suite {} on {head}…", suite.name))));
+                (ctx, ticket)
+            }),
+            _ => None,
+        };
         spawn_local(async move {
             let result = client::request(&request, &Vec::new())
                 .await
                 .and_then(|reply| read(reply).ok_or_else(|| "unexpected answer from the worker".to_string()));
+            if let Some((ctx, ticket)) = running {
+                ctx.running.try_update(|r| r.retain(|(t, _)| *t != ticket));
+            }
             // The view may be gone by now (another tab): then nobody is listening.
             if asked.try_get_value() == Some(generation) {
                 answer.try_set(Some(result));

@@ -255,6 +255,10 @@ pub struct Ctx {
     pub busy: RwSignal<Option<String>>,
     /// The running request's progress, while there is one.
     pub progress: RwSignal<Option<Progress>>,
+    /// The share link's SHA-256, while the hashing worker reads the files.
+    pub hashing: RwSignal<Option<Progress>>,
+    /// Suites being run (verdict tables), by request: named in the busy line, with Cancel.
+    pub running: RwSignal<Vec<(u64, String)>>,
     /// Heads fingerprinted so far while the first model loads (the grid fills as they come).
     pub preview: RwSignal<Option<Preview>>,
     /// The worker's wasm memory (bytes; the peak so far).
@@ -287,6 +291,8 @@ impl Default for Ctx {
             sequence: RwSignal::new(Sequence::UniformRandom),
             busy: RwSignal::new(None),
             progress: RwSignal::new(None),
+            hashing: RwSignal::new(None),
+            running: RwSignal::new(Vec::new()),
             preview: RwSignal::new(None),
             worker_memory: RwSignal::new(0.0),
             error: RwSignal::new(None),

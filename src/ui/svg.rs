@@ -239,32 +239,20 @@ pub fn complex_plane(eigenvalues: &[Eigenvalue], colour: &str, fit: bool, title:
     s
 }
 
-/// An attention pattern (query rows x key columns) with token labels; `marks` are
-/// (query, key) cells outlined (induction cells), `highlight_row` a query row to box.
-pub fn heatmap(
-    pattern: &[Vec<f64>],
-    tokens: &[String],
-    marks: &[(usize, usize)],
-    highlight_row: Option<usize>,
-    max_px: f64,
-    title: &str,
-) -> String {
-    let n = tokens.len();
+/// A heatmap's cell size, label margin, total size and font size for `n` tokens in about
+/// `max_px` pixels.
+fn heatmap_geometry(n: usize, max_px: f64) -> (f64, f64, f64, f64) {
     let cell = (max_px / n.max(1) as f64).clamp(4.0, 22.0);
     let label = 56.0;
-    let size = label + cell * n as f64 + 4.0;
-    let font = (cell * 0.7).clamp(6.0, 12.0);
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        r#"<svg class="heatmap" viewBox="0 0 {size:.0} {size:.0}" width="{size:.0}" height="{size:.0}" role="img" aria-label="{t}">"#,
-        t = esc(title)
-    );
-    let show_labels = cell >= 7.0;
+    (cell, label, label + cell * n as f64 + 4.0, (cell * 0.7).clamp(6.0, 12.0))
+}
+
+/// Query labels down the left, key labels along the top (when cells are big enough to read).
+fn axis_labels(s: &mut String, tokens: &[String], cell: f64, label: f64, font: f64) {
+    if cell < 7.0 {
+        return;
+    }
     for (i, token) in tokens.iter().enumerate() {
-        if !show_labels {
-            break;
-        }
         let text = esc(&visible(token));
         let mid = label + cell * (i as f64 + 0.5);
         let _ = write!(
@@ -280,6 +268,63 @@ pub fn heatmap(
             y = label - 3.0
         );
     }
+}
+
+/// The grid of a heatmap with no weights shown, for predicting before the reveal: the keys
+/// `query` may attend to (0..=query) are buttons, `data-query`/`data-key` name each (the page's
+/// click and key handlers read them), focusable and labelled for keyboards and screen readers.
+pub fn key_picker(tokens: &[String], query: usize, max_px: f64, title: &str) -> String {
+    let n = tokens.len();
+    let (cell, label, size, font) = heatmap_geometry(n, max_px);
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<svg class="heatmap key-picker" viewBox="0 0 {size:.0} {size:.0}" width="{size:.0}" height="{size:.0}" role="group" aria-label="{t}">"#,
+        t = esc(title)
+    );
+    axis_labels(&mut s, tokens, cell, label, font);
+    for q in 0..n {
+        for (k, key_token) in tokens.iter().enumerate().take(q + 1) {
+            let (x, y) = (label + cell * k as f64, label + cell * q as f64);
+            if q == query {
+                let token = esc(&visible(key_token));
+                let _ = write!(
+                    s,
+                    r##"<rect class="key-choice" data-query="{q}" data-key="{k}" tabindex="0" role="button" aria-label="key {k}: {token}" x="{x:.1}" y="{y:.1}" width="{c:.2}" height="{c:.2}" fill="#fff" stroke="#222" stroke-width="1"><title>choose key {k} {token}</title></rect>"##,
+                    c = cell
+                );
+            } else {
+                let _ = write!(
+                    s,
+                    r##"<rect x="{x:.1}" y="{y:.1}" width="{c:.2}" height="{c:.2}" fill="#eee" stroke="#fff" stroke-width="0.5"/>"##,
+                    c = cell
+                );
+            }
+        }
+    }
+    s.push_str("</svg>");
+    s
+}
+
+/// An attention pattern (query rows x key columns) with token labels; `marks` are
+/// (query, key) cells outlined (induction cells), `highlight_row` a query row to box.
+pub fn heatmap(
+    pattern: &[Vec<f64>],
+    tokens: &[String],
+    marks: &[(usize, usize)],
+    highlight_row: Option<usize>,
+    max_px: f64,
+    title: &str,
+) -> String {
+    let n = tokens.len();
+    let (cell, label, size, font) = heatmap_geometry(n, max_px);
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<svg class="heatmap" viewBox="0 0 {size:.0} {size:.0}" width="{size:.0}" height="{size:.0}" role="img" aria-label="{t}">"#,
+        t = esc(title)
+    );
+    axis_labels(&mut s, tokens, cell, label, font);
     for (q, row) in pattern.iter().enumerate() {
         for (k, &w) in row.iter().enumerate().take(q + 1) {
             let x = label + cell * k as f64;

@@ -60,10 +60,7 @@ struct Held {
 impl Held {
     /// Text or, for models without a vocabulary, comma-separated ids.
     fn encode(&self, text: &str) -> Result<Vec<usize>> {
-        match self.tokenizer {
-            Tokenizer::IdsOnly { .. } => crate::tokens::parse_ids(text),
-            _ => self.tokenizer.encode(text),
-        }
+        self.tokenizer.encode(text)
     }
 
     fn head(&self, head: HeadId) -> Result<HeadId> {
@@ -324,6 +321,7 @@ impl Session {
         drop(files);
         timings.push(timed("load", started));
 
+        report(Progress::new("Computing the embedding Grams", 0, 1));
         let started = clock();
         let grams = Grams::compute(&model);
         timings.push(timed("gram", started));

@@ -91,8 +91,10 @@ async function download(p, selector) {
   const [file] = await Promise.all([p.waitForEvent('download'), p.click(selector)]);
   return { name: file.suggestedFilename(), bytes: fs.readFileSync(await file.path()) };
 }
-/// A large gpt.py-layout model of zeros (a sparse file): long enough to load that it can be cancelled.
-function bigModel(file, { layers = 8, heads = 16, d = 1024, vocab = 65, context = 128 } = {}) {
+/// A large gpt.py-layout model of zeros (a sparse file): long enough to load that it can be
+/// cancelled. `random`: weights from a tiled block of small random values instead, so every
+/// stage (Grams, fingerprints, probe) does real work.
+function bigModel(file, { layers = 8, heads = 16, d = 1024, vocab = 65, context = 128, random = false } = {}) {
   const tensors = [];
   const add = (name, shape) => tensors.push([name, shape]);
   add('token_embedding_table.weight', [vocab, d]);
@@ -118,8 +120,34 @@ function bigModel(file, { layers = 8, heads = 16, d = 1024, vocab = 65, context 
   const length = Buffer.alloc(8);
   length.writeBigUInt64LE(BigInt(json.length));
   fs.writeFileSync(file, Buffer.concat([length, Buffer.from(json)]));
+  if (random) {
+    const block = new Float32Array(1 << 18).map(() => (Math.random() - 0.5) * 0.1);
+    const bytes = Buffer.from(block.buffer);
+    const fd = fs.openSync(file, 'a');
+    for (let written = 0; written < offset; written += bytes.length) {
+      fs.writeSync(fd, bytes, 0, Math.min(bytes.length, offset - written));
+    }
+    fs.closeSync(fd);
+  }
   fs.truncateSync(file, 8 + json.length + offset);
   return offset;
+}
+/// Waits until the busy line names `stage`, then presses Cancel.
+async function cancelAt(stage, timeout = 120000) {
+  await page.waitForFunction((s) => (document.querySelector('#busy')?.textContent ?? '').includes(s), stage, { timeout, polling: 20 });
+  await page.click('#cancel');
+}
+/// Clears the error line, so the next one read is new.
+async function dismissError() {
+  if (await page.locator('#load-error').count() > 0) await page.click('#load-error .dismiss');
+  await page.waitForSelector('#load-error', { state: 'detached' });
+}
+/// The shown model still answers: a head's OV logits come from the (fresh) worker.
+async function stillUsable(name) {
+  expect((await page.textContent('#model-name')).trim() === name, `the shown model stays: ${name}`);
+  await page.click('#tab-overview');
+  await page.click('#head-grid .cell >> nth=1');
+  await page.waitForSelector('#self-copy-raw li', { timeout: 60000 });
 }
 async function modelShape() {
   const text = await page.textContent('#model-info');
@@ -275,13 +303,26 @@ await test('a student answers an exercise sheet: one right, one wrong, the revea
   await page.waitForSelector('li[data-id="E1"] .reveal.right');
   const e1 = await page.textContent('li[data-id="E1"] .reveal');
   expect(/mean induction score is 0\.82\d; the threshold is 0\.4: an induction head/.test(e1), `E1 reveals the score: ${e1}`);
-  // E5: "(a (b" on L2H0; the student guesses the open bracket at 3, the model sinks on 0 (CLI: 0.7547).
-  await page.waitForSelector('li[data-id="E5"] select.answer-position option[value="3"]', { state: 'attached' });
-  await page.selectOption('li[data-id="E5"] select.answer-position', '3');
-  await page.click('li[data-id="E5"] button.check');
+  // E5: "(a (b" on L2H0; the student clicks the open bracket at key 3 in the query's row of the
+  // weightless heatmap; the model sinks on 0 (CLI: 0.7547).
+  const e5Picker = 'li[data-id="E5"] .answer-heatmap svg.key-picker';
+  await page.waitForSelector(`${e5Picker} rect.key-choice[data-key="3"]`);
+  const e5Choices = await page.$$eval(`${e5Picker} rect.key-choice`, (cells) => cells.map((c) => c.getAttribute('data-key')).join(','));
+  const e5Query = await page.getAttribute(`${e5Picker} rect.key-choice[data-key="0"]`, 'data-query');
+  expect(e5Choices === Array.from({ length: Number(e5Query) + 1 }, (_, i) => i).join(','), `the query row's keys are the choices: ${e5Choices} (query ${e5Query})`);
+  expect(!/\d\.\d{4}/.test(await page.innerHTML(e5Picker)), 'the picker shows no weights before the answer');
+  expect(await page.locator('li[data-id="E5"] select').count() === 0, 'no drop-down: the heatmap is the answer');
+  await page.evaluate(() => document.querySelector('li[data-id="E5"]')?.scrollIntoView());
+  await shot('exercise-picker');
+  await page.click(`${e5Picker} rect.key-choice[data-key="3"]`);
   await page.waitForSelector('li[data-id="E5"] .reveal.wrong');
   const e5 = await page.textContent('li[data-id="E5"] .reveal');
   expect(/you answered key 3/.test(e5) && /attends most to 0 `\(` \(weight 0\.75\d\d, position-0 sink/.test(e5), `E5 reveals the attention: ${e5}`);
+  // The reveal draws the head's real pattern with the query's row boxed; its cell titles carry the weights.
+  await page.waitForSelector('li[data-id="E5"] .revealed-heatmap svg');
+  expect(await page.locator('li[data-id="E5"] .answer-heatmap').count() === 0, 'the picker gives way to the reveal');
+  const e5Titles = await page.$$eval('li[data-id="E5"] .revealed-heatmap rect title', (ts) => ts.map((t) => t.textContent));
+  expect(e5Titles.some((t) => new RegExp(`^query ${e5Query} .* → key 0 .*: 0\\.75\\d\\d$`).test(t)), `the revealed row holds 0.75 on key 0: ${e5Titles.slice(-6).join(' | ')}`);
   let score = await page.textContent('#exercise-score');
   expect(/1 correct of 2 answered \(7 questions\)/.test(score), `score after two: ${score}`);
   // E7: the OV row of L2H0 after `)`, from the worker's Row request (CLI: `)` +0.040 first).
@@ -323,6 +364,14 @@ await test('a teacher sheet travels compressed in the share link, and prints wit
   expect(/my-sheet \(loaded\)/.test(await linked.textContent('#suite-select')), 'the sheet is the loaded suite');
   await linked.click('li[data-id="Q2"] .answer-no');
   await linked.waitForSelector('li[data-id="Q2"] .reveal.right');
+  // The heatmap answer works from the keyboard: Tab reaches the keys, Enter chooses one.
+  await linked.waitForSelector('li[data-id="Q1"] rect.key-choice[data-key="1"]');
+  await linked.focus('li[data-id="Q1"] rect.key-choice[data-key="0"]');
+  await linked.keyboard.press('Tab');
+  expect(await linked.evaluate(() => document.activeElement?.getAttribute('data-key')) === '1', 'Tab moves to the next key');
+  await linked.keyboard.press('Enter');
+  await linked.waitForSelector('li[data-id="Q1"] .reveal');
+  expect(/you answered key 1/.test(await linked.textContent('li[data-id="Q1"] .reveal')), 'Enter answers with the focused key');
   // A damaged sheet in a link says so once the page is up; the built-in suite stays.
   await linked.goto(origin + '/#model=demo&tab=probes&sheet=AAAA');
   await linked.reload();
@@ -447,14 +496,155 @@ await test('a share link restores its view, and a local model link checks the fi
   await linked.close();
 });
 
+await test('hostile token texts stay text: nothing runs, the layout holds, the exports parse', async () => {
+  const dir = path.join(fixtures, 'hostile');
+  const dialogs = [];
+  page.on('dialog', (d) => { dialogs.push(d.message()); d.dismiss().catch(() => {}); });
+  const elements = () => page.evaluate(() => ['script', 'style', 'img', 'iframe', 'object'].map((t) => document.querySelectorAll(t).length).join(','));
+  const before = await elements();
+  // A lone surrogate in the vocabulary: refused by name, the shown model stays.
+  const shown = (await page.textContent('#model-name')).trim();
+  await page.setInputFiles('#file-input', path.join(dir, 'lone-surrogate.safetensors'));
+  await page.waitForSelector('#load-error', { timeout: 30000 });
+  const refused = await page.textContent('#load-error');
+  expect(/lone-surrogate\.safetensors/.test(refused) && /not a JSON list of strings/.test(refused), `lone surrogate refused: ${refused}`);
+  expect((await page.textContent('#model-name')).trim() === shown, 'the previous model stays');
+  // The vocabulary (markup, </script>, ]]>, quotes, bidi controls, NUL, U+FFFF) through the head view.
+  await page.setInputFiles('#file-input', path.join(dir, 'model.safetensors'));
+  await page.waitForFunction(() => /gptchar · 2 layers × 2 heads/.test(document.querySelector('#model-info')?.textContent ?? ''), null, { timeout: 60000 });
+  await page.click('#tab-overview');
+  await page.click('#cell-L1H0');
+  await page.waitForSelector('#self-copy-raw li');
+  const listed = await page.textContent('#self-copy-raw');
+  expect(listed.includes('<img\u2423src=x\u2423onerror=window.__pwned=1>') && listed.includes('</script>') && listed.includes(']]>'),
+    `the tokens are listed as text: ${listed}`);
+  expect(!/[\u202e\u2066]/.test(listed) && listed.includes('\ufffdevil'), 'bidi controls are shown as U+FFFD');
+  // The tokenizer's words (script, attribute breakers, <style>, CSV formulas) through a prompt, a suite and the exports.
+  // (The prompt below encodes only once this model, with its tokenizer, is shown.)
+  await page.setInputFiles('#file-input', [path.join(dir, 'model.safetensors'), path.join(dir, 'tokenizer.json')]);
+  const words = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer.json'), 'utf8')).model.vocab;
+  const typed = Object.keys(words).filter((w) => w !== '[UNK]' && !/\s/.test(w));
+  await page.click('#tab-probes');
+  await page.fill('#prompt-input', typed.join(' '));
+  await page.click('#run-prompt');
+  await page.waitForFunction((n) => document.querySelectorAll('#prompt-heatmap svg text').length === 2 * n, typed.length, { timeout: 60000 });
+  const labels = await page.$$eval('#prompt-heatmap svg > text', (ts) => ts.map((t) => t.firstChild?.textContent ?? ''));
+  expect(labels[0] === '<script>window.__pwned=3</script>' && labels.includes('<style>*{display:none!important}</style>'),
+    `the words are labels, as text: ${labels.slice(0, 4).join(' | ')}`);
+  const svg = (await download(page, '#prompt-heatmap ~ .chart-export [data-export=svg]')).bytes.toString();
+  const parsed = await page.evaluate((text) => {
+    const doc = new DOMParser().parseFromString(text, 'image/svg+xml');
+    return { error: doc.querySelector('parsererror')?.textContent ?? null,
+      elements: [...new Set([...doc.querySelectorAll('*')].map((e) => e.localName))].sort().join(','),
+      texts: [...doc.querySelectorAll('svg > text')].map((t) => t.firstChild?.textContent ?? '') };
+  }, svg);
+  expect(parsed.error === null, `the SVG export parses as XML: ${parsed.error}`);
+  expect(parsed.elements === 'rect,svg,text,title', `only chart elements in the SVG export: ${parsed.elements}`);
+  expect(JSON.stringify(parsed.texts) === JSON.stringify(labels), 'the SVG export holds the same labels');
+  // A suite of those words: its verdict table, and its JSON export read back equal.
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'headprint-hostile-'));
+  const suite = { name: 'hostile', description: '</script><img src=x onerror=window.__pwned=6>', prompts: [{ id: '"><b>', text: typed.join(' ') }] };
+  fs.writeFileSync(path.join(tmp, 'hostile.json'), JSON.stringify(suite));
+  await page.setInputFiles('#suite-file', path.join(tmp, 'hostile.json'));
+  await page.waitForSelector('#verdict-table tbody tr', { timeout: 30000 });
+  const row = await page.textContent('#verdict-table tbody tr');
+  expect(row.includes('"><b>'), `the prompt id is text in the table: ${row}`);
+  const saved = JSON.parse((await download(page, '#save-suite')).bytes.toString());
+  expect(JSON.stringify(saved.prompts.map((p) => [p.id, p.text])) === JSON.stringify(suite.prompts.map((p) => [p.id, p.text])), 'the suite export reads back equal');
+  await page.click('#tab-overview');
+  const json = JSON.parse((await download(page, '#export-json')).bytes.toString());
+  expect(json.config.vocab === 13, 'the results JSON parses');
+  const csv = (await download(page, '#export-csv')).bytes.toString().trim().split('\n');
+  expect(csv.every((l) => l.split(',').length === csv[0].split(',').length), 'every CSV row has the header\'s columns');
+  // Nothing ran, nothing was added, the page is laid out as before.
+  expect(await page.evaluate(() => window.__pwned) === undefined && dialogs.length === 0, 'no script from a token ran');
+  expect(await elements() === before, `no element from a token: ${before} → ${await elements()}`);
+  await page.click('#tab-probes');
+  expect(await page.isVisible('nav') && await page.isVisible('#prompt-input') && await page.isVisible('#tab-overview'), 'the layout holds');
+  await page.evaluate(() => document.querySelector('#prompt-heatmap')?.scrollIntoView());
+  await shot('hostile-tokens');
+  fs.rmSync(tmp, { recursive: true });
+  await page.selectOption('#suite-select', 'bracket');
+});
+
+await test('cancel works at every stage and the shown model stays usable; frames stay short during a long load', async () => {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'headprint-stages-'));
+  // Every stage takes a while: a big vocabulary (Grams), 24 heads of width 384 (fingerprints), a long probe.
+  const shape = { layers: 4, heads: 6, d: 384, vocab: 8192, context: 256, random: true };
+  const stages = path.join(tmp, 'stages.safetensors');
+  bigModel(stages, shape);
+  // The long load, measured: the longest gap between animation frames, and the longest
+  // animation frame the browser reports (Long Animation Frames API), from file to overview.
+  await page.evaluate(() => {
+    const m = { gap: 0, loaf: 0, loafScript: '', stages: {}, t0: performance.now() };
+    window.__frames = m;
+    let last = performance.now();
+    const tick = (t) => { m.gap = Math.max(m.gap, t - last); last = t; if (!m.stop) requestAnimationFrame(tick); };
+    requestAnimationFrame(tick);
+    try {
+      new PerformanceObserver((list) => {
+        for (const e of list.getEntries()) {
+          if (e.duration > m.loaf) {
+            m.loaf = e.duration;
+            const at = (t) => (t ? Math.round(t - e.startTime) : '-');
+            m.loafScript = `at ${Math.round(e.startTime - m.t0)} ms (render from ${at(e.renderStart)}, style and layout from ${at(e.styleAndLayoutStart)}, blocking ${Math.round(e.blockingDuration)} ms) `
+              + (e.scripts ?? []).map((s) => `${s.invoker} ${s.sourceFunctionName} ${Math.round(s.duration)} ms`).join('; ');
+          }
+        }
+      }).observe({ type: 'long-animation-frame' });
+    } catch { m.loaf = -1; }
+    const busy = document.querySelector('#busy');
+    new MutationObserver(() => {
+      const text = busy.textContent ?? '';
+      for (const s of ['Reading tensors', 'Computing the embedding Grams', 'Fingerprinting heads', 'Running the induction probe', 'Identifying the files']) {
+        if (text.includes(s) && !(s in m.stages)) m.stages[s] = Math.round(performance.now() - m.t0);
+      }
+    }).observe(busy, { subtree: true, childList: true, characterData: true });
+  });
+  await page.setInputFiles('#file-input', stages);
+  await page.waitForFunction(() => /stages\.safetensors/.test(document.querySelector('#model-name')?.textContent ?? '') && !(document.querySelector('#busy')?.textContent ?? '').trim(), null, { timeout: 300000 });
+  const frames = await page.evaluate(() => { const m = window.__frames; m.stop = true; return { ...m, total: Math.round(performance.now() - m.t0) }; });
+  console.log(`     long load (${JSON.stringify(shape)}): ${frames.total} ms; stages began at ${JSON.stringify(frames.stages)} ms; longest rAF gap ${frames.gap.toFixed(1)} ms; longest animation frame ${frames.loaf > 0 ? `${frames.loaf.toFixed(1)} ms ${frames.loafScript}` : 'none of 50 ms or more (the API reports only those)'}`);
+  expect(frames.gap > 0, 'frames were measured');
+  const shown = 'stages.safetensors';
+  await stillUsable(shown);
+  // A suite on the shown model: 40 prompts of 200 ids.
+  const suite = { name: 'long-suite', prompts: Array.from({ length: 40 }, (_, i) => ({ id: `S${i}`, text: Array.from({ length: 200 }, (_, j) => (i * 31 + j * 7) % 8192).join(',') })) };
+  fs.writeFileSync(path.join(tmp, 'long-suite.json'), JSON.stringify(suite));
+  await page.click('#tab-probes');
+  await page.setInputFiles('#suite-file', path.join(tmp, 'long-suite.json'));
+  await cancelAt('Running the suite long-suite');
+  await page.waitForFunction(() => /Cancelled: the suite was not run/.test(document.querySelector('#verdict-error')?.textContent ?? ''), null, { timeout: 30000 });
+  expect(await page.locator('#running-suite').count() === 0, 'the busy line no longer names the suite');
+  await stillUsable(shown);
+  // Loading another model, cancelled at each stage.
+  const other = path.join(tmp, 'other.safetensors');
+  fs.copyFileSync(stages, other);
+  // (Reading is cancelled in the next test, on a bigger file.)
+  for (const stage of ['Identifying the files', 'Computing the embedding Grams', 'Fingerprinting heads', 'Running the induction probe']) {
+    await dismissError();
+    await page.setInputFiles('#file-input', other);
+    await cancelAt(stage);
+    await page.waitForSelector('#load-error');
+    expect(/Cancelled: other\.safetensors was not loaded/.test(await page.textContent('#load-error')), `cancel during "${stage}" is reported`);
+    expect(await page.locator('#hashing').count() === 0 && await page.locator('#progress').count() === 0, `nothing runs after cancelling "${stage}"`);
+    await stillUsable(shown);
+    console.log(`     cancelled during "${stage}"; ${shown} still answers`);
+  }
+  // The shown model's file stays: a worker restarted by a later cancel reads it again.
+  fs.rmSync(other);
+  fs.rmSync(path.join(tmp, 'long-suite.json'));
+});
+
 await test('a long load shows progress and can be cancelled; the shown model stays usable', async () => {
   await page.click('#tab-overview');
   const before = (await page.textContent('#model-name')).trim();
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'headprint-big-'));
   const big = path.join(tmp, 'big.safetensors');
   bigModel(big);
+  await dismissError();
   await page.setInputFiles('#file-input', big);
-  await page.waitForSelector('#progress', { timeout: 30000 });
+  await page.waitForFunction(() => /Reading tensors/.test(document.querySelector('#busy')?.textContent ?? ''), null, { timeout: 30000, polling: 20 });
   await shot('progress');
   await page.click('#cancel');
   await page.waitForSelector('#load-error');
