@@ -49,7 +49,8 @@ impl Layout {
     /// The cell under a point (hover), if any.
     pub fn cell_at(&self, px: f64, py: f64) -> Option<(usize, usize)> {
         let (c, r) = ((px - self.x) / self.cell_w, (py - self.y) / self.cell_h);
-        (c >= 0.0 && r >= 0.0 && (c as usize) < self.cols && (r as usize) < self.rows).then_some((r as usize, c as usize))
+        (c >= 0.0 && r >= 0.0 && (c as usize) < self.cols && (r as usize) < self.rows)
+            .then_some((r as usize, c as usize))
     }
 }
 
