@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Seed 003's figures (and seed 000's claims), re-run on the demo model with the headprint CLI.
 
-    cargo build --release && python3 scripts/demo_findings.py   # -> docs/demo-findings.md
+    cargo build --release && python3 scripts/demo_findings.py   # -> docs/demo-findings.md, docs/figures/*.png
 
-Every number in the document comes from `target/release/headprint ... --json`; nothing is typed
-by hand. Needs only the Python standard library.
+Every number in the document comes from `target/release/headprint ... --json`, every figure from
+`headprint figure` (plotters, bundled font: the same bytes on any machine); nothing is typed by
+hand. Needs only the Python standard library.
 """
 import json
 import statistics
@@ -17,6 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 BINARY = REPO / "target" / "release" / "headprint"
 MODEL = REPO / "public" / "models" / "nietzsche-char.safetensors"
 OUT = REPO / "docs" / "demo-findings.md"
+FIGURES = REPO / "docs" / "figures"
 SEEDS = range(8)
 
 
@@ -93,13 +95,19 @@ def verdict_section(lines, suite, head):
     return table["rows"]
 
 
-def figure(lines, shot, caption):
-    """A picture drawn by headprint's own page, as its browser tests saved it."""
-    if (REPO / "tests" / "e2e" / "screenshots" / shot).exists():
-        lines.append(f"![{caption}](../tests/e2e/screenshots/{shot})")
-        lines.append("")
-        lines.append(f"*{caption} (drawn by the page; screenshot saved by `scripts/e2e.sh`).*")
-        lines.append("")
+def figure(lines, name, caption, *args):
+    """A figure drawn by the CLI (`headprint figure`, plotters with the bundled font: the same bytes
+    on every machine) into docs/figures/NAME.png, embedded with the command that drew it."""
+    out = FIGURES / f"{name}.png"
+    FIGURES.mkdir(exist_ok=True)
+    subprocess.run([str(BINARY), "figure", str(MODEL), *map(str, args), "--out", str(out)], check=True,
+                   capture_output=True, text=True)
+    command = " ".join(["headprint figure", str(MODEL.relative_to(REPO)), *map(str, args), "--out",
+                        str(out.relative_to(REPO))])
+    lines.append(f"![{caption}](figures/{name}.png)")
+    lines.append("")
+    lines.append(f"*{caption}. Drawn by `{command}`.*")
+    lines.append("")
 
 
 def main():
@@ -149,7 +157,7 @@ def main():
              f"(ratio {gap:.2f}; seed 003: L5H0 0.615 vs 0.35, ratio 1.76). Other heads above 0.5: "
              + ", ".join(f"{k} {copying[k]:.3f}" for k in ranked[1:] if copying[k] > 0.5) + ".")
     L.append("")
-    figure(L, "overview.png", "The page's overview: OV copying score grid and bar chart of the demo model")
+    figure(L, "copying", "OV copying score of every head: the layer x head grid and the bars", "--kind", "copying")
     L.append(f"**Claim: one head stands far above the rest — {'holds' if holds else 'does not hold'}** on this model "
              f"({'a single copying head' if holds else 'several heads copy; the leader is ahead, not alone'}).")
     L.append("")
@@ -183,7 +191,8 @@ def main():
              f"raw, {contrast['top_normalised']:.2f} normalised; {overlap} of the 10 top tokens are the same.")
     L.append("")
 
-    figure(L, "head.png", "The page's head view: QK and OV spectra, metrics, raw vs normalised self-copy logits, pair lookup")
+    figure(L, "self-copy", f"{lead}'s top self-copy logits, raw and normalised", "--kind", "self-copy", "--head", lead)
+    figure(L, "spectrum", f"{lead}'s QK and OV eigenvalues beside the unit circle", "--kind", "spectrum", "--head", lead)
     L.append(f"## Bracket pair lookups on {lead}")
     L.append("")
     pairs = [cli("ov-logits", MODEL, "--head", lead, "--pair", a, b, "--top", 1)["pair"] for a, b in (("(", ")"), (")", "("), ("(", "("), (")", ")"))]
@@ -231,7 +240,7 @@ def main():
              "character after an older occurrence (often the matching place in the first half) rather than "
              "after the most recent one.")
     L.append("")
-    figure(L, "probes-swap.png", "The page's swap pairs side by side, induction cells outlined")
+    figure(L, "swap", f"{lead} on the swap pairs, induction cells outlined", "--kind", "swap", "--head", lead)
     L.append(f"**Claim: the bright cells follow the swapped tokens (an induction head) — "
              f"{'holds' if min(shares) >= 0.5 else 'does not hold'}** (lowest share {min(shares):.2f}).")
     L.append("")
@@ -250,7 +259,8 @@ def main():
              + "; ".join(f"{r['id']}: {labels(r['top'])} ({r['top']['weight']:.4f})" for r in quote_rows if r["id"] in ("P3-A", "P3-B", "P5-B")) + ".")
     L.append("")
 
-    figure(L, "verdict-table.png", "The page's verdict table with runner-up and weights")
+    figure(L, "verdicts-quote", f"{lead} on the quote suite: attention of each query (outlined in black), top key outlined in "
+           "its verdict's colour", "--kind", "verdicts", "--suite", "quote", "--head", lead)
     L.append(f"## Figure 5: bracket verdicts on {lead}")
     L.append("")
     bracket_rows = verdict_section(L, "bracket", lead)
@@ -269,6 +279,7 @@ def main():
     L.append(f"P7: unmatched `(` at 3 gets {p7a['attention'][3]:.4f}; matched `(` at 3 gets {p7b['attention'][3]:.4f} "
              f"with `)` at 11 at {p7b['attention'][11]:.4f} (seed 003: 0.0348; 0.1351 and 0.2743).")
     L.append("")
+    figure(L, "verdicts-bracket", f"{lead} on the bracket suite", "--kind", "verdicts", "--suite", "bracket", "--head", lead)
 
     L.append("## Seed 000: do spectral features track induction?")
     L.append("")
@@ -319,6 +330,10 @@ def main():
              f"{'a positive association' if kappa > 0 and kappa_p < 0.05 else 'a negative association' if kappa < 0 and kappa_p < 0.05 else 'no association distinguishable from chance'} on this model "
              f"(OV κ vs induction score: ρ = {rhos['OV κ']:+.3f}).")
     L.append("")
+    figure(L, "scatter-imaginary", "QK imaginary fraction against induction score across the heads, with Spearman's ρ "
+           "(the CLI's `compare` value)", "--kind", "scatter", "--x", "qk.imaginary_fraction", "--y", "induction_score")
+    figure(L, "scatter-kappa", "OV κ against copy fidelity across the heads", "--kind", "scatter",
+           "--x", "ov.eigenvector_condition", "--y", "copy_fidelity")
     induction_heads = [k for k in names if uniform[k]["induction_score"] >= 0.4]
     L.append("Seed 000's table, our row:")
     L.append("")

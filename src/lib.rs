@@ -8,6 +8,7 @@
 pub mod analysis;
 pub mod compare;
 pub mod error;
+pub mod figures;
 pub mod forward;
 pub mod link;
 pub mod model;

@@ -9,19 +9,21 @@ mod native {
     use std::process::ExitCode;
 
     use clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand;
-    use clap::{Args, Parser, Subcommand};
+    use clap::{Args, Parser, Subcommand, ValueEnum};
     use headprint::analysis::ov_logits::{bottom_k, top_k};
     use headprint::analysis::{
         Circuits, Fingerprint, HeadId, Mode, ModelSummary, OvTokenLogits, circuits::Grams, fingerprint_model,
         fingerprint_stream,
     };
     use headprint::compare::{
-        BEHAVIOURAL_SCORES, ComparisonRow, INDUCTION_HEAD_THRESHOLD, SPECTRAL_FEATURES, spearman_table,
+        BEHAVIOURAL_SCORES, ComparisonRow, INDUCTION_HEAD_THRESHOLD, SPECTRAL_FEATURES, spearman, spearman_table,
     };
+    use headprint::figures::output::{Figure, Format};
+    use headprint::figures::{copying, scatter, self_copy, spectrum, swap, verdicts};
     use headprint::model::{LoadParts, Model, ModelStream};
     use headprint::probes::induction::{
-        DEFAULT_SEQUENCES, FirstCopy, InductionReport, RepeatSource, Spread, induction_probe, random_first_copies,
-        text_window_first_copies,
+        DEFAULT_SEQUENCES, FirstCopy, InductionReport, RepeatSource, Spread, induction_cells, induction_probe,
+        random_first_copies, text_window_first_copies,
     };
     use headprint::probes::{Suite, verdict_table};
     use headprint::tokens::{Bos, Tokenizer, choose_bos, parse_ids, with_bos};
@@ -91,6 +93,55 @@ mod native {
             #[arg(long)]
             raw: bool,
         },
+        /// Draw a figure into an SVG or PNG file (the file name's extension picks the format).
+        Figure(FigureArgs),
+    }
+
+    #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+    enum FigureKind {
+        /// Every head's OV copying score: the layer x head grid and the bars (seed 003, Figure 1).
+        Copying,
+        /// A head's QK and OV eigenvalues in the complex plane, beside the unit circle.
+        Spectrum,
+        /// A head's top self-copy logits, raw and normalised (Figure 2).
+        SelfCopy,
+        /// The swap suite's prompt pairs side by side, induction cells outlined (Figure 3).
+        Swap,
+        /// A suite's verdict table as a picture (Figures 4 and 5).
+        Verdicts,
+        /// One spectral feature against one behavioural score across heads, with Spearman's ρ.
+        Scatter,
+    }
+
+    #[derive(Args)]
+    struct FigureArgs {
+        /// A .safetensors file, or a folder with config.json / tokenizer.json / shards.
+        model: PathBuf,
+        #[arg(long, value_enum)]
+        kind: FigureKind,
+        /// The file to write: FILE.svg or FILE.png.
+        #[arg(long)]
+        out: PathBuf,
+        /// The head, e.g. L2H0 (default: the head with the largest OV copying score).
+        #[arg(long)]
+        head: Option<String>,
+        /// verdicts: a built-in suite (quote, bracket) or a suite JSON file.
+        #[arg(long, default_value = "quote")]
+        suite: String,
+        /// self-copy: how many tokens to show.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+        /// scatter: the spectral feature on x, as compare names it (e.g. ov.copying_score).
+        #[arg(long, default_value = "qk.imaginary_fraction")]
+        x: String,
+        /// scatter: the behavioural score on y (induction_score, previous_token_score, ...).
+        #[arg(long, default_value = "induction_score")]
+        y: String,
+        /// Spectral values from the weights as stored (default: LayerNorm folded).
+        #[arg(long)]
+        raw: bool,
+        #[command(flatten)]
+        sequence: SequenceArgs,
     }
 
     #[derive(Args)]
@@ -317,6 +368,7 @@ mod native {
                 Ok(())
             }
             Command::Probe(args) => probe(args),
+            Command::Figure(args) => figure(args),
             Command::Compare(args) => compare(args),
             Command::OvLogits { common, head, top, pair, row, raw } => {
                 let loaded = load(&common, LoadParts::Circuits)?;
@@ -393,20 +445,174 @@ mod native {
         }
     }
 
+    /// A built-in suite by name, or a suite JSON file.
+    fn load_suite(name: &str) -> Result<Suite> {
+        match Suite::builtin(name) {
+            Some(suite) => Ok(suite),
+            None => {
+                let text = std::fs::read_to_string(name).map_err(|e| Error::BadSuite(format!("{name}: {e}")))?;
+                Suite::from_json(&text)
+            }
+        }
+    }
+
+    fn figure(args: FigureArgs) -> Result<()> {
+        // A wrong file name fails before any work.
+        Format::of(&args.out)?;
+        let common = Common { model: args.model.clone(), json: false };
+        let loaded = load(&common, LoadParts::Everything)?;
+        let (model, tokenizer) = (&loaded.model, &loaded.tokenizer);
+        let mode = if args.raw { Mode::Raw } else { Mode::Folded };
+        let name =
+            args.model.file_name().map_or_else(|| args.model.display().to_string(), |n| n.to_string_lossy().into());
+        let fingerprint = fingerprint_model(model, mode)?;
+        let head = match &args.head {
+            Some(head) => HeadId::parse(head, &model.config)?,
+            None => fingerprint
+                .heads
+                .iter()
+                .filter(|h| h.ov.error.is_none())
+                .max_by(|a, b| a.ov.copying_score.total_cmp(&b.ov.copying_score))
+                .map(|h| h.id())
+                .ok_or_else(|| Error::Invalid("no head's OV circuit could be read: give --head".into()))?,
+        };
+        let bos = loaded.bos(&args.sequence.bos).map(|b| b.id);
+        let figure = match args.kind {
+            FigureKind::Copying => Figure::Copying(copying::CopyingScores {
+                layers: model.config.layers,
+                heads: model.config.heads,
+                values: fingerprint.heads.iter().map(|h| h.ov.error.is_none().then_some(h.ov.copying_score)).collect(),
+                title: format!("{name}: OV copying score of every head ({} mode)", mode.name()),
+            }),
+            FigureKind::Spectrum => {
+                let h = fingerprint.head(head).ok_or_else(|| Error::Invalid(format!("no fingerprint for {head}")))?;
+                let plane = |name: &str, f: &headprint::analysis::Fingerprint, colour| spectrum::Plane {
+                    name: name.into(),
+                    eigenvalues: f.eigenvalues.clone(),
+                    note: match &f.error {
+                        Some(reason) => format!("error: {reason}"),
+                        None => format!(
+                            "copying score {:.3} · imaginary fraction {:.3} · κ {}",
+                            f.copying_score,
+                            f.imaginary_fraction,
+                            f.eigenvector_condition.map_or("∞ (defective)".into(), |k| format!("{k:.1}"))
+                        ),
+                    },
+                    colour,
+                };
+                Figure::Spectrum(spectrum::Spectra {
+                    title: format!("{name}: {head} eigenvalues ({} mode)", mode.name()),
+                    planes: vec![
+                        plane("QK: W_Q W_Kᵀ", &h.qk, plotters::style::RGBColor(33, 102, 172)),
+                        plane("OV: W_E W_V W_O W_U", &h.ov, plotters::style::RGBColor(230, 97, 1)),
+                    ],
+                })
+            }
+            FigureKind::SelfCopy => {
+                let grams = Grams::compute(model);
+                let logits = OvTokenLogits::new(&Circuits::new(model, &grams, mode), head);
+                let entries = |values: &[f64]| {
+                    top_k(values, args.top).into_iter().map(|i| (tokenizer.token_text(i), values[i])).collect()
+                };
+                Figure::SelfCopy(self_copy::SelfCopy {
+                    title: format!("{name}: {head} self-copy logits, top {} ({} mode)", args.top, mode.name()),
+                    raw: entries(&logits.diagonal()),
+                    normalised: entries(&logits.normalised_diagonal()),
+                })
+            }
+            FigureKind::Swap => {
+                let suite = load_suite("swap")?;
+                let mut prompts = Vec::new();
+                for prompt in &suite.prompts {
+                    let ids = with_bos(bos, &tokenizer.encode(&prompt.text)?);
+                    let output = forward::run(model, &ids)?;
+                    let matrix = &output.patterns[head.layer][head.head];
+                    prompts.push(swap::Prompt {
+                        id: prompt.id.clone(),
+                        text: prompt.text.clone(),
+                        tokens: ids.iter().map(|&i| tokenizer.token_text(i)).collect(),
+                        rows: (0..ids.len())
+                            .map(|q| (0..ids.len()).map(|k| f64::from(matrix[(q, k)])).collect())
+                            .collect(),
+                        marks: induction_cells(&ids),
+                    });
+                }
+                Figure::Swap(swap::Swap {
+                    title: format!(
+                        "{name}: {head} on the swap pairs (rows: queries, columns: keys; induction cells outlined)"
+                    ),
+                    prompts,
+                })
+            }
+            FigureKind::Verdicts => {
+                let suite = load_suite(&args.suite)?;
+                let rows = verdict_table(model, tokenizer, &suite, head, bos)?;
+                Figure::Verdicts(verdicts::Verdicts {
+                    title: format!("{name}: {head} on the {} suite (query outlined in black)", suite.name),
+                    rows,
+                })
+            }
+            FigureKind::Scatter => {
+                let feature =
+                    SPECTRAL_FEATURES.iter().find(|(n, _)| *n == args.x).map(|(_, f)| *f).ok_or_else(|| {
+                        let names: Vec<&str> = SPECTRAL_FEATURES.iter().map(|(n, _)| *n).collect();
+                        Error::Invalid(format!(
+                            "unknown spectral feature `{}`: use one of {}",
+                            args.x,
+                            names.join(", ")
+                        ))
+                    })?;
+                let score =
+                    BEHAVIOURAL_SCORES.iter().find(|(n, _)| *n == args.y).map(|(_, f)| *f).ok_or_else(|| {
+                        let names: Vec<&str> = BEHAVIOURAL_SCORES.iter().map(|(n, _)| *n).collect();
+                        Error::Invalid(format!(
+                            "unknown behavioural score `{}`: use one of {}",
+                            args.y,
+                            names.join(", ")
+                        ))
+                    })?;
+                let copies = loaded.first_copies(&args.sequence, None)?;
+                let report = induction_probe(model, &copies, bos)?;
+                let points: Vec<(String, f64, f64)> = fingerprint
+                    .heads
+                    .iter()
+                    .filter_map(|f| {
+                        let s = report.heads.iter().find(|s| s.layer == f.layer && s.head == f.head)?;
+                        Some((f.id().to_string(), feature(f), score(s)))
+                    })
+                    .collect();
+                let (x, y): (Vec<f64>, Vec<f64>) = points.iter().map(|p| (p.1, p.2)).unzip();
+                let n = x.iter().zip(&y).filter(|(a, b)| !a.is_nan() && !b.is_nan()).count();
+                Figure::Scatter(scatter::Scatter {
+                    title: format!(
+                        "{name}: {} vs {} across heads ({} mode; {} sequences)",
+                        args.x,
+                        args.y,
+                        mode.name(),
+                        report.sequences.len()
+                    ),
+                    x_name: args.x.clone(),
+                    y_name: args.y.clone(),
+                    rho: spearman(&x, &y),
+                    n,
+                    points,
+                    named: 4,
+                })
+            }
+        };
+        figure.write(&args.out)?;
+        let (width, height) = figure.size();
+        println!("wrote {} ({width} x {height} px)", args.out.display());
+        Ok(())
+    }
+
     fn probe(args: ProbeArgs) -> Result<()> {
         let loaded = load(&args.common, LoadParts::Everything)?;
         let (model, tokenizer) = (&loaded.model, &loaded.tokenizer);
         let bos = loaded.bos(&args.sequence.bos);
         let bos_id = bos.as_ref().map(|b| b.id);
         if let Some(suite_name) = &args.suite {
-            let suite = match Suite::builtin(suite_name) {
-                Some(suite) => suite,
-                None => {
-                    let text = std::fs::read_to_string(suite_name)
-                        .map_err(|e| Error::BadSuite(format!("{suite_name}: {e}")))?;
-                    Suite::from_json(&text)?
-                }
-            };
+            let suite = load_suite(suite_name)?;
             let head_name = args
                 .head
                 .as_deref()

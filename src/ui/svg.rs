@@ -1,40 +1,18 @@
 //! Colour maps (colour-blind safe) and charts drawn as inline SVG strings. Every mark
-//! carries a `<title>` with its exact value, shown on hover.
+//! carries a `<title>` with its exact value, shown on hover. The colour maps themselves are
+//! `crate::figures::colour`'s, shared with the canvas views and the CLI's figures.
 
 use std::fmt::Write;
 
 use crate::analysis::Eigenvalue;
 
-/// matplotlib's viridis, 11 anchors.
-const VIRIDIS: [[f64; 3]; 11] = [
-    [68.0, 1.0, 84.0],
-    [72.0, 36.0, 117.0],
-    [65.0, 68.0, 135.0],
-    [53.0, 95.0, 141.0],
-    [42.0, 120.0, 142.0],
-    [33.0, 145.0, 140.0],
-    [34.0, 168.0, 132.0],
-    [68.0, 190.0, 112.0],
-    [122.0, 209.0, 81.0],
-    [189.0, 223.0, 38.0],
-    [253.0, 231.0, 37.0],
-];
+use crate::figures::colour;
+/// Numbers and tokens read the same in every chart.
+pub use crate::figures::{num, visible};
 
-/// Blue - white - orange (ColorBrewer RdBu blues and PuOr oranges), for signed values.
-const DIVERGING: [[f64; 3]; 5] =
-    [[33.0, 102.0, 172.0], [146.0, 197.0, 222.0], [247.0, 247.0, 247.0], [253.0, 184.0, 99.0], [230.0, 97.0, 1.0]];
-
-fn interpolate(table: &[[f64; 3]], t: f64) -> [f64; 3] {
-    let t = if t.is_finite() { t.clamp(0.0, 1.0) } else { 1.0 };
-    let scaled = t * (table.len() - 1) as f64;
-    let i = (scaled.floor() as usize).min(table.len() - 2);
-    let f = scaled - i as f64;
-    let (a, b) = (table[i], table[i + 1]);
-    [a[0] + (b[0] - a[0]) * f, a[1] + (b[1] - a[1]) * f, a[2] + (b[2] - a[2]) * f]
-}
-
-fn css([r, g, b]: [f64; 3]) -> String {
-    format!("rgb({},{},{})", r.round() as u8, g.round() as u8, b.round() as u8)
+fn css(rgb: [f64; 3]) -> String {
+    let [r, g, b] = colour::bytes(rgb);
+    format!("rgb({r},{g},{b})")
 }
 
 /// A colour and a text colour readable on it.
@@ -45,18 +23,17 @@ pub struct Swatch {
 }
 
 fn swatch(rgb: [f64; 3]) -> Swatch {
-    let luminance = (0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2]) / 255.0;
-    Swatch { fill: css(rgb), ink: if luminance > 0.5 { "#111" } else { "#fff" } }
+    Swatch { fill: css(rgb), ink: if colour::dark_ink(rgb) { "#111" } else { "#fff" } }
 }
 
 /// Sequential: t in [0, 1].
 pub fn viridis(t: f64) -> Swatch {
-    swatch(interpolate(&VIRIDIS, t))
+    swatch(colour::viridis(t))
 }
 
 /// Diverging: v in [-1, 1], 0 is white.
 pub fn diverging(v: f64) -> Swatch {
-    swatch(interpolate(&DIVERGING, (v + 1.0) / 2.0))
+    swatch(colour::diverging(v))
 }
 
 /// Escapes text for SVG/XML. Characters XML 1.0 forbids (controls, U+FFFE, U+FFFF) become
@@ -75,38 +52,6 @@ pub fn esc(text: &str) -> String {
         }
     }
     out
-}
-
-/// How a token is shown in labels: visible whitespace, and bidirectional controls (which would
-/// reorder the text around the token, e.g. U+202E) replaced by U+FFFD.
-pub fn visible(token: &str) -> String {
-    token
-        .chars()
-        .map(|c| match c {
-            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => '\u{fffd}',
-            ' ' => '\u{2423}',
-            '\n' => '\u{23ce}',
-            '\t' => '\u{21e5}',
-            'Ġ' => '\u{2423}',
-            'Ċ' => '\u{23ce}',
-            c => c,
-        })
-        .collect()
-}
-
-/// A number for display: short, with ∞ for infinity.
-pub fn num(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".into()
-    } else if v.is_infinite() {
-        if v > 0.0 { "∞".into() } else { "-∞".into() }
-    } else if v != 0.0 && (v.abs() >= 1e4 || v.abs() < 1e-3) {
-        format!("{v:.2e}")
-    } else if v.abs() >= 100.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.3}")
-    }
 }
 
 /// Like [`num`] with a sign.
