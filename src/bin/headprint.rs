@@ -305,7 +305,7 @@ mod native {
                 let id = HeadId::parse(&head, &model.config)?;
                 let grams = Grams::compute(model);
                 let mode = if raw { Mode::Raw } else { Mode::Folded };
-                let logits = OvTokenLogits::new(&Circuits::new(model, &grams, mode), id);
+                let logits = OvTokenLogits::new(&Circuits::new(model, &grams, mode), id)?;
                 let diagonal = logits.diagonal();
                 let normalised = logits.normalised_diagonal();
                 let entry =
