@@ -11,13 +11,12 @@ mod native {
     use clap::{Args, Parser, Subcommand};
     use headprint::analysis::ov_logits::{bottom_k, top_k};
     use headprint::analysis::{
-        Circuits, Fingerprint, HeadId, Mode, ModelSummary, OvTokenLogits, circuits::Grams, fingerprint_model,
-        fingerprint_stream,
+        Fingerprint, HeadId, Mode, ModelSummary, OvTokenLogits, circuits::HeadWeights, fingerprint_stream,
     };
     use headprint::compare::{
         BEHAVIOURAL_SCORES, ComparisonRow, INDUCTION_HEAD_THRESHOLD, SPECTRAL_FEATURES, spearman_table,
     };
-    use headprint::model::{LoadParts, Model, ModelStream};
+    use headprint::model::{LoadParts, ModelStream, Weights};
     use headprint::probes::induction::{
         DEFAULT_SEQUENCES, FirstCopy, InductionReport, RepeatSource, Spread, induction_probe, random_first_copies,
         text_window_first_copies,
@@ -168,15 +167,22 @@ mod native {
         }
     }
 
+    /// A model's files and tokenizer: its weights are read a layer at a time when a command
+    /// needs them (`model()`), never held whole.
     struct Loaded {
-        model: Model,
+        files: ModelFiles,
         tokenizer: Tokenizer,
     }
 
     impl Loaded {
+        /// The weights, read from the files as they are asked for.
+        fn model(&self) -> Result<ModelStream<'_>> {
+            ModelStream::open(&self.files)
+        }
+
         /// The model's BOS unless switched off.
-        fn bos(&self, arg: &BosArg) -> Option<Bos> {
-            if arg.no_bos { None } else { choose_bos(&self.model, &self.tokenizer) }
+        fn bos(&self, arg: &BosArg) -> Result<Option<Bos>> {
+            Ok(if arg.no_bos { None } else { choose_bos(&self.model()?, &self.tokenizer) })
         }
 
         /// The probe's first copies: given ids (one sequence), text windows or random draws.
@@ -189,17 +195,16 @@ mod native {
                     text_window_first_copies(&self.tokenizer.encode(&text)?, args.len, args.seed, args.sequences)
                 }
                 (None, None) => {
-                    random_first_copies(&self.tokenizer.ordinary_ids(&self.model), args.len, args.seed, args.sequences)
+                    random_first_copies(&self.tokenizer.ordinary_ids(&self.model()?), args.len, args.seed, args.sequences)
                 }
             }
         }
     }
 
-    fn load(common: &Common, parts: LoadParts) -> Result<Loaded> {
+    fn load(common: &Common) -> Result<Loaded> {
         let files = ModelFiles::from_path(&common.model)?;
-        let model = Model::load(&files, parts)?;
-        let tokenizer = Tokenizer::for_model(&model, files.tokenizer_json.as_deref())?;
-        Ok(Loaded { model, tokenizer })
+        let tokenizer = Tokenizer::for_model(&ModelStream::open(&files)?, files.tokenizer_json.as_deref())?;
+        Ok(Loaded { files, tokenizer })
     }
 
     fn print_json(value: &impl serde::Serialize) -> Result<()> {
@@ -259,15 +264,15 @@ mod native {
                 Ok(())
             }
             Command::Attention { common, tokens, text, bos } => {
-                let loaded = load(&common, LoadParts::Everything)?;
+                let loaded = load(&common)?;
                 let ids = match (tokens, text) {
                     (Some(ids), _) => parse_ids(&ids)?,
                     (None, Some(text)) => loaded.tokenizer.encode(&text)?,
                     (None, None) => return Err(Error::BadTokens("give --tokens 3,1,4 or --text \"...\"".into())),
                 };
-                let bos_token = loaded.bos(&bos);
+                let bos_token = loaded.bos(&bos)?;
                 let ids = with_bos(bos_token.as_ref().map(|b| b.id), &ids);
-                let output = forward::run(&loaded.model, &ids)?;
+                let output = forward::run(&loaded.model()?, &ids)?;
                 let patterns: Vec<Vec<Vec<Vec<f32>>>> = output
                     .patterns
                     .iter()
@@ -300,12 +305,14 @@ mod native {
             Command::Probe(args) => probe(args),
             Command::Compare(args) => compare(args),
             Command::OvLogits { common, head, top, pair, row, raw } => {
-                let loaded = load(&common, LoadParts::Circuits)?;
-                let (model, tokenizer) = (&loaded.model, &loaded.tokenizer);
+                let loaded = load(&common)?;
+                let (model, tokenizer) = (&loaded.model()?, &loaded.tokenizer);
                 let id = HeadId::parse(&head, &model.config)?;
-                let grams = Grams::compute(model);
                 let mode = if raw { Mode::Raw } else { Mode::Folded };
-                let logits = OvTokenLogits::new(&Circuits::new(model, &grams, mode), id)?;
+                // One layer and blocks of W_E / W_U rows: no Grams needed for the token view.
+                let layer = model.layer(id.layer, LoadParts::Circuits)?;
+                let weights = HeadWeights::new(&model.config, &layer, &model.ln_final, id.head, mode);
+                let logits = OvTokenLogits::read(model, &weights, mode)?;
                 let diagonal = logits.diagonal();
                 let normalised = logits.normalised_diagonal();
                 let entry =
@@ -375,9 +382,9 @@ mod native {
     }
 
     fn probe(args: ProbeArgs) -> Result<()> {
-        let loaded = load(&args.common, LoadParts::Everything)?;
-        let (model, tokenizer) = (&loaded.model, &loaded.tokenizer);
-        let bos = loaded.bos(&args.sequence.bos);
+        let loaded = load(&args.common)?;
+        let (model, tokenizer) = (&loaded.model()?, &loaded.tokenizer);
+        let bos = loaded.bos(&args.sequence.bos)?;
         let bos_id = bos.as_ref().map(|b| b.id);
         if let Some(suite_name) = &args.suite {
             let suite = match Suite::builtin(suite_name) {
@@ -478,12 +485,12 @@ mod native {
         let mut models = Vec::new();
         for path in &args.models {
             let common = Common { model: path.clone(), json: args.json };
-            let loaded =
-                load(&common, LoadParts::Everything).map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))?;
-            let fingerprint = fingerprint_model(&loaded.model, mode)?;
-            let bos = loaded.bos(&args.sequence.bos);
+            let loaded = load(&common).map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))?;
+            let model = loaded.model()?;
+            let fingerprint = fingerprint_stream(&model, mode)?;
+            let bos = loaded.bos(&args.sequence.bos)?;
             let copies = loaded.first_copies(&args.sequence, None)?;
-            let report = induction_probe(&loaded.model, &copies, bos.as_ref().map(|b| b.id))
+            let report = induction_probe(&model, &copies, bos.as_ref().map(|b| b.id))
                 .map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))?;
             let sequence = format!(
                 "{} sequences of {} tokens repeated twice ({}); {}",
