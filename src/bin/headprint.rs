@@ -194,9 +194,12 @@ mod native {
                         std::fs::read_to_string(path).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
                     text_window_first_copies(&self.tokenizer.encode(&text)?, args.len, args.seed, args.sequences)
                 }
-                (None, None) => {
-                    random_first_copies(&self.tokenizer.ordinary_ids(&self.model()?), args.len, args.seed, args.sequences)
-                }
+                (None, None) => random_first_copies(
+                    &self.tokenizer.ordinary_ids(&self.model()?),
+                    args.len,
+                    args.seed,
+                    args.sequences,
+                ),
             }
         }
     }

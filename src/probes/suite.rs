@@ -270,7 +270,8 @@ pub fn verdict_table(
             Ok((ids, query))
         })
         .collect::<Result<_>>()?;
-    let runs: Vec<(&[usize], HeadOutputs)> = prepared.iter().map(|(ids, _)| (ids.as_slice(), HeadOutputs::None)).collect();
+    let runs: Vec<(&[usize], HeadOutputs)> =
+        prepared.iter().map(|(ids, _)| (ids.as_slice(), HeadOutputs::None)).collect();
     let outputs = forward::run_batch(model, &runs, &mut |_, _| {})?;
     suite
         .prompts
