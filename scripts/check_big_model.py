@@ -8,7 +8,8 @@ trick for the residual circuits):
   (W_O W_U)(W_E W_V), formed from the vocabulary-sized factors themselves.
 
 Eigenvalues are compared as multisets to `--tolerance` x the largest |λ|. GPT-NeoX (Pythia) and
-Llama layouts, one file or shards. Exits non-zero with one line per mismatch.
+Llama layouts, one file or shards; f32, f16 and bf16. Needs only numpy (Debian's python3-numpy
+will do). Exits non-zero with one line per mismatch.
 
     target/release/headprint fingerprint bench-data/pythia-1b --raw --json > /tmp/fp.json
     .venv/bin/python scripts/check_big_model.py bench-data/pythia-1b /tmp/fp.json --heads L0H0 L15H7
@@ -16,26 +17,33 @@ Llama layouts, one file or shards. Exits non-zero with one line per mismatch.
 
 import argparse
 import json
+import struct
 import sys
 from pathlib import Path
 
 import numpy as np
-import torch
-from safetensors import safe_open
 
 
 def tensors(folder: Path):
-    """name -> a loader of that tensor as float64 (only the tensors asked for are read)."""
+    """name -> a loader of that tensor as float64, read from the safetensors files directly (a
+    memory map; only the tensors asked for are touched). bf16 is widened through its bits."""
     where = {}
     for file in sorted(folder.glob("*.safetensors")):
-        with safe_open(str(file), framework="pt") as f:
-            for name in f.keys():
-                where[name] = file
+        with open(file, "rb") as f:
+            length = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(length))
+        for name, entry in header.items():
+            if name != "__metadata__":
+                where[name] = (file, 8 + length, entry)
 
     def load(name):
-        # Through torch: numpy has no bfloat16. Widening f16 / bf16 to float64 is exact.
-        with safe_open(str(where[name]), framework="pt") as f:
-            return f.get_tensor(name).to(torch.float64).numpy()
+        file, start, entry = where[name]
+        first, last = entry["data_offsets"]
+        dtype = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}[entry["dtype"]]
+        raw = np.memmap(file, dtype=np.uint8, mode="r", offset=start + first, shape=(last - first,)).view(dtype)
+        if entry["dtype"] == "BF16":
+            raw = (raw.astype(np.uint32) << 16).view(np.float32)
+        return raw.astype(np.float64).reshape(entry["shape"])
 
     return load
 
