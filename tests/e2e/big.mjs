@@ -3,8 +3,7 @@
 // head's OV token view are awaited, and the analysis worker's memory is read from the page's
 // own report (#worker-memory: the worker's wasm memory, which only grows, so its peak).
 // Fails (exit 1) when a model does not open, or when a model under 3 GB of files (Pythia-1B,
-// Llama-3.2-1B) needs
-// more than 1.5 GB there (issue 8's bound). Writes docs/big-models-tab.json.
+// Llama-3.2-1B) needs more than 1.5 GB there (issue 8's bound). Writes docs/big-models-tab.json.
 // Usage: node tests/e2e/big.mjs dist-dir model-dir...   (folders from scripts/make_big_models.py)
 import { chromium } from 'playwright-core';
 import http from 'node:http';
