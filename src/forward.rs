@@ -3,7 +3,7 @@
 
 use nalgebra::{DMatrix, DVector};
 
-use crate::model::{Activation, Mlp, Model, Norm, NormKind, Positions};
+use crate::model::{Activation, Layer, LoadParts, Mlp, ModelConfig, Norm, NormKind, Positions, Weights};
 use crate::{Error, Result};
 
 pub struct ForwardOutput {
@@ -38,8 +38,8 @@ pub const KEPT_BYTES_LIMIT: u64 = 1 << 30;
 
 /// Bytes a forward pass over `len` tokens keeps: f32 patterns (len × len per head) and, when
 /// asked, per-head outputs (len × their width per head). Saturates instead of overflowing.
-pub fn kept_bytes(model: &Model, len: usize, keep: HeadOutputs) -> u64 {
-    let config = &model.config;
+pub fn kept_bytes(model: &(impl Weights + ?Sized), len: usize, keep: HeadOutputs) -> u64 {
+    let config = model.config();
     let heads = (config.layers as u64).saturating_mul(config.heads as u64);
     let len = len as u64;
     let per_head_output = match keep {
@@ -51,7 +51,7 @@ pub fn kept_bytes(model: &Model, len: usize, keep: HeadOutputs) -> u64 {
 }
 
 /// Refuses a run whose kept outputs would pass [`KEPT_BYTES_LIMIT`], before allocating them.
-fn check_kept(model: &Model, len: usize, keep: HeadOutputs) -> Result<()> {
+fn check_kept(model: &(impl Weights + ?Sized), len: usize, keep: HeadOutputs) -> Result<()> {
     let bytes = kept_bytes(model, len, keep);
     if bytes <= KEPT_BYTES_LIMIT {
         return Ok(());
@@ -59,8 +59,8 @@ fn check_kept(model: &Model, len: usize, keep: HeadOutputs) -> Result<()> {
     let longest = (1..=len).rev().find(|&n| kept_bytes(model, n, keep) <= KEPT_BYTES_LIMIT).unwrap_or(0);
     Err(Error::BadTokens(format!(
         "{len} tokens on {} layers × {} heads would keep {:.1} GB of attention patterns{}, over the {:.1} GB a run may use: use at most {longest} tokens",
-        model.config.layers,
-        model.config.heads,
+        model.config().layers,
+        model.config().heads,
         bytes as f64 / 1e9,
         if matches!(keep, HeadOutputs::None) { "" } else { " and head outputs" },
         KEPT_BYTES_LIMIT as f64 / 1e9,
@@ -68,14 +68,15 @@ fn check_kept(model: &Model, len: usize, keep: HeadOutputs) -> Result<()> {
 }
 
 /// Checks a token sequence against the model before running it.
-pub fn check_tokens(model: &Model, tokens: &[usize]) -> Result<()> {
+pub fn check_tokens(model: &(impl Weights + ?Sized), tokens: &[usize]) -> Result<()> {
+    let config = model.config();
     if tokens.is_empty() {
         return Err(Error::BadTokens("no tokens to run".into()));
     }
-    if let Some(&id) = tokens.iter().find(|&&t| t >= model.config.vocab) {
-        return Err(Error::TokenOutOfRange { id, vocab: model.config.vocab });
+    if let Some(&id) = tokens.iter().find(|&&t| t >= config.vocab) {
+        return Err(Error::TokenOutOfRange { id, vocab: config.vocab });
     }
-    if let Some(context) = model.config.context
+    if let Some(context) = config.context
         && tokens.len() > context
     {
         return Err(Error::TooLong { len: tokens.len(), context });
@@ -83,59 +84,88 @@ pub fn check_tokens(model: &Model, tokens: &[usize]) -> Result<()> {
     Ok(())
 }
 
-pub fn run(model: &Model, tokens: &[usize]) -> Result<ForwardOutput> {
+pub fn run(model: &(impl Weights + ?Sized), tokens: &[usize]) -> Result<ForwardOutput> {
     run_with(model, tokens, HeadOutputs::None)
 }
 
 /// The forward pass, keeping per-head outputs as asked.
-pub fn run_with(model: &Model, tokens: &[usize], keep: HeadOutputs) -> Result<ForwardOutput> {
-    check_tokens(model, tokens)?;
-    check_kept(model, tokens.len(), keep)?;
-    let config = &model.config;
-    let seq = tokens.len();
-    let mut residual = DMatrix::from_fn(seq, config.d_model, |t, j| model.w_e[(tokens[t], j)]);
-    if let Some(w_pos) = &model.w_pos {
-        residual += w_pos.rows(0, seq);
+pub fn run_with(model: &(impl Weights + ?Sized), tokens: &[usize], keep: HeadOutputs) -> Result<ForwardOutput> {
+    let outputs = run_batch(model, &[(tokens, keep)], &mut |_, _| {})?;
+    outputs.into_iter().next().ok_or_else(|| Error::Invalid("the forward pass gave no output".into()))
+}
+
+/// Several forward passes at once, layer by layer: each layer's weights are taken once (read
+/// from the files when the model is streamed) and run on every sequence before the next layer,
+/// so a streamed model is read once however many sequences there are. Each sequence's numbers
+/// are exactly those of running it alone. `each_layer(done, layers)` follows the progress.
+pub fn run_batch(
+    model: &(impl Weights + ?Sized),
+    runs: &[(&[usize], HeadOutputs)],
+    each_layer: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<ForwardOutput>> {
+    for (tokens, keep) in runs {
+        check_tokens(model, tokens)?;
+        check_kept(model, tokens.len(), *keep)?;
     }
-    let mut patterns = Vec::with_capacity(config.layers);
-    let mut head_outputs = Vec::new();
-    for layer in &model.layers {
+    let config = model.config();
+    let mut residuals = Vec::with_capacity(runs.len());
+    for (tokens, _) in runs {
+        let mut residual = model.embedding_of(tokens)?;
+        if let Some(w_pos) = model.positions(tokens.len())? {
+            residual += w_pos;
+        }
+        residuals.push(residual);
+    }
+    let mut outputs: Vec<ForwardOutput> = runs
+        .iter()
+        .map(|_| ForwardOutput {
+            patterns: Vec::with_capacity(config.layers),
+            logits: DMatrix::zeros(0, 0),
+            head_outputs: Vec::new(),
+            final_scale: Vec::new(),
+        })
+        .collect();
+    for l in 0..config.layers {
+        let layer = model.layer(l, LoadParts::Everything)?;
         let mlp =
             layer.mlp.as_ref().ok_or_else(|| Error::Invalid("the model was loaded without its MLP weights".into()))?;
-        let normed = normalise(&residual, &layer.ln1, config.norm, config.norm_eps);
-        let (attention_out, layer_patterns, layer_head_outputs) = attend(model, layer, &normed, keep);
-        patterns.push(layer_patterns);
-        if !matches!(keep, HeadOutputs::None) {
-            head_outputs.push(layer_head_outputs);
+        for ((residual, output), (_, keep)) in residuals.iter_mut().zip(&mut outputs).zip(runs) {
+            let normed = normalise(residual, &layer.ln1, config.norm, config.norm_eps);
+            let (attention_out, layer_patterns, layer_head_outputs) = attend(config, &layer, &normed, *keep);
+            output.patterns.push(layer_patterns);
+            if !matches!(keep, HeadOutputs::None) {
+                output.head_outputs.push(layer_head_outputs);
+            }
+            let ln2 = |residual: &DMatrix<f32>| normalise(residual, &layer.ln2, config.norm, config.norm_eps);
+            if config.parallel_residual {
+                let mlp_out = feed_forward(mlp, config.activation, &ln2(residual));
+                *residual += attention_out + mlp_out;
+            } else {
+                *residual += attention_out;
+                let mlp_out = feed_forward(mlp, config.activation, &ln2(residual));
+                *residual += mlp_out;
+            }
         }
-        if config.parallel_residual {
-            let mlp_out =
-                feed_forward(mlp, config.activation, &normalise(&residual, &layer.ln2, config.norm, config.norm_eps));
-            residual += attention_out + mlp_out;
-        } else {
-            residual += attention_out;
-            let mlp_out =
-                feed_forward(mlp, config.activation, &normalise(&residual, &layer.ln2, config.norm, config.norm_eps));
-            residual += mlp_out;
+        each_layer(l + 1, config.layers);
+    }
+    // One pass over the unembedding for every sequence.
+    let normed: Vec<DMatrix<f32>> =
+        residuals.iter().map(|r| normalise(r, model.ln_final(), config.norm, config.norm_eps)).collect();
+    let logits = model.unembed(&normed)?;
+    for ((output, residual), mut logits) in outputs.iter_mut().zip(&residuals).zip(logits) {
+        if let Some(b_u) = model.unembedding_bias() {
+            add_row_bias(&mut logits, b_u);
         }
+        output.final_scale = norm_scales(residual, config.norm, config.norm_eps);
+        output.logits = logits;
     }
-    let final_scale = norm_scales(&residual, config.norm, config.norm_eps);
-    let normed = normalise(&residual, &model.ln_final, config.norm, config.norm_eps);
-    let mut logits = match &model.w_u {
-        Some(w_u) => &normed * w_u,
-        None => (&model.w_e * normed.transpose()).transpose(),
-    };
-    if let Some(b_u) = &model.b_u {
-        add_row_bias(&mut logits, b_u);
-    }
-    Ok(ForwardOutput { patterns, logits, head_outputs, final_scale })
+    Ok(outputs)
 }
 
 /// Per layer: the attention block's output, every head's pattern, and the head outputs kept.
 type Attended = (DMatrix<f32>, Vec<DMatrix<f32>>, Vec<DMatrix<f32>>);
 
-fn attend(model: &Model, layer: &crate::model::Layer, normed: &DMatrix<f32>, keep: HeadOutputs) -> Attended {
-    let config = &model.config;
+fn attend(config: &ModelConfig, layer: &Layer, normed: &DMatrix<f32>, keep: HeadOutputs) -> Attended {
     let weights = &layer.attention;
     let (seq, d_head) = (normed.nrows(), config.d_head);
     let project = |w: &DMatrix<f32>, b: &DVector<f32>| {

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Family, Model};
+use crate::model::{Family, Weights};
 use crate::{Error, Result};
 
 pub enum Tokenizer {
@@ -17,7 +17,7 @@ pub enum Tokenizer {
 }
 
 impl Tokenizer {
-    pub fn for_model(model: &Model, tokenizer_json: Option<&[u8]>) -> Result<Self> {
+    pub fn for_model(model: &(impl Weights + ?Sized), tokenizer_json: Option<&[u8]>) -> Result<Self> {
         if let Some(bytes) = tokenizer_json {
             // The tokenizers crate panics (an abort in the browser) on a decoder that is not
             // valid JSON: check the whole file first (found by fuzzing). Every string is read in
@@ -31,7 +31,7 @@ impl Tokenizer {
             check_bpe_merges(&json)?;
             let tokenizer = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| Error::Tokenizer(e.to_string()))?;
             // A tokenizer from another (bigger) model would hand out ids past the embedding.
-            let vocab = model.config.vocab;
+            let vocab = model.config().vocab;
             if let Some(largest) = tokenizer.get_vocab(true).into_values().max()
                 && largest as usize >= vocab
             {
@@ -42,9 +42,9 @@ impl Tokenizer {
             }
             return Ok(Tokenizer::Hugging(Box::new(tokenizer)));
         }
-        Ok(match &model.vocab_strings {
-            Some(chars) => Tokenizer::Chars(chars.clone()),
-            None => Tokenizer::IdsOnly { vocab: model.config.vocab },
+        Ok(match model.vocab_strings() {
+            Some(chars) => Tokenizer::Chars(chars.to_vec()),
+            None => Tokenizer::IdsOnly { vocab: model.config().vocab },
         })
     }
 
@@ -124,10 +124,10 @@ impl Tokenizer {
     /// knows, without its special tokens and without embedding rows past its vocabulary (Pythia
     /// pads its embedding from 50277 to 50304 rows that training never touched). Without a
     /// tokenizer, every row but the ids config.json names special.
-    pub fn ordinary_ids(&self, model: &Model) -> Vec<usize> {
-        let rows = model.config.vocab;
+    pub fn ordinary_ids(&self, model: &(impl Weights + ?Sized)) -> Vec<usize> {
+        let rows = model.config().vocab;
         let mut excluded = self.special_ids();
-        excluded.extend(&model.config.config_special_ids);
+        excluded.extend(&model.config().config_special_ids);
         let known: Vec<usize> = match self {
             Tokenizer::Chars(chars) => (0..chars.len().min(rows)).collect(),
             Tokenizer::Hugging(tokenizer) => {
@@ -158,11 +158,12 @@ pub struct Bos {
 
 /// The model's BOS: config.json's `bos_token_id` (validated when the model was loaded), else a
 /// special token of the tokenizer with a known BOS name. Character models have none.
-pub fn choose_bos(model: &Model, tokenizer: &Tokenizer) -> Option<Bos> {
-    if model.config.family == Family::GptChar {
+pub fn choose_bos(model: &(impl Weights + ?Sized), tokenizer: &Tokenizer) -> Option<Bos> {
+    let config = model.config();
+    if config.family == Family::GptChar {
         return None;
     }
-    if let Some(id) = model.config.bos_token_id {
+    if let Some(id) = config.bos_token_id {
         return Some(Bos { id, token: tokenizer.token_text(id), source: "config.json bos_token_id".into() });
     }
     let Tokenizer::Hugging(hugging) = tokenizer else { return None };
@@ -170,7 +171,7 @@ pub fn choose_bos(model: &Model, tokenizer: &Tokenizer) -> Option<Bos> {
     BOS_NAMES.iter().find_map(|name| {
         specials
             .iter()
-            .find(|(id, t)| t.special && t.content == *name && (**id as usize) < model.config.vocab)
+            .find(|(id, t)| t.special && t.content == *name && (**id as usize) < config.vocab)
             .map(|(&id, t)| Bos { id: id as usize, token: t.content.clone(), source: "tokenizer special token".into() })
     })
 }

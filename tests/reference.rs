@@ -272,7 +272,7 @@ fn ov_token_logits_match_full_matrix() {
             };
             let head = HeadId::parse(reference["head"].as_str().unwrap(), &model.config).unwrap();
             let what = format!("{name} {} {head}", mode.name());
-            let logits = OvTokenLogits::new(&Circuits::new(&model, &grams, mode), head);
+            let logits = OvTokenLogits::new(&Circuits::new(&model, &grams, mode), head).unwrap();
             let scale = floats(&reference["diagonal"]).iter().fold(0.0f64, |m, v| m.max(v.abs()));
             let diagonal = logits.diagonal();
             assert_eq!(diagonal.len(), model.config.vocab, "{what}");

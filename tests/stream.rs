@@ -7,7 +7,7 @@ use common::{FAMILIES, fixture};
 use headprint::Error;
 use headprint::analysis::circuits::Grams;
 use headprint::analysis::{Mode, fingerprint_model, fingerprint_stream};
-use headprint::model::{LoadParts, Model, ModelStream};
+use headprint::model::{LoadParts, Model, ModelStream, Weights};
 use headprint::weights::{ByteSource, MemorySource, ModelFiles, SafetensorsFile};
 use safetensors::Dtype;
 use safetensors::tensor::TensorView;
@@ -153,7 +153,7 @@ fn the_streamed_embedding_rows_are_the_loaded_ones() {
         let rows = vocab / 3..vocab / 2;
         let embed = stream.embedding_rows(rows.clone()).unwrap();
         assert_eq!(embed, model.w_e.rows(rows.start, rows.len()), "{name}: W_E rows");
-        match (stream.unembedding_rows(rows.clone()).unwrap(), &model.w_u) {
+        match (stream.stored_unembedding_rows(rows.clone()).unwrap(), &model.w_u) {
             (Some(u), Some(w_u)) => assert_eq!(u.transpose(), w_u.columns(rows.start, rows.len()), "{name}: W_U"),
             (None, None) => {}
             (u, w_u) => panic!("{name}: tied disagrees ({} vs {})", u.is_some(), w_u.is_some()),
@@ -212,5 +212,59 @@ fn streaming_across_several_blocks_of_vocabulary_rows_gives_the_same_grams_and_f
         let whole = serde_json::to_string(&fingerprint_model(&model, mode).unwrap()).unwrap();
         let streamed = serde_json::to_string(&fingerprint_stream(&stream, mode).unwrap()).unwrap();
         assert_eq!(whole, streamed, "{}", mode.name());
+    }
+}
+
+#[test]
+fn a_streamed_batched_forward_pass_is_each_sequence_run_alone_on_the_loaded_model() {
+    use headprint::forward::{self, HeadOutputs};
+    for name in FAMILIES {
+        let files = files(name);
+        let model = Model::load(&files, LoadParts::Everything).unwrap();
+        let stream = ModelStream::open(&files).unwrap();
+        let vocab = model.config.vocab;
+        let sequences: Vec<Vec<usize>> =
+            vec![(0..9).map(|i| (i * 7 + 3) % vocab).collect(), (0..5).map(|i| (i * 11 + 1) % vocab).collect()];
+        let directions = nalgebra::DMatrix::from_fn(model.config.d_model, 3, |i, j| ((i + 2 * j) % 5) as f32 - 2.0);
+        let runs: Vec<(&[usize], HeadOutputs)> =
+            sequences.iter().map(|s| (s.as_slice(), HeadOutputs::Projected(&directions))).collect();
+        let mut layers_done = Vec::new();
+        let batched = forward::run_batch(&stream, &runs, &mut |done, _| layers_done.push(done)).unwrap();
+        assert_eq!(layers_done, (1..=model.config.layers).collect::<Vec<_>>(), "{name}: one step per layer");
+        for (tokens, streamed) in sequences.iter().zip(&batched) {
+            let alone = forward::run_with(&model, tokens, HeadOutputs::Projected(&directions)).unwrap();
+            // The same layers and the same per-sequence products: patterns, head outputs and
+            // norm scales are bit for bit those of the sequence run alone on the loaded model.
+            assert_eq!(streamed.patterns, alone.patterns, "{name}: patterns");
+            assert_eq!(streamed.head_outputs, alone.head_outputs, "{name}: head outputs");
+            assert_eq!(streamed.final_scale, alone.final_scale, "{name}: final norm scales");
+            // The logits come from W_U read a block of tokens at a time (one product per block),
+            // so only the summation's rounding may differ.
+            let largest = alone.logits.amax();
+            let difference = (&streamed.logits - &alone.logits).amax();
+            assert!(difference <= 1e-5 * largest.max(1.0), "{name}: logits differ by {difference} (largest {largest})");
+        }
+    }
+}
+
+#[test]
+fn the_streamed_ov_token_view_is_the_loaded_one() {
+    use headprint::analysis::circuits::{Circuits, HeadWeights};
+    use headprint::analysis::{HeadId, OvTokenLogits};
+    for name in FAMILIES {
+        let files = files(name);
+        let model = Model::load(&files, LoadParts::Circuits).unwrap();
+        let stream = ModelStream::open(&files).unwrap();
+        let grams = Grams::compute(&model);
+        let id = HeadId::new(model.config.layers - 1, model.config.heads - 1);
+        for mode in [Mode::Folded, Mode::Raw] {
+            let loaded = OvTokenLogits::new(&Circuits::new(&model, &grams, mode), id).unwrap();
+            let layer = stream.layer(id.layer, LoadParts::Circuits).unwrap();
+            let weights = HeadWeights::new(&stream.config, &layer, &stream.ln_final, id.head, mode);
+            let streamed = OvTokenLogits::read(&stream, &weights, mode).unwrap();
+            assert_eq!(streamed.diagonal(), loaded.diagonal(), "{name} {}: self-copy logits", mode.name());
+            assert_eq!(streamed.normalised_diagonal(), loaded.normalised_diagonal(), "{name} {}", mode.name());
+            assert_eq!(streamed.row(1).unwrap(), loaded.row(1).unwrap(), "{name} {}: a row", mode.name());
+        }
     }
 }

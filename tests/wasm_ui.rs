@@ -33,7 +33,7 @@ fn the_page_pipeline_runs_in_wasm() {
         assert_eq!(fp.heads.len(), heads);
         assert!(fp.heads.iter().all(|h| h.errors().is_empty() && !h.qk_token.eigenvalues.is_empty()));
     }
-    let logits = OvTokenLogits::new(&Circuits::new(&model, &grams, Mode::Folded), HeadId::new(0, 0));
+    let logits = OvTokenLogits::new(&Circuits::new(&model, &grams, Mode::Folded), HeadId::new(0, 0)).unwrap();
     assert_eq!(logits.diagonal().len(), model.config.vocab);
     // The tiny fixture lacks characters of the suite: a message, not a panic.
     let error =

@@ -294,16 +294,21 @@ fn loading_reports_progress_up_to_every_byte_and_head() {
     assert_eq!(
         stages,
         [
-            "Reading tensors",
-            "Computing the embedding Grams",
+            "Computing the embedding Grams (reading W_E)",
             "Fingerprinting heads (folded)",
-            "Running the induction probe",
+            "Running the induction probe (layer by layer)",
             "Identifying the files (SHA-256)"
         ]
     );
     assert_eq!(last("Identifying the files").done, size);
-    let reading = last("Reading tensors");
-    assert!(reading.done > 0 && reading.done <= size && reading.total == size, "{reading:?}");
+    // The Grams read the embedding a block of token rows at a time, up to the last row.
+    let vocab = analysis.info.config.vocab as u64;
+    let reading = last("Computing the embedding Grams");
+    assert_eq!((reading.done, reading.total), (vocab, vocab), "{reading:?}");
+    // The probe runs every sequence through one layer at a time.
+    let probing = last("Running the induction probe");
+    let layers = analysis.info.config.layers as u64;
+    assert_eq!((probing.done, probing.total), (layers, layers), "{probing:?}");
     let heads = analysis.folded.heads.len() as u64;
     let fingerprinting = last("Fingerprinting heads (folded)");
     assert_eq!((fingerprinting.done, fingerprinting.total, fingerprinting.grid), (heads, heads, Some((2, 2))));
@@ -468,4 +473,102 @@ fn the_demo_exercise_sheet_answers_are_what_the_demo_model_does() {
         };
         assert!(expected.matches(&truth).unwrap(), "{id}: the key says {expected:?}, the model {truth:?}");
     }
+}
+
+/// A file that is a safetensors header followed by zeros it never holds: a full-size model's
+/// shape without its bytes. Counts what is read from it.
+struct HeaderOnly {
+    name: String,
+    header: Vec<u8>,
+    len: u64,
+    read: Rc<std::cell::Cell<u64>>,
+}
+
+impl ByteSource for HeaderOnly {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn read_range(&self, offset: u64, len: usize) -> headprint::Result<Vec<u8>> {
+        self.read.set(self.read.get() + len as u64);
+        let mut out = vec![0u8; len];
+        for (i, byte) in out.iter_mut().enumerate() {
+            if let Some(&b) = self.header.get(offset as usize + i) {
+                *byte = b;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A bf16 Llama-2-70B-shaped checkpoint (80 layers of width 8192, 64 heads, 8 key/value heads,
+/// MLP 28672, vocabulary 32000) and its config.json, as header-only sources.
+fn llama_70b_shaped(read: &Rc<std::cell::Cell<u64>>) -> (Vec<String>, Vec<Box<dyn ByteSource>>) {
+    let (d, layers, d_kv, d_mlp, vocab) = (8192u64, 80, 1024u64, 28672u64, 32000u64);
+    let mut tensors: Vec<(String, Vec<u64>)> = vec![
+        ("model.embed_tokens.weight".into(), vec![vocab, d]),
+        ("lm_head.weight".into(), vec![vocab, d]),
+        ("model.norm.weight".into(), vec![d]),
+    ];
+    for l in 0..layers {
+        let p = format!("model.layers.{l}");
+        for (name, shape) in [
+            ("self_attn.q_proj.weight", vec![d, d]),
+            ("self_attn.k_proj.weight", vec![d_kv, d]),
+            ("self_attn.v_proj.weight", vec![d_kv, d]),
+            ("self_attn.o_proj.weight", vec![d, d]),
+            ("mlp.gate_proj.weight", vec![d_mlp, d]),
+            ("mlp.up_proj.weight", vec![d_mlp, d]),
+            ("mlp.down_proj.weight", vec![d, d_mlp]),
+            ("input_layernorm.weight", vec![d]),
+            ("post_attention_layernorm.weight", vec![d]),
+        ] {
+            tensors.push((format!("{p}.{name}"), shape));
+        }
+    }
+    let mut table = serde_json::Map::new();
+    let mut offset = 0u64;
+    for (name, shape) in tensors {
+        let bytes = 2 * shape.iter().product::<u64>();
+        let entry = serde_json::json!({"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + bytes]});
+        table.insert(name, entry);
+        offset += bytes;
+    }
+    let json = serde_json::to_vec(&table).unwrap();
+    let header: Vec<u8> = (json.len() as u64).to_le_bytes().into_iter().chain(json).collect();
+    let len = header.len() as u64 + offset;
+    let config = serde_json::json!({
+        "model_type": "llama", "hidden_size": d, "num_hidden_layers": layers, "num_attention_heads": 64,
+        "num_key_value_heads": 8, "intermediate_size": d_mlp, "vocab_size": vocab, "rms_norm_eps": 1e-5,
+    });
+    let names = vec!["config.json".to_string(), "model.safetensors".to_string()];
+    let weights = HeaderOnly { name: names[1].clone(), header, len, read: read.clone() };
+    let config = MemorySource::new(names[0].clone(), serde_json::to_vec(&config).unwrap());
+    (names, vec![Box::new(config), Box::new(weights)])
+}
+
+#[test]
+fn a_model_over_the_workers_budget_is_refused_in_one_line_before_its_weights_are_read() {
+    let mut session = Session::new(clock);
+    load(&mut session, 1, "gptchar", bytes("gptchar")).unwrap();
+    let read = Rc::new(std::cell::Cell::new(0));
+    let (names, sources) = llama_70b_shaped(&read);
+    let size = sources[1].len();
+    assert!(size > 130_000_000_000, "a 70B model's size: {size}");
+    let request = Request::Load { model: 2, names, analyse: true, prepend_bos: true };
+    let error = ask(&mut session, request, sources).unwrap_err();
+    assert!(!error.contains('\n'), "one line: {error}");
+    assert!(error.contains("80 layers x 64 heads, width 8192"), "{error}");
+    // The numbers: what it needs (the Grams alone are 3 x 8192² f64 = 1.61 GB) and the budget.
+    let need: f64 = error.split("needs about ").nth(1).and_then(|r| r.split(" GB").next()).unwrap().parse().unwrap();
+    assert!(need > 3.22, "{error}");
+    assert!(error.contains("budget of 3.22 GB"), "{error}");
+    // Refused from the headers: nothing beyond them and the final norm was read.
+    assert!(read.get() < 4 << 20, "{} bytes read before refusing", read.get());
+    // The model shown stays, and answers.
+    assert_eq!(session.models_held(), 1);
+    let pattern = Request::Pattern { model: 1, head: HeadId::new(0, 0), text: "abc".into(), prepend_bos: true };
+    assert!(matches!(ask(&mut session, pattern, vec![]), Ok(Reply::Pattern(_))));
 }

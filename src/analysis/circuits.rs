@@ -8,7 +8,7 @@ use nalgebra::DMatrix;
 use super::HeadId;
 use super::spectrum::Factored;
 use crate::Result;
-use crate::model::{Layer, Model, ModelConfig, ModelStream, Norm, NormKind};
+use crate::model::{Layer, Model, ModelConfig, Norm, NormKind, Weights};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -94,15 +94,25 @@ impl Grams {
     /// The same Grams from a model read layer by layer: W_E and W_U are read a block of token
     /// rows at a time (the same blocks as `compute`, so the same sums in the same order), and
     /// never held whole.
-    pub fn stream(model: &ModelStream) -> Result<Grams> {
-        let (vocab, d_model) = (model.config.vocab, model.config.d_model);
-        let mut grams = Grams::zeros(d_model, model.tied());
+    pub fn stream(model: &(impl Weights + ?Sized)) -> Result<Grams> {
+        Self::stream_with_progress(model, &mut |_, _| {})
+    }
+
+    /// `stream`, calling `each(rows done, vocabulary)` after every block (the tab shows it).
+    pub fn stream_with_progress(model: &(impl Weights + ?Sized), each: &mut dyn FnMut(usize, usize)) -> Result<Grams> {
+        let (vocab, d_model) = (model.config().vocab, model.config().d_model);
+        let tied = model.tied();
+        let mut grams = Grams::zeros(d_model, tied);
         for start in (0..vocab).step_by(GRAM_BLOCK) {
             let rows = start..(start + GRAM_BLOCK).min(vocab);
             let embed = model.embedding_rows(rows.clone())?.map(f64::from);
-            // The file holds W_U^T's rows; their transpose is W_U's columns, as `compute` has them.
-            let unembed_columns = model.unembedding_rows(rows)?.map(|u| u.map(f64::from).transpose());
+            // W_U^T's rows; their transpose is W_U's columns, as `compute` has them.
+            let unembed_columns = match tied {
+                true => None,
+                false => Some(model.unembedding_rows(rows.clone())?.map(f64::from).transpose()),
+            };
             grams.add_block(&embed, unembed_columns.as_ref());
+            each(rows.end, vocab);
         }
         Ok(grams)
     }

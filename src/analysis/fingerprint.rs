@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::HeadId;
 use super::circuits::{Circuits, Grams, HeadWeights, Mode};
 use super::spectrum::Fingerprint;
-use crate::model::{LoadParts, Model, ModelConfig, ModelStream};
+use crate::model::{LoadParts, Model, ModelConfig, ModelStream, Weights};
 use crate::{Error, Result};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -184,17 +184,33 @@ pub fn fingerprint_model(model: &Model, mode: Mode) -> Result<ModelFingerprint> 
 /// never the whole model.
 pub fn fingerprint_stream(model: &ModelStream, mode: Mode) -> Result<ModelFingerprint> {
     let grams = Grams::stream(model)?;
+    fingerprint_layers(model, &grams, mode, &mut |_, _, _| {})
+}
+
+/// Every head of a model read a layer at a time, given its Grams: each layer's attention is
+/// read, its heads fingerprinted (threaded on native) and the layer dropped. `each(head, done,
+/// total)` sees every head, in order, as its layer is done (the tab's worker streams them).
+pub fn fingerprint_layers(
+    model: &ModelStream,
+    grams: &Grams,
+    mode: Mode,
+    each: &mut dyn FnMut(&HeadFingerprint, usize, usize),
+) -> Result<ModelFingerprint> {
     // The handle holds the files, which are not shared across threads; the workers get only
     // what a head's weights need.
     let (config, ln_final) = (&model.config, &model.ln_final);
-    let mut heads = Vec::with_capacity(config.layers * config.heads);
+    let total = config.layers * config.heads;
+    let mut heads = Vec::with_capacity(total);
     for l in 0..config.layers {
         let layer = model.layer(l, LoadParts::Circuits)?;
         let ids: Vec<HeadId> = (0..config.heads).map(|h| HeadId::new(l, h)).collect();
-        heads.extend(fingerprint_heads(&ids, &|id| {
+        for head in fingerprint_heads(&ids, &|id| {
             let weights = HeadWeights::new(config, &layer, ln_final, id.head, mode);
-            fingerprint_head_weights(&weights, &grams, id)
-        }));
+            fingerprint_head_weights(&weights, grams, id)
+        }) {
+            heads.push(head);
+            each(heads.last().expect("just pushed"), heads.len(), total);
+        }
     }
     let summary = ModelSummary::from_config(config, model.parameter_count);
     Ok(ModelFingerprint { model: summary, mode: mode.name().into(), heads })

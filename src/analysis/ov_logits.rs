@@ -6,7 +6,9 @@
 use nalgebra::DMatrix;
 
 use super::HeadId;
-use super::circuits::{Circuits, fold_reading};
+use super::Mode;
+use super::circuits::{Circuits, HeadWeights, fold_reading};
+use crate::model::{VOCAB_BLOCK, Weights};
 use crate::{Error, Result};
 
 pub struct OvTokenLogits {
@@ -21,31 +23,38 @@ pub struct OvTokenLogits {
 }
 
 impl OvTokenLogits {
-    pub fn new(circuits: &Circuits, id: HeadId) -> Self {
-        let model = circuits.model;
-        let weights = circuits.head_weights(id);
-        let embed_side = &model.w_e * weights.w_v.cast::<f32>();
+    pub fn new(circuits: &Circuits, id: HeadId) -> Result<Self> {
+        Self::read(circuits.model, &circuits.head_weights(id), circuits.mode)
+    }
+
+    /// From a head's weights and the model's W_E / W_U, read a block of tokens at a time
+    /// (a streamed model never holds either whole; only the two vocab x d_head sides are kept).
+    pub fn read(model: &(impl Weights + ?Sized), weights: &HeadWeights, mode: Mode) -> Result<Self> {
+        let config = model.config();
+        let vocab = config.vocab;
+        let w_v = weights.w_v.map(|v| v as f32);
         // B = (W_O T) W_U, where T folds ln_final (identity in raw mode).
-        let o_t = weights.w_o_unembed.cast::<f32>();
-        let unembed_side = match &model.w_u {
-            Some(w_u) => &o_t * w_u,
-            None => (&model.w_e * o_t.transpose()).transpose(),
-        };
-        let embed_norms = model.w_e.row_iter().map(|r| r.norm()).collect();
-        let unembed_norms = (0..model.config.vocab)
-            .map(|j| {
-                let column: Vec<f64> = match &model.w_u {
-                    Some(w_u) => w_u.column(j).iter().map(|&v| v as f64).collect(),
-                    None => model.w_e.row(j).iter().map(|&v| v as f64).collect(),
-                };
-                let mut column = DMatrix::from_vec(column.len(), 1, column);
-                if circuits.mode == super::Mode::Folded {
-                    fold_reading(&model.ln_final, model.config.norm, &mut column);
+        let o_t = weights.w_o_unembed.map(|v| v as f32);
+        let mut embed_side = DMatrix::zeros(vocab, w_v.ncols());
+        let mut unembed_side = DMatrix::zeros(o_t.nrows(), vocab);
+        let (mut embed_norms, mut unembed_norms) = (Vec::with_capacity(vocab), Vec::with_capacity(vocab));
+        for start in (0..vocab).step_by(VOCAB_BLOCK) {
+            let rows = start..(start + VOCAB_BLOCK).min(vocab);
+            let embed = model.embedding_rows(rows.clone())?;
+            embed_side.rows_mut(start, rows.len()).copy_from(&(&embed * &w_v));
+            embed_norms.extend(embed.row_iter().map(|r| r.norm()));
+            // W_U's columns for these tokens, as rows (W_E's rows when tied).
+            let unembed = if model.tied() { embed } else { model.unembedding_rows(rows.clone())? };
+            unembed_side.columns_mut(start, rows.len()).copy_from(&(&o_t * unembed.transpose()));
+            unembed_norms.extend(unembed.row_iter().map(|row| {
+                let mut column = DMatrix::from_iterator(row.len(), 1, row.iter().map(|&v| v as f64));
+                if mode == Mode::Folded {
+                    fold_reading(model.ln_final(), config.norm, &mut column);
                 }
                 column.norm() as f32
-            })
-            .collect();
-        OvTokenLogits { embed_side, unembed_side, embed_norms, unembed_norms }
+            }));
+        }
+        Ok(OvTokenLogits { embed_side, unembed_side, embed_norms, unembed_norms })
     }
 
     pub fn vocab(&self) -> usize {

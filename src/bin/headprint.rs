@@ -12,15 +12,14 @@ mod native {
     use clap::{Args, Parser, Subcommand, ValueEnum};
     use headprint::analysis::ov_logits::{bottom_k, top_k};
     use headprint::analysis::{
-        Circuits, Fingerprint, HeadId, Mode, ModelSummary, OvTokenLogits, circuits::Grams, fingerprint_model,
-        fingerprint_stream,
+        Fingerprint, HeadId, Mode, ModelSummary, OvTokenLogits, circuits::HeadWeights, fingerprint_stream,
     };
     use headprint::compare::{
         BEHAVIOURAL_SCORES, ComparisonRow, INDUCTION_HEAD_THRESHOLD, SPECTRAL_FEATURES, spearman, spearman_table,
     };
     use headprint::figures::output::{Figure, Format};
     use headprint::figures::{copying, scatter, self_copy, spectrum, swap, verdicts};
-    use headprint::model::{LoadParts, Model, ModelStream};
+    use headprint::model::{LoadParts, ModelStream, Weights};
     use headprint::probes::induction::{
         DEFAULT_SEQUENCES, FirstCopy, InductionReport, RepeatSource, Spread, induction_cells, induction_probe,
         random_first_copies, text_window_first_copies,
@@ -238,15 +237,22 @@ mod native {
         format!("{} (see `headprint --help`)", first.strip_prefix("error: ").unwrap_or(first))
     }
 
+    /// A model's files and tokenizer: its weights are read a layer at a time when a command
+    /// needs them (`model()`), never held whole.
     struct Loaded {
-        model: Model,
+        files: ModelFiles,
         tokenizer: Tokenizer,
     }
 
     impl Loaded {
+        /// The weights, read from the files as they are asked for.
+        fn model(&self) -> Result<ModelStream<'_>> {
+            ModelStream::open(&self.files)
+        }
+
         /// The model's BOS unless switched off.
-        fn bos(&self, arg: &BosArg) -> Option<Bos> {
-            if arg.no_bos { None } else { choose_bos(&self.model, &self.tokenizer) }
+        fn bos(&self, arg: &BosArg) -> Result<Option<Bos>> {
+            Ok(if arg.no_bos { None } else { choose_bos(&self.model()?, &self.tokenizer) })
         }
 
         /// The probe's first copies: given ids (one sequence), text windows or random draws.
@@ -258,18 +264,20 @@ mod native {
                         std::fs::read_to_string(path).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
                     text_window_first_copies(&self.tokenizer.encode(&text)?, args.len, args.seed, args.sequences)
                 }
-                (None, None) => {
-                    random_first_copies(&self.tokenizer.ordinary_ids(&self.model), args.len, args.seed, args.sequences)
-                }
+                (None, None) => random_first_copies(
+                    &self.tokenizer.ordinary_ids(&self.model()?),
+                    args.len,
+                    args.seed,
+                    args.sequences,
+                ),
             }
         }
     }
 
-    fn load(common: &Common, parts: LoadParts) -> Result<Loaded> {
+    fn load(common: &Common) -> Result<Loaded> {
         let files = ModelFiles::from_path(&common.model)?;
-        let model = Model::load(&files, parts)?;
-        let tokenizer = Tokenizer::for_model(&model, files.tokenizer_json.as_deref())?;
-        Ok(Loaded { model, tokenizer })
+        let tokenizer = Tokenizer::for_model(&ModelStream::open(&files)?, files.tokenizer_json.as_deref())?;
+        Ok(Loaded { files, tokenizer })
     }
 
     fn print_json(value: &impl serde::Serialize) -> Result<()> {
@@ -329,15 +337,15 @@ mod native {
                 Ok(())
             }
             Command::Attention { common, tokens, text, bos } => {
-                let loaded = load(&common, LoadParts::Everything)?;
+                let loaded = load(&common)?;
                 let ids = match (tokens, text) {
                     (Some(ids), _) => parse_ids(&ids)?,
                     (None, Some(text)) => loaded.tokenizer.encode(&text)?,
                     (None, None) => return Err(Error::BadTokens("give --tokens 3,1,4 or --text \"...\"".into())),
                 };
-                let bos_token = loaded.bos(&bos);
+                let bos_token = loaded.bos(&bos)?;
                 let ids = with_bos(bos_token.as_ref().map(|b| b.id), &ids);
-                let output = forward::run(&loaded.model, &ids)?;
+                let output = forward::run(&loaded.model()?, &ids)?;
                 let patterns: Vec<Vec<Vec<Vec<f32>>>> = output
                     .patterns
                     .iter()
@@ -371,12 +379,14 @@ mod native {
             Command::Figure(args) => figure(args),
             Command::Compare(args) => compare(args),
             Command::OvLogits { common, head, top, pair, row, raw } => {
-                let loaded = load(&common, LoadParts::Circuits)?;
-                let (model, tokenizer) = (&loaded.model, &loaded.tokenizer);
+                let loaded = load(&common)?;
+                let (model, tokenizer) = (&loaded.model()?, &loaded.tokenizer);
                 let id = HeadId::parse(&head, &model.config)?;
-                let grams = Grams::compute(model);
                 let mode = if raw { Mode::Raw } else { Mode::Folded };
-                let logits = OvTokenLogits::new(&Circuits::new(model, &grams, mode), id);
+                // One layer and blocks of W_E / W_U rows: no Grams needed for the token view.
+                let layer = model.layer(id.layer, LoadParts::Circuits)?;
+                let weights = HeadWeights::new(&model.config, &layer, &model.ln_final, id.head, mode);
+                let logits = OvTokenLogits::read(model, &weights, mode)?;
                 let diagonal = logits.diagonal();
                 let normalised = logits.normalised_diagonal();
                 let entry =
@@ -460,12 +470,12 @@ mod native {
         // A wrong file name fails before any work.
         Format::of(&args.out)?;
         let common = Common { model: args.model.clone(), json: false };
-        let loaded = load(&common, LoadParts::Everything)?;
-        let (model, tokenizer) = (&loaded.model, &loaded.tokenizer);
+        let loaded = load(&common)?;
+        let (model, tokenizer) = (&loaded.model()?, &loaded.tokenizer);
         let mode = if args.raw { Mode::Raw } else { Mode::Folded };
         let name =
             args.model.file_name().map_or_else(|| args.model.display().to_string(), |n| n.to_string_lossy().into());
-        let fingerprint = fingerprint_model(model, mode)?;
+        let fingerprint = fingerprint_stream(model, mode)?;
         let head = match &args.head {
             Some(head) => HeadId::parse(head, &model.config)?,
             None => fingerprint
@@ -476,7 +486,7 @@ mod native {
                 .map(|h| h.id())
                 .ok_or_else(|| Error::Invalid("no head's OV circuit could be read: give --head".into()))?,
         };
-        let bos = loaded.bos(&args.sequence.bos).map(|b| b.id);
+        let bos = loaded.bos(&args.sequence.bos)?.map(|b| b.id);
         let figure = match args.kind {
             FigureKind::Copying => Figure::Copying(copying::CopyingScores {
                 layers: model.config.layers,
@@ -509,8 +519,9 @@ mod native {
                 })
             }
             FigureKind::SelfCopy => {
-                let grams = Grams::compute(model);
-                let logits = OvTokenLogits::new(&Circuits::new(model, &grams, mode), head);
+                let layer = model.layer(head.layer, LoadParts::Circuits)?;
+                let weights = HeadWeights::new(&model.config, &layer, &model.ln_final, head.head, mode);
+                let logits = OvTokenLogits::read(model, &weights, mode)?;
                 let entries = |values: &[f64]| {
                     top_k(values, args.top).into_iter().map(|i| (tokenizer.token_text(i), values[i])).collect()
                 };
@@ -607,9 +618,9 @@ mod native {
     }
 
     fn probe(args: ProbeArgs) -> Result<()> {
-        let loaded = load(&args.common, LoadParts::Everything)?;
-        let (model, tokenizer) = (&loaded.model, &loaded.tokenizer);
-        let bos = loaded.bos(&args.sequence.bos);
+        let loaded = load(&args.common)?;
+        let (model, tokenizer) = (&loaded.model()?, &loaded.tokenizer);
+        let bos = loaded.bos(&args.sequence.bos)?;
         let bos_id = bos.as_ref().map(|b| b.id);
         if let Some(suite_name) = &args.suite {
             let suite = load_suite(suite_name)?;
@@ -703,12 +714,12 @@ mod native {
         let mut models = Vec::new();
         for path in &args.models {
             let common = Common { model: path.clone(), json: args.json };
-            let loaded =
-                load(&common, LoadParts::Everything).map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))?;
-            let fingerprint = fingerprint_model(&loaded.model, mode)?;
-            let bos = loaded.bos(&args.sequence.bos);
+            let loaded = load(&common).map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))?;
+            let model = loaded.model()?;
+            let fingerprint = fingerprint_stream(&model, mode)?;
+            let bos = loaded.bos(&args.sequence.bos)?;
             let copies = loaded.first_copies(&args.sequence, None)?;
-            let report = induction_probe(&loaded.model, &copies, bos.as_ref().map(|b| b.id))
+            let report = induction_probe(&model, &copies, bos.as_ref().map(|b| b.id))
                 .map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))?;
             let sequence = format!(
                 "{} sequences of {} tokens repeated twice ({}); {}",

@@ -7,7 +7,7 @@ mod llama;
 mod neox;
 mod stream;
 
-pub use stream::ModelStream;
+pub use stream::{ModelStream, VOCAB_BLOCK, Weights};
 
 use std::ops::Range;
 

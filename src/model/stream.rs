@@ -1,59 +1,213 @@
-//! A model read a layer at a time: the configuration and the small tensors are held, every
-//! large one is read from the files when asked for, so memory stays at one layer (plus a block
-//! of vocabulary rows) whatever the model's size.
+//! Where a model's weights come from: held whole in memory (`Model`), or read from the files a
+//! layer at a time (`ModelStream`: the configuration and the small tensors are held, every large
+//! one is read when asked for, so memory stays at one layer plus a block of vocabulary rows
+//! whatever the model's size). The forward pass, the probes and the token-level views read
+//! through `Weights`, so they run the same on either.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
-use nalgebra::DMatrix;
+use nalgebra::{DMatrix, DVector};
 
-use super::{Blueprint, Layer, LoadParts, ModelConfig, Norm, Reader};
+use super::{Blueprint, Layer, LoadParts, Model, ModelConfig, Norm, Reader};
 use crate::Result;
 use crate::weights::{ModelFiles, TensorStore};
+
+/// Vocabulary rows read (and widened to f32) at a time where a pass over the whole vocabulary
+/// is needed (the logits of a forward pass, the token-level OV views).
+pub const VOCAB_BLOCK: usize = 1024;
+
+/// A model's weights, wherever they are.
+pub trait Weights {
+    fn config(&self) -> &ModelConfig;
+    fn ln_final(&self) -> &Norm;
+    /// Token strings of character models (file metadata `vocab`).
+    fn vocab_strings(&self) -> Option<&[String]>;
+    /// Layer `l`: borrowed when held, read from the files when streamed.
+    fn layer(&self, l: usize, parts: LoadParts) -> Result<Cow<'_, Layer>>;
+    /// Rows `rows` of the embedding W_E (tokens x d_model).
+    fn embedding_rows(&self, rows: Range<usize>) -> Result<DMatrix<f32>>;
+    /// W_U's columns for tokens `rows`, as rows (tokens x d_model); W_E's rows when tied.
+    fn unembedding_rows(&self, rows: Range<usize>) -> Result<DMatrix<f32>>;
+    /// Whether the unembedding is the embedding's transpose.
+    fn tied(&self) -> bool;
+    /// The learned position rows 0..len; None for rotary models.
+    fn positions(&self, len: usize) -> Result<Option<DMatrix<f32>>>;
+    fn unembedding_bias(&self) -> Option<&DVector<f32>>;
+
+    /// The embedding rows of `tokens`, in order (checked against the vocabulary by the caller).
+    fn embedding_of(&self, tokens: &[usize]) -> Result<DMatrix<f32>> {
+        rows_of(tokens, self.config().d_model, |t| self.embedding_rows(t..t + 1))
+    }
+
+    /// W_U's columns for `tokens`, as rows.
+    fn unembedding_of(&self, tokens: &[usize]) -> Result<DMatrix<f32>> {
+        rows_of(tokens, self.config().d_model, |t| self.unembedding_rows(t..t + 1))
+    }
+
+    /// `normed W_U` (positions x vocab, without the bias) for each of several sequences: W_U
+    /// read a block of tokens at a time, once for all of them.
+    fn unembed(&self, normed: &[DMatrix<f32>]) -> Result<Vec<DMatrix<f32>>> {
+        let vocab = self.config().vocab;
+        let mut logits: Vec<DMatrix<f32>> = normed.iter().map(|n| DMatrix::zeros(n.nrows(), vocab)).collect();
+        for start in (0..vocab).step_by(VOCAB_BLOCK) {
+            let block = self.unembedding_rows(start..(start + VOCAB_BLOCK).min(vocab))?.transpose();
+            for (logits, normed) in logits.iter_mut().zip(normed) {
+                logits.columns_mut(start, block.ncols()).copy_from(&(normed * &block));
+            }
+        }
+        Ok(logits)
+    }
+}
+
+fn rows_of(tokens: &[usize], d_model: usize, row: impl Fn(usize) -> Result<DMatrix<f32>>) -> Result<DMatrix<f32>> {
+    let mut out = DMatrix::zeros(tokens.len(), d_model);
+    for (i, &t) in tokens.iter().enumerate() {
+        out.row_mut(i).copy_from(&row(t)?.row(0));
+    }
+    Ok(out)
+}
+
+impl Weights for Model {
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+    fn ln_final(&self) -> &Norm {
+        &self.ln_final
+    }
+    fn vocab_strings(&self) -> Option<&[String]> {
+        self.vocab_strings.as_deref()
+    }
+    fn layer(&self, l: usize, parts: LoadParts) -> Result<Cow<'_, Layer>> {
+        let layer = &self.layers[l];
+        if parts == LoadParts::Everything && layer.mlp.is_none() {
+            return Err(crate::Error::Invalid("the model was loaded without its MLP weights".into()));
+        }
+        Ok(Cow::Borrowed(layer))
+    }
+    fn embedding_rows(&self, rows: Range<usize>) -> Result<DMatrix<f32>> {
+        Ok(self.w_e.rows(rows.start, rows.len()).into_owned())
+    }
+    fn unembedding_rows(&self, rows: Range<usize>) -> Result<DMatrix<f32>> {
+        match &self.w_u {
+            Some(w_u) => Ok(w_u.columns(rows.start, rows.len()).transpose()),
+            None => self.embedding_rows(rows),
+        }
+    }
+    fn tied(&self) -> bool {
+        self.w_u.is_none()
+    }
+    fn positions(&self, len: usize) -> Result<Option<DMatrix<f32>>> {
+        Ok(self.w_pos.as_ref().map(|w| w.rows(0, len).into_owned()))
+    }
+    fn unembedding_bias(&self) -> Option<&DVector<f32>> {
+        self.b_u.as_ref()
+    }
+    /// Held whole: one product per sequence.
+    fn unembed(&self, normed: &[DMatrix<f32>]) -> Result<Vec<DMatrix<f32>>> {
+        Ok(normed
+            .iter()
+            .map(|normed| match &self.w_u {
+                Some(w_u) => normed * w_u,
+                None => (&self.w_e * normed.transpose()).transpose(),
+            })
+            .collect())
+    }
+}
 
 pub struct ModelStream<'a> {
     pub config: ModelConfig,
     pub ln_final: Norm,
     pub parameter_count: u64,
+    b_u: Option<DVector<f32>>,
     store: TensorStore<'a>,
     blueprint: Blueprint,
 }
 
 impl<'a> ModelStream<'a> {
-    /// Reads the headers, config.json and the final norm; no layer and no embedding yet.
+    /// Reads the headers, config.json, the final norm and the unembedding bias; no layer and
+    /// no embedding yet.
     pub fn open(files: &'a ModelFiles) -> Result<Self> {
         let store = TensorStore::open(files)?;
         let blueprint = Blueprint::read(&store, files)?;
         let config = blueprint.config.clone();
-        let ln_final =
-            Reader { store: &store, family: config.family }.norm(&blueprint.final_norm, config.d_model, config.norm)?;
-        Ok(ModelStream { parameter_count: blueprint.parameter_count, config, ln_final, store, blueprint })
+        let mut reader = Reader { store: &store, family: config.family };
+        let ln_final = reader.norm(&blueprint.final_norm, config.d_model, config.norm)?;
+        let b_u = match &blueprint.unembedding_bias {
+            Some(name) => Some(reader.optional_vector(name, config.vocab)?),
+            None => None,
+        };
+        Ok(ModelStream { parameter_count: blueprint.parameter_count, config, ln_final, b_u, store, blueprint })
     }
 
     fn reader(&self) -> Reader<'_> {
         Reader { store: &self.store, family: self.config.family }
     }
 
-    /// Layer `l`, exactly as `Model::load` would hold it.
-    pub fn layer(&self, l: usize, parts: LoadParts) -> Result<Layer> {
-        self.blueprint.layer(&mut self.reader(), l, parts)
-    }
-
-    /// Rows `rows` of the embedding W_E (token rows x d_model).
-    pub fn embedding_rows(&self, rows: Range<usize>) -> Result<DMatrix<f32>> {
-        self.reader().matrix_rows(&self.blueprint.embedding, self.config.vocab, self.config.d_model, rows)
-    }
-
-    /// Rows `rows` of W_U^T (token rows x d_model, as nn.Linear stores the unembedding); None
-    /// when the unembedding is tied to the embedding.
-    pub fn unembedding_rows(&self, rows: Range<usize>) -> Result<Option<DMatrix<f32>>> {
+    /// Rows `rows` of W_U^T as the file stores them (token rows x d_model); None when the
+    /// unembedding is tied to the embedding.
+    pub fn stored_unembedding_rows(&self, rows: Range<usize>) -> Result<Option<DMatrix<f32>>> {
         match &self.blueprint.unembedding {
             Some(name) => Ok(Some(self.reader().matrix_rows(name, self.config.vocab, self.config.d_model, rows)?)),
             None => Ok(None),
         }
     }
 
-    /// Whether the unembedding is the embedding's transpose.
-    pub fn tied(&self) -> bool {
+    /// The file's own metadata worth showing (training facts of the demo model).
+    pub fn facts(&self) -> &[(String, String)] {
+        &self.blueprint.facts
+    }
+
+    /// The largest tensor a layer read converts at once: (elements, bytes per element in the file).
+    pub fn largest_tensor(&self) -> (u64, u64) {
+        self.store
+            .names()
+            .filter_map(|n| self.store.entry(n))
+            .map(|e| {
+                let elements = e.shape.iter().product::<usize>() as u64;
+                (elements, (e.end - e.start).checked_div(elements).unwrap_or(0))
+            })
+            .max()
+            .unwrap_or((0, 0))
+    }
+}
+
+impl Weights for ModelStream<'_> {
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+    fn ln_final(&self) -> &Norm {
+        &self.ln_final
+    }
+    fn vocab_strings(&self) -> Option<&[String]> {
+        self.blueprint.vocab_strings.as_deref()
+    }
+    /// Layer `l`, exactly as `Model::load` would hold it.
+    fn layer(&self, l: usize, parts: LoadParts) -> Result<Cow<'_, Layer>> {
+        Ok(Cow::Owned(self.blueprint.layer(&mut self.reader(), l, parts)?))
+    }
+    fn embedding_rows(&self, rows: Range<usize>) -> Result<DMatrix<f32>> {
+        self.reader().matrix_rows(&self.blueprint.embedding, self.config.vocab, self.config.d_model, rows)
+    }
+    fn unembedding_rows(&self, rows: Range<usize>) -> Result<DMatrix<f32>> {
+        match self.stored_unembedding_rows(rows.clone())? {
+            Some(rows) => Ok(rows),
+            None => self.embedding_rows(rows),
+        }
+    }
+    fn tied(&self) -> bool {
         self.blueprint.unembedding.is_none()
+    }
+    fn positions(&self, len: usize) -> Result<Option<DMatrix<f32>>> {
+        match &self.blueprint.positions {
+            Some(name) => {
+                let context = self.config.context.unwrap_or(0);
+                Ok(Some(self.reader().matrix_rows(name, context, self.config.d_model, 0..len)?))
+            }
+            None => Ok(None),
+        }
+    }
+    fn unembedding_bias(&self) -> Option<&DVector<f32>> {
+        self.b_u.as_ref()
     }
 }

@@ -13,7 +13,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::forward::{self, ForwardOutput, HeadOutputs};
-use crate::model::{Model, NormKind};
+use crate::model::{NormKind, Weights};
 use crate::tokens::with_bos;
 use crate::{Error, Result};
 
@@ -189,10 +189,29 @@ pub fn text_window_first_copies(text_ids: &[usize], n: usize, seed: u64, count: 
 }
 
 /// Runs every first copy repeated once (after `bos` when given) and averages the scores.
-pub fn induction_probe(model: &Model, copies: &[FirstCopy], bos: Option<usize>) -> Result<InductionReport> {
+pub fn induction_probe(
+    model: &(impl Weights + ?Sized),
+    copies: &[FirstCopy],
+    bos: Option<usize>,
+) -> Result<InductionReport> {
+    induction_probe_with_progress(model, copies, bos, &mut |_, _| {})
+}
+
+/// `induction_probe`, every sequence in one layer-by-layer pass (a streamed model is read
+/// once), calling `each_layer(done, layers)` as the pass goes.
+pub fn induction_probe_with_progress(
+    model: &(impl Weights + ?Sized),
+    copies: &[FirstCopy],
+    bos: Option<usize>,
+    each_layer: &mut dyn FnMut(usize, usize),
+) -> Result<InductionReport> {
     let first = copies.first().ok_or_else(|| Error::BadTokens("an induction probe needs a sequence".into()))?;
+    let prepared: Vec<Prepared> = copies.iter().map(|copy| prepare(model, copy, bos)).collect::<Result<_>>()?;
+    let runs: Vec<(&[usize], HeadOutputs)> =
+        prepared.iter().map(|p| (p.tokens.as_slice(), HeadOutputs::Projected(&p.directions))).collect();
+    let outputs = forward::run_batch(model, &runs, each_layer)?;
     let sequences: Vec<SequenceScores> =
-        copies.iter().map(|copy| sequence_scores(model, copy, bos)).collect::<Result<_>>()?;
+        copies.iter().zip(prepared).zip(&outputs).map(|((copy, p), output)| score(copy, p, output)).collect();
     let accuracies: Vec<f64> = sequences.iter().map(|s| s.prefix_copy_accuracy).collect();
     let counted: Vec<usize> = copies.iter().map(|c| c.tokens.len() - 1).collect();
     let heads = (0..sequences[0].heads.len())
@@ -242,32 +261,47 @@ fn pooled(fractions: &[f64], positions: &[usize]) -> f64 {
     hits / positions.iter().sum::<usize>().max(1) as f64
 }
 
-/// Runs one first copy repeated once, after `bos` when given, and scores every head.
-pub fn sequence_scores(model: &Model, copy: &FirstCopy, bos: Option<usize>) -> Result<SequenceScores> {
+/// One sequence made ready to run: its tokens and the unembedding directions of its candidates.
+struct Prepared {
+    tokens: Vec<usize>,
+    n: usize,
+    second_copy: usize,
+    candidates: Vec<usize>,
+    directions: DMatrix<f32>,
+}
+
+/// The first copy repeated once, after `bos` when given.
+fn prepare(model: &(impl Weights + ?Sized), copy: &FirstCopy, bos: Option<usize>) -> Result<Prepared> {
     let n = copy.tokens.len();
     if n < 2 {
         return Err(Error::BadTokens("an induction probe needs a first copy of at least 2 tokens".into()));
     }
     let repeated: Vec<usize> = copy.tokens.iter().chain(&copy.tokens).copied().collect();
     let tokens = with_bos(bos, &repeated);
+    forward::check_tokens(model, &tokens)?;
     let second_copy = tokens.len() - n;
     let mut candidates = copy.tokens.clone();
     candidates.sort_unstable();
     candidates.dedup();
-    let directions = unembedding_directions(model, &candidates);
-    let output = forward::run_with(model, &tokens, HeadOutputs::Projected(&directions))?;
-    let copy_ranks = copy_ranks(&output, &tokens, &candidates, second_copy);
-    let mut heads = attention_scores(&output, n, second_copy);
+    let directions = unembedding_directions(model, &candidates)?;
+    Ok(Prepared { tokens, n, second_copy, candidates, directions })
+}
+
+/// Scores every head on one sequence's forward pass.
+fn score(copy: &FirstCopy, prepared: Prepared, output: &ForwardOutput) -> SequenceScores {
+    let Prepared { tokens, n, second_copy, candidates, .. } = prepared;
+    let copy_ranks = copy_ranks(output, &tokens, &candidates, second_copy);
+    let mut heads = attention_scores(output, n, second_copy);
     for (scores, ranks) in heads.iter_mut().zip(&copy_ranks) {
         scores.copy_fidelity = ranks.iter().filter(|&&r| r == 1).count() as f64 / ranks.len() as f64;
     }
-    Ok(SequenceScores {
+    SequenceScores {
         source: copy.source.clone(),
-        prefix_copy_accuracy: prefix_copy_accuracy(&output, &tokens, second_copy),
+        prefix_copy_accuracy: prefix_copy_accuracy(output, &tokens, second_copy),
         heads,
         tokens,
         copy_ranks,
-    })
+    }
 }
 
 /// The direction in the residual stream that raises each candidate's logit, after the final
@@ -275,23 +309,20 @@ pub fn sequence_scores(model: &Model, copy: &FirstCopy, bos: Option<usize>) -> R
 /// d_model for LayerNorm (identity for RMSNorm). A head output x at position t then contributes
 /// `x · column / scale_t`: TransformerLens's `cache.apply_ln_to_stack(..) @ W_U` with
 /// `fold_ln=True` (the norm bias and the unembedding bias are not the head's).
-fn unembedding_directions(model: &Model, candidates: &[usize]) -> DMatrix<f32> {
-    let d_model = model.config.d_model;
-    let weight = &model.ln_final.weight;
-    let mut directions = DMatrix::from_fn(d_model, candidates.len(), |i, j| {
-        let w_u = match &model.w_u {
-            Some(w_u) => w_u[(i, candidates[j])],
-            None => model.w_e[(candidates[j], i)],
-        };
-        w_u * weight[i]
-    });
-    if model.config.norm == NormKind::LayerNorm {
+fn unembedding_directions(model: &(impl Weights + ?Sized), candidates: &[usize]) -> Result<DMatrix<f32>> {
+    let config = model.config();
+    let d_model = config.d_model;
+    let weight = &model.ln_final().weight;
+    // W_U's columns for the candidates, as rows: read one by one when streamed.
+    let unembedding = model.unembedding_of(candidates)?;
+    let mut directions = DMatrix::from_fn(d_model, candidates.len(), |i, j| unembedding[(j, i)] * weight[i]);
+    if config.norm == NormKind::LayerNorm {
         for mut column in directions.column_iter_mut() {
             let mean = column.sum() / d_model as f32;
             column.add_scalar_mut(-mean);
         }
     }
-    directions
+    Ok(directions)
 }
 
 /// Per head, per counted position t (second copy, next token exists): the rank of the true

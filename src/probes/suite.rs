@@ -5,8 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::HeadId;
-use crate::forward;
-use crate::model::Model;
+use crate::forward::{self, HeadOutputs};
+use crate::model::Weights;
 use crate::probes::exercise::{Question, check_questions};
 use crate::probes::induction::induction_cells;
 use crate::tokens::{Tokenizer, with_bos};
@@ -243,13 +243,15 @@ pub fn merged_marks_caveat(tokens: &[String], query: usize) -> String {
 /// positions (the query, the keys, `tokens`) then count from the BOS, and a prompt's `query`,
 /// which counts the prompt's own tokens from 0, is shifted by one to stay on the same token.
 pub fn verdict_table(
-    model: &Model,
+    model: &(impl Weights + ?Sized),
     tokenizer: &Tokenizer,
     suite: &Suite,
     head: HeadId,
     bos: Option<usize>,
 ) -> Result<Vec<VerdictRow>> {
-    suite
+    // Every prompt's ids and query first (a bad prompt is refused before anything runs), then
+    // one layer-by-layer pass over all of them.
+    let prepared: Vec<(Vec<usize>, usize)> = suite
         .prompts
         .iter()
         .map(|prompt| {
@@ -265,7 +267,18 @@ pub fn verdict_table(
             let ids = with_bos(bos, &prompt_ids);
             let offset = ids.len() - prompt_ids.len();
             let query = prompt.query.map_or(ids.len().saturating_sub(1), |q| q + offset);
-            let output = forward::run(model, &ids)?;
+            Ok((ids, query))
+        })
+        .collect::<Result<_>>()?;
+    let runs: Vec<(&[usize], HeadOutputs)> =
+        prepared.iter().map(|(ids, _)| (ids.as_slice(), HeadOutputs::None)).collect();
+    let outputs = forward::run_batch(model, &runs, &mut |_, _| {})?;
+    suite
+        .prompts
+        .iter()
+        .zip(prepared)
+        .zip(outputs)
+        .map(|((prompt, (ids, query)), output)| {
             let pattern = &output.patterns[head.layer][head.head];
             let attention: Vec<f64> = (0..ids.len()).map(|k| pattern[(query, k)] as f64).collect();
             let tokens: Vec<String> = ids.iter().map(|&i| tokenizer.token_text(i)).collect();

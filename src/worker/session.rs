@@ -2,7 +2,6 @@
 //! `Request` from the core. No browser here (the host feeds it `ByteSource`s, a clock and a
 //! progress reporter), so it is tested natively like the rest of the core.
 
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -11,13 +10,13 @@ use sha2::{Digest, Sha256};
 use super::protocol::{
     Analysis, InductionRun, ModelId, ModelInfo, Pattern, ProbeSequence, Progress, Reply, Request, Scored, Timing,
 };
-use crate::analysis::circuits::Grams;
-use crate::analysis::fingerprint::fingerprint_model_with_progress;
+use crate::analysis::circuits::{Grams, HeadWeights};
+use crate::analysis::fingerprint::fingerprint_layers;
 use crate::analysis::ov_logits::{bottom_k, top_k};
-use crate::analysis::{Circuits, HeadId, Mode, ModelFingerprint, OvTokenLogits};
-use crate::model::{LoadParts, Model};
+use crate::analysis::{HeadId, Mode, ModelFingerprint, OvTokenLogits};
+use crate::model::{LoadParts, ModelConfig, ModelStream, Weights};
 use crate::probes::induction::{
-    DEFAULT_SEQUENCES, induction_cells, induction_probe, random_first_copies, text_window_first_copies,
+    DEFAULT_SEQUENCES, induction_cells, induction_probe_with_progress, random_first_copies, text_window_first_copies,
 };
 use crate::probes::verdict_table;
 use crate::tokens::{Bos, Tokenizer, choose_bos, with_bos};
@@ -33,50 +32,65 @@ pub const INDUCTION_LEN: usize = 50;
 const HASH_CHUNK: usize = 8 << 20;
 
 /// The length of each copy of an induction probe's sequence: at most half the context.
-pub fn probe_len(config: &crate::model::ModelConfig) -> usize {
+pub fn probe_len(config: &ModelConfig) -> usize {
     config.context.map_or(INDUCTION_LEN, |c| INDUCTION_LEN.min(c / 2))
 }
 
 /// The default induction probe: uniform random tokens, seeds 0..8.
-pub fn default_sequence(config: &crate::model::ModelConfig) -> ProbeSequence {
+pub fn default_sequence(config: &ModelConfig) -> ProbeSequence {
     ProbeSequence::UniformRandom { seed: 0, len: probe_len(config), count: DEFAULT_SEQUENCES }
 }
 
 /// The length of each copy when a BOS takes one position of the context.
-fn probe_len_with(config: &crate::model::ModelConfig, len: usize, bos: Option<usize>) -> usize {
+fn probe_len_with(config: &ModelConfig, len: usize, bos: Option<usize>) -> usize {
     match (config.context, bos) {
         (Some(context), Some(_)) if len.saturating_mul(2).saturating_add(1) > context => context.saturating_sub(1) / 2,
         _ => len,
     }
 }
 
+/// A loaded model: its files (read by byte range whenever weights are needed, never held as
+/// f32 whole) and what every request needs that is small: the configuration, tokenizer, BOS and
+/// the d_model x d_model Grams.
 struct Held {
-    model: Model,
+    files: ModelFiles,
+    config: ModelConfig,
     tokenizer: Tokenizer,
     grams: Grams,
     bos: Option<Bos>,
 }
 
 impl Held {
+    /// The model's weights, read from its files as they are asked for (opening reads only the
+    /// headers, config.json and the final norm).
+    fn stream(&self) -> Result<ModelStream<'_>> {
+        ModelStream::open(&self.files)
+    }
+
+    /// Bytes held between requests: the Grams (the files are browser `File`s, outside wasm memory).
+    fn resident_bytes(&self) -> u64 {
+        8 * (self.grams.embed.len() + self.grams.cross.len() + self.grams.unembed.len()) as u64
+    }
+
     /// Text or, for models without a vocabulary, comma-separated ids.
     fn encode(&self, text: &str) -> Result<Vec<usize>> {
         self.tokenizer.encode(text)
     }
 
     fn head(&self, head: HeadId) -> Result<HeadId> {
-        HeadId::parse(&head.to_string(), &self.model.config)
+        HeadId::parse(&head.to_string(), &self.config)
     }
 
     fn scored(&self, values: &[f64], ids: Vec<usize>) -> Vec<Scored> {
         ids.into_iter().map(|i| (self.tokenizer.token_text(i), values[i])).collect()
     }
 
-    /// Every head in one mode, reporting each head done.
+    /// Every head in one mode, a layer read at a time, reporting each head done.
     fn fingerprint(&self, mode: Mode, report: &Reporter) -> Result<ModelFingerprint> {
         let stage = format!("Fingerprinting heads ({})", mode.name());
-        let heads = (self.model.config.layers * self.model.config.heads) as u64;
-        let grid = Some((self.model.config.layers, self.model.config.heads));
-        fingerprint_model_with_progress(&self.model, &self.grams, mode, &mut |head, done, _| {
+        let heads = (self.config.layers * self.config.heads) as u64;
+        let grid = Some((self.config.layers, self.config.heads));
+        fingerprint_layers(&self.stream()?, &self.grams, mode, &mut |head, done, _| {
             let heads_done = vec![head.clone()];
             report(Progress { stage: stage.clone(), done: done as u64, total: heads, grid, heads: heads_done });
         })
@@ -87,51 +101,71 @@ impl Held {
         self.bos.as_ref().filter(|_| prepend_bos).map(|b| b.id)
     }
 
-    fn induction(&self, sequence: &ProbeSequence, prepend_bos: bool) -> InductionRun {
+    fn induction(&self, sequence: &ProbeSequence, prepend_bos: bool, report: &Reporter) -> InductionRun {
         let bos = self.bos(prepend_bos);
         // A BOS can leave one position too few for the copies asked for: they are shortened,
         // and the description names the length actually used.
         let sequence = match sequence {
             ProbeSequence::UniformRandom { len, .. } | ProbeSequence::TextWindow { len, .. } => {
-                sequence.with_len(probe_len_with(&self.model.config, *len, bos))
+                sequence.with_len(probe_len_with(&self.config, *len, bos))
             }
         };
         let report = (|| {
+            let model = self.stream()?;
             let copies = match &sequence {
                 ProbeSequence::UniformRandom { seed, len, count } => {
-                    random_first_copies(&self.tokenizer.ordinary_ids(&self.model), *len, *seed, *count)?
+                    random_first_copies(&self.tokenizer.ordinary_ids(&model), *len, *seed, *count)?
                 }
                 ProbeSequence::TextWindow { text, seed, len, count } => {
                     text_window_first_copies(&self.encode(text)?, *len, *seed, *count)?
                 }
             };
-            induction_probe(&self.model, &copies, bos)
+            induction_probe_with_progress(&model, &copies, bos, &mut |done, layers| {
+                report(Progress::new(PROBE_STAGE, done as u64, layers as u64))
+            })
         })();
         let shown_bos = self.bos.as_ref().filter(|_| prepend_bos);
         InductionRun { sequence: sequence.describe(shown_bos), report: report.map_err(|e| e.to_string()) }
     }
 }
 
-/// A byte source that counts what is read through it, so loading can show progress.
-struct Counted {
-    inner: Box<dyn ByteSource>,
-    read: Rc<Cell<u64>>,
-    on_read: Rc<dyn Fn(u64)>,
+const PROBE_STAGE: &str = "Running the induction probe (layer by layer)";
+
+/// What the analysis worker lets one load need at its peak: wasm32's memory ends at 4 GiB, and
+/// a quarter of that is left for what the estimate does not count (the allocator's
+/// fragmentation, the page's messages, the wasm code and stack).
+pub const WORKER_BUDGET_BYTES: u64 = 3 << 30;
+/// The worker before any model: code, stack, the allocator's first pages.
+const BASE_BYTES: u64 = 64 << 20;
+
+/// The analysis worker's peak while it loads, fingerprints and probes a model, estimated from
+/// its header and config alone (nothing large is read to know it). Each term is the most that
+/// step holds at once, in f32 or f64 as the code keeps it:
+/// - the Grams (f64: one d_model² matrix tied, three untied) and one block of vocabulary rows;
+/// - one layer with its MLP (the forward pass) in f32, plus converting its largest matrix: the
+///   decoded f32, the matrix and its transpose (12 bytes an element);
+/// - the induction probe's sequences (BOS + 2 x 50 tokens): every head's pattern and every
+///   position's logits (positions x vocabulary, f32);
+/// - the tokenizer, at 8 times its JSON.
+pub fn estimated_peak_bytes(config: &ModelConfig, tied: bool, tokenizer_json: u64) -> u64 {
+    let ModelConfig { layers, heads, kv_heads, d_model, d_head, d_mlp, vocab, .. } = *config;
+    let [layers, heads, kv_heads, d_model, d_head, d_mlp, vocab] =
+        [layers, heads, kv_heads, d_model, d_head, d_mlp, vocab].map(|v| v as u64);
+    let grams = 8 * d_model * d_model * if tied { 1 } else { 3 };
+    let gram_block = 1024 * d_model * (4 + 8 + 8) * if tied { 1 } else { 2 };
+    let (d_q, d_kv) = (heads * d_head, kv_heads * d_head);
+    let gated = config.activation == crate::model::Activation::Silu;
+    let attention = d_model * (d_q + 2 * d_kv) + d_q * d_model;
+    let mlp = d_model * d_mlp * if gated { 3 } else { 2 };
+    let largest = (d_model * d_mlp).max(d_model * (d_q + 2 * d_kv)).max(d_q * d_model);
+    let layer = 4 * (attention + mlp) + 12 * largest;
+    let positions = (2 * INDUCTION_LEN + 1) as u64;
+    let probe = DEFAULT_SEQUENCES as u64 * 4 * (layers * heads * positions * positions + positions * vocab);
+    BASE_BYTES + grams + gram_block + layer + probe + 8 * tokenizer_json
 }
 
-impl ByteSource for Counted {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn read_range(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
-        let bytes = self.inner.read_range(offset, len)?;
-        self.read.set(self.read.get() + len as u64);
-        (self.on_read)(self.read.get());
-        Ok(bytes)
-    }
+fn gigabytes(bytes: u64) -> String {
+    format!("{:.2} GB", bytes as f64 / 1e9)
 }
 
 /// SHA-256 of each file (read in chunks), combined into one hex string for several files.
@@ -220,7 +254,7 @@ impl Session {
                 Ok(Reply::Done)
             }
             Request::Induction { model, sequence, prepend_bos } => {
-                Ok(Reply::Induction(self.held(model)?.induction(&sequence, prepend_bos)))
+                Ok(Reply::Induction(self.held(model)?.induction(&sequence, prepend_bos, &report)))
             }
             Request::SelfCopy { model, mode, head, top } => {
                 let (held, logits) = self.logits(model, mode, head)?;
@@ -252,7 +286,7 @@ impl Session {
                 let held = self.held(model)?;
                 let head = held.head(head)?;
                 let ids = with_bos(held.bos(prepend_bos), &held.encode(&text)?);
-                let output = crate::forward::run(&held.model, &ids)?;
+                let output = crate::forward::run(&held.stream()?, &ids)?;
                 let matrix = &output.patterns[head.layer][head.head];
                 let rows = (0..ids.len()).map(|q| (0..ids.len()).map(|k| matrix[(q, k)] as f64).collect()).collect();
                 Ok(Reply::Pattern(Pattern {
@@ -264,7 +298,7 @@ impl Session {
             Request::Verdicts { model, head, suite, prepend_bos } => {
                 let held = self.held(model)?;
                 let bos = held.bos(prepend_bos);
-                Ok(Reply::Verdicts(verdict_table(&held.model, &held.tokenizer, &suite, held.head(head)?, bos)?))
+                Ok(Reply::Verdicts(verdict_table(&held.stream()?, &held.tokenizer, &suite, held.head(head)?, bos)?))
             }
         }
     }
@@ -279,8 +313,11 @@ impl Session {
         let head = held.head(head)?;
         let key = (model, mode, head);
         if self.logits.as_ref().is_none_or(|(k, _)| *k != key) {
-            let circuits = Circuits::new(&held.model, &held.grams, mode);
-            self.logits = Some((key, OvTokenLogits::new(&circuits, head)));
+            // One layer and a block of W_E / W_U rows at a time; the two vocab x d_head sides kept.
+            let model = held.stream()?;
+            let layer = model.layer(head.layer, LoadParts::Circuits)?;
+            let weights = HeadWeights::new(&held.config, &layer, &model.ln_final, head.head, mode);
+            self.logits = Some((key, OvTokenLogits::read(&model, &weights, mode)?));
         }
         Ok((held, &self.logits.as_ref().expect("just filled").1))
     }
@@ -299,34 +336,36 @@ impl Session {
         let clock = self.clock;
         let mut timings = Vec::new();
         let timed = |step: &str, since: f64| Timing { step: step.into(), ms: clock() - since };
-        let total: u64 = files.iter().map(|f| f.len()).sum();
         let named: Vec<(String, Box<dyn ByteSource>)> = names.into_iter().zip(files).collect();
 
         let started = clock();
-        let read = Rc::new(Cell::new(0));
-        let reading_report = report.clone();
-        let on_read: Rc<dyn Fn(u64)> =
-            Rc::new(move |done| reading_report(Progress::new("Reading tensors", done, total)));
-        let counted = named
-            .into_iter()
-            .map(|(name, inner)| {
-                let source: Box<dyn ByteSource> =
-                    Box::new(Counted { inner, read: read.clone(), on_read: on_read.clone() });
-                (name, source)
-            })
-            .collect();
-        let files = ModelFiles::from_named(counted)?;
-        let model = Model::load(&files, LoadParts::Everything)?;
-        let tokenizer = Tokenizer::for_model(&model, files.tokenizer_json.as_deref())?;
-        drop(files);
-        timings.push(timed("load", started));
+        let files = ModelFiles::from_named(named)?;
+        let (config, parameters, facts, tokenizer, bos, grams) = {
+            let model = ModelStream::open(&files)?;
+            let tokenizer_bytes = files.tokenizer_json.as_ref().map_or(0, |t| t.len() as u64);
+            let need = estimated_peak_bytes(&model.config, model.tied(), tokenizer_bytes);
+            // The model shown stays held while this one loads (the page keeps both).
+            let held: u64 = self.models.values().map(Held::resident_bytes).sum();
+            if need + held > WORKER_BUDGET_BYTES {
+                return Err(too_large(&model.config, need, held));
+            }
+            let tokenizer = Tokenizer::for_model(&model, files.tokenizer_json.as_deref())?;
+            let bos = choose_bos(&model, &tokenizer);
+            timings.push(timed("load", started));
 
-        report(Progress::new("Computing the embedding Grams", 0, 1));
-        let started = clock();
-        let grams = Grams::compute(&model);
-        timings.push(timed("gram", started));
-        let bos = choose_bos(&model, &tokenizer);
-        let held = Held { model, tokenizer, grams, bos };
+            let started = clock();
+            let stage = if model.tied() {
+                "Computing the embedding Grams (reading W_E)"
+            } else {
+                "Computing the embedding Grams (reading W_E and W_U)"
+            };
+            let grams = Grams::stream_with_progress(&model, &mut |done, vocab| {
+                report(Progress::new(stage, done as u64, vocab as u64))
+            })?;
+            timings.push(timed("gram", started));
+            (model.config.clone(), model.parameter_count, model.facts().to_vec(), tokenizer, bos, grams)
+        };
+        let held = Held { files, config, tokenizer, grams, bos };
         if !analyse {
             self.models.insert(id, held);
             return Ok(Reply::Loaded);
@@ -337,18 +376,30 @@ impl Session {
         let folded = held.fingerprint(Mode::Folded, &report)?;
         timings.push(timed("fingerprint folded", started));
 
-        report(Progress::new("Running the induction probe", 0, 1));
+        report(Progress::new(PROBE_STAGE, 0, held.config.layers as u64));
         let started = clock();
-        let induction = held.induction(&default_sequence(&held.model.config), prepend_bos);
+        let induction = held.induction(&default_sequence(&held.config), prepend_bos, &report);
         timings.push(timed("induction probe", started));
 
-        let info = ModelInfo {
-            config: held.model.config.clone(),
-            parameters: held.model.parameter_count,
-            facts: held.model.facts.clone(),
-            bos: held.bos.clone(),
-        };
+        let info = ModelInfo { config: held.config.clone(), parameters, facts, bos: held.bos.clone() };
         self.models.insert(id, held);
         Ok(Reply::Analysed(Box::new(Analysis { info, folded, induction, timings })))
     }
+}
+
+/// The one-line refusal of a model the worker cannot hold, with the numbers.
+fn too_large(config: &ModelConfig, need: u64, held: u64) -> Error {
+    let beside = match held {
+        0 => String::new(),
+        held => format!(" beside the {} the model shown holds", gigabytes(held)),
+    };
+    Error::Invalid(format!(
+        "this model ({} layers x {} heads, width {}, vocabulary {}) needs about {} in the tab's analysis worker{beside}, over its budget of {} (wasm32 memory ends at 4.29 GB): the command line's `headprint fingerprint` reads it with no such limit",
+        config.layers,
+        config.heads,
+        config.d_model,
+        config.vocab,
+        gigabytes(need),
+        gigabytes(WORKER_BUDGET_BYTES),
+    ))
 }

@@ -596,7 +596,7 @@ await test('cancel works at every stage and the shown model stays usable; frames
     const busy = document.querySelector('#busy');
     new MutationObserver(() => {
       const text = busy.textContent ?? '';
-      for (const s of ['Reading tensors', 'Computing the embedding Grams', 'Fingerprinting heads', 'Running the induction probe', 'Identifying the files']) {
+      for (const s of ['Computing the embedding Grams', 'Fingerprinting heads', 'Running the induction probe', 'Identifying the files']) {
         if (text.includes(s) && !(s in m.stages)) m.stages[s] = Math.round(performance.now() - m.t0);
       }
     }).observe(busy, { subtree: true, childList: true, characterData: true });
@@ -620,7 +620,7 @@ await test('cancel works at every stage and the shown model stays usable; frames
   // Loading another model, cancelled at each stage.
   const other = path.join(tmp, 'other.safetensors');
   fs.copyFileSync(stages, other);
-  // (Reading is cancelled in the next test, on a bigger file.)
+  // (Reading layers is cancelled again in the next test, on a bigger file.)
   for (const stage of ['Identifying the files', 'Computing the embedding Grams', 'Fingerprinting heads', 'Running the induction probe']) {
     await dismissError();
     await page.setInputFiles('#file-input', other);
@@ -644,7 +644,8 @@ await test('a long load shows progress and can be cancelled; the shown model sta
   bigModel(big);
   await dismissError();
   await page.setInputFiles('#file-input', big);
-  await page.waitForFunction(() => /Reading tensors/.test(document.querySelector('#busy')?.textContent ?? ''), null, { timeout: 30000, polling: 20 });
+  // Weights are read a layer at a time as heads are fingerprinted: 8 layers of 1024-wide zeros.
+  await page.waitForFunction(() => /Fingerprinting heads/.test(document.querySelector('#busy')?.textContent ?? ''), null, { timeout: 30000, polling: 20 });
   await shot('progress');
   await page.click('#cancel');
   await page.waitForSelector('#load-error');

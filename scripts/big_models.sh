@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Seed 000's Pythia-1B at full size, end to end (issue 8): the checkpoint (random weights in the
+# hub's layout, f16, 2.09 GB) is written if missing, fingerprinted by the CLI and three heads
+# checked against float64 numpy (scripts/check_big_model.py), then opened in the tab through the
+# file input (full grid, induction probe, one head's OV view) with the analysis worker's memory
+# asserted ≤ 1.5 GB from the page's own report (tests/e2e/big.mjs).
+# Needs a built dist/ (scripts/e2e.sh builds it), Chromium and a python3 with numpy.
+# Usage: scripts/big_models.sh [more model folders for the tab, e.g. bench-data/llama-3.2-1b]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${BIG_MODELS:-bench-data}
+python=${PYTHON:-python3}
+[ -f "$dir/pythia-1b/model.safetensors" ] || "$python" scripts/make_big_models.py --only pythia-1b --out "$dir"
+cargo build --release --bin headprint
+json=$(mktemp)
+trap 'rm -f "$json"' EXIT
+target/release/headprint fingerprint "$dir/pythia-1b" --raw --json > "$json"
+"$python" scripts/check_big_model.py "$dir/pythia-1b" "$json" --heads L0H0 L7H3 L15H7
+node tests/e2e/big.mjs dist "$dir/pythia-1b" "$@"
