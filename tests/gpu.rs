@@ -287,3 +287,59 @@ fn a_failing_gpu_falls_back_to_the_cpu_with_a_note() {
     assert_eq!(error, Err(Error::Invalid("bad input".into())));
     assert!(gpu.is_gpu());
 }
+
+#[cfg(feature = "cli")]
+mod cli {
+    use std::process::Command;
+
+    use super::fixture;
+
+    /// Runs the CLI; `no_adapter` hides every adapter (WGPU_BACKEND names GL, which this build
+    /// does not include), as on a machine with no GPU driver at all.
+    fn headprint(args: &[&str], no_adapter: bool) -> (bool, String, String) {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_headprint"));
+        if no_adapter {
+            command.env("WGPU_BACKEND", "gl");
+        }
+        let out = command.args(args).output().expect("runs");
+        (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    }
+
+    fn fingerprint(backend: &str, no_adapter: bool) -> (serde_json::Value, String) {
+        let path = fixture("pythia");
+        let (ok, stdout, stderr) =
+            headprint(&["fingerprint", path.to_str().unwrap(), "--json", "--backend", backend], no_adapter);
+        assert!(ok, "--backend {backend} failed: {stderr}");
+        (serde_json::from_str(&stdout).expect("JSON"), stderr)
+    }
+
+    #[test]
+    fn the_json_records_the_backend_and_the_numbers_agree() {
+        let (gpu, _) = fingerprint("gpu", false);
+        assert_eq!(gpu["backend"]["name"], "gpu", "{}", gpu["backend"]);
+        assert!(!gpu["backend"]["adapter"].as_str().expect("the adapter is named").is_empty());
+        let (cpu, stderr) = fingerprint("cpu", false);
+        assert_eq!(cpu["backend"], serde_json::json!({"name": "cpu"}));
+        assert!(!stderr.contains("note:"), "{stderr}");
+        let (g, c) = (&gpu["heads"][5]["ov"], &cpu["heads"][5]["ov"]);
+        for key in ["copying_score", "eigenvector_condition", "departure_from_normality"] {
+            let (g, c) = (g[key].as_f64().unwrap(), c[key].as_f64().unwrap());
+            assert!((g - c).abs() <= 1e-4 * c.abs().max(1.0), "{key}: GPU {g}, CPU {c}");
+        }
+    }
+
+    #[test]
+    fn without_an_adapter_auto_notes_the_cpu_and_forced_gpu_is_an_error() {
+        let (auto, stderr) = fingerprint("auto", true);
+        assert_eq!(auto["backend"]["name"], "cpu");
+        let note = auto["backend"]["note"].as_str().expect("a note says why not the GPU");
+        assert!(note.contains("no GPU adapter"), "{note}");
+        assert_eq!(stderr.trim(), format!("note: {note}"), "one line on stderr");
+
+        let path = fixture("pythia");
+        let (ok, stdout, stderr) = headprint(&["fingerprint", path.to_str().unwrap(), "--backend", "gpu"], true);
+        assert!(!ok && stdout.is_empty(), "forced GPU without an adapter must fail");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(stderr.starts_with("headprint: --backend gpu: no GPU adapter found"), "{stderr}");
+    }
+}

@@ -126,6 +126,7 @@ impl Backend {
     /// How many rows of an `n`-column matrix to hand over per product: the CPU widens a block
     /// to f64 at a time (a few MB); a GPU takes as many as one storage binding holds, so each
     /// read-back of the n x n result is worth many rows.
+    #[cfg_attr(not(all(feature = "gpu", not(target_arch = "wasm32"))), allow(unused_variables))]
     pub fn block_rows(&self, n: usize) -> usize {
         match &self.kind {
             Kind::Cpu => cpu::BLOCK_ROWS,
