@@ -14,6 +14,11 @@ rustup component list --installed | grep -q clippy || rustup component add clipp
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 have c++ || { apt-get update -q && apt-get install -y -q g++; }
 
+# The GPU tests (tests/gpu.rs) need a Vulkan adapter; Mesa's lavapipe is one on the CPU.
+if ! dpkg -s mesa-vulkan-drivers >/dev/null 2>&1; then
+  apt-get update -q && apt-get install -y -q mesa-vulkan-drivers
+fi
+
 if [ "${1:-}" = "--page" ]; then
   # The wasm-bindgen CLI must be exactly the library version in Cargo.lock, or Trunk downloads one.
   bindgen_version=$(grep -A1 '^name = "wasm-bindgen"$' Cargo.lock | sed -n 's/^version = "\(.*\)"/\1/p')

@@ -47,6 +47,9 @@ pub enum Error {
     Tokenizer(String),
     #[error("{0}")]
     Invalid(String),
+    /// A GPU product failed (device lost, out of memory, a limit); the backend falls back to the CPU.
+    #[error("GPU: {0}")]
+    Gpu(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -1,11 +1,13 @@
 //! headprint: the spectral fingerprint of every attention head, next to what the head does.
 //!
 //! Data flows one way: files -> [`weights`] -> [`model`] -> [`analysis`] (circuits, spectra,
-//! OV token logits) and [`forward`] -> [`probes`] -> [`compare`]. Nothing here knows about the
+//! OV token logits) and [`forward`] -> [`probes`] -> [`compare`]; [`backend`] runs the analysis's
+//! large products on the CPU or a GPU. Nothing here knows about the
 //! browser except [`worker`]'s host and [`ui`] (both wasm-only); [`worker`]'s session answers the
 //! page's requests from the core.
 
 pub mod analysis;
+pub mod backend;
 pub mod compare;
 pub mod error;
 pub mod figures;

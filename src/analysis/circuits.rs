@@ -8,6 +8,7 @@ use nalgebra::DMatrix;
 use super::HeadId;
 use super::spectrum::Factored;
 use crate::Result;
+use crate::backend::{Backend, BackendInfo};
 use crate::model::{Layer, Model, ModelConfig, Norm, NormKind, Weights};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -60,8 +61,9 @@ pub fn fold_reading_transposed(norm: &Norm, kind: NormKind, w: &mut DMatrix<f64>
 
 /// The embedding/unembedding Gram matrices: `W_E^T W_E`, `W_U W_E`, `W_U W_U^T` (raw), in f64.
 ///
-/// They are accumulated in f64 from f32 rows, a block at a time, and every per-head product
-/// with them is f64 too. An f32 path was measured (tests/gram_precision.rs, vocabulary 50257):
+/// They are accumulated in f64 from f32 rows, a block at a time (each block's products on the
+/// CPU in f64, or on a GPU from split f32 parts with error-free sums, ~1e-11 of f64: see
+/// src/backend/products.wgsl), and every per-head product with them is f64. An f32 path was measured (tests/gram_precision.rs, vocabulary 50257):
 /// its Grams were within 2e-7 relative, but an embedding with a common direction (as trained
 /// ones have) makes `A^T A = W_V^T G_E W_V` ill-conditioned, and κ of the token-space OV circuit
 /// came out up to 3% off. In f64 the same comparison agrees to ~1e-10.
@@ -72,48 +74,57 @@ pub struct Grams {
     /// `W_U W_U^T`; empty when tied.
     pub unembed: DMatrix<f64>,
     pub tied: bool,
+    /// What computed the products (the fingerprint records it).
+    pub backend: BackendInfo,
 }
-
-/// Vocabulary rows widened to f64 at a time while the Grams are accumulated (a few MB).
-const GRAM_BLOCK: usize = 1024;
 
 impl Grams {
     /// The one vocabulary-sized cost of the whole fingerprint: three d_model x d_model products
-    /// over the vocabulary, through matrixmultiply's blocked f64 gemm (threaded on native).
+    /// over the vocabulary, on the CPU.
     pub fn compute(model: &Model) -> Grams {
-        let (vocab, d_model) = (model.w_e.nrows(), model.w_e.ncols());
-        let mut grams = Grams::zeros(d_model, model.w_u.is_none());
-        for start in (0..vocab).step_by(GRAM_BLOCK) {
-            let rows = GRAM_BLOCK.min(vocab - start);
-            let unembed_columns = model.w_u.as_ref().map(|w_u| w_u.columns(start, rows).map(f64::from));
-            grams.add_block(&model.w_e.rows(start, rows).map(f64::from), unembed_columns.as_ref());
-        }
-        grams
+        Self::compute_with(model, &mut Backend::cpu()).expect("the CPU backend does not fail")
     }
 
-    /// The same Grams from a model read layer by layer: W_E and W_U are read a block of token
-    /// rows at a time (the same blocks as `compute`, so the same sums in the same order), and
-    /// never held whole.
+    /// The same Grams with the products on `backend` (falling back to the CPU if a GPU fails).
+    pub fn compute_with(model: &Model, backend: &mut Backend) -> Result<Grams> {
+        Self::stream_with(model, backend)
+    }
+
+    /// The Grams of a model read layer by layer, on the CPU.
     pub fn stream(model: &(impl Weights + ?Sized)) -> Result<Grams> {
-        Self::stream_with_progress(model, &mut |_, _| {})
+        Self::stream_with(model, &mut Backend::cpu())
     }
 
-    /// `stream`, calling `each(rows done, vocabulary)` after every block (the tab shows it).
-    pub fn stream_with_progress(model: &(impl Weights + ?Sized), each: &mut dyn FnMut(usize, usize)) -> Result<Grams> {
+    /// `stream` with the products on `backend`.
+    pub fn stream_with(model: &(impl Weights + ?Sized), backend: &mut Backend) -> Result<Grams> {
+        Self::stream_with_progress(model, backend, &mut |_, _| {})
+    }
+
+    /// The Grams with the products on `backend`: W_E and W_U are read a block of token rows at a
+    /// time (from memory or by byte range: the same blocks either way, so the same sums in the
+    /// same order) and never held whole. `each(rows done, vocabulary)` follows every block (the
+    /// tab shows it); a GPU that fails restarts the count on the CPU.
+    pub fn stream_with_progress(
+        model: &(impl Weights + ?Sized),
+        backend: &mut Backend,
+        each: &mut dyn FnMut(usize, usize),
+    ) -> Result<Grams> {
         let (vocab, d_model) = (model.config().vocab, model.config().d_model);
         let tied = model.tied();
-        let mut grams = Grams::zeros(d_model, tied);
-        for start in (0..vocab).step_by(GRAM_BLOCK) {
-            let rows = start..(start + GRAM_BLOCK).min(vocab);
-            let embed = model.embedding_rows(rows.clone())?.map(f64::from);
-            // W_U^T's rows; their transpose is W_U's columns, as `compute` has them.
-            let unembed_columns = match tied {
-                true => None,
-                false => Some(model.unembedding_rows(rows.clone())?.map(f64::from).transpose()),
-            };
-            grams.add_block(&embed, unembed_columns.as_ref());
-            each(rows.end, vocab);
-        }
+        let mut grams = backend.with_fallback(|backend| {
+            let mut grams = Grams::zeros(d_model, tied);
+            let block = backend.block_rows(d_model);
+            for start in (0..vocab).step_by(block) {
+                let rows = start..(start + block).min(vocab);
+                let embed = model.embedding_rows(rows.clone())?;
+                // W_U's columns for these tokens, as rows (W_U^T's rows, as the files hold them).
+                let unembed = if tied { None } else { Some(model.unembedding_rows(rows.clone())?) };
+                grams.add_block(backend, &embed, unembed.as_ref())?;
+                each(rows.end, vocab);
+            }
+            Ok(grams)
+        })?;
+        grams.backend = backend.info();
         Ok(grams)
     }
 
@@ -122,19 +133,18 @@ impl Grams {
             true => (DMatrix::zeros(0, 0), DMatrix::zeros(0, 0)),
             false => (DMatrix::zeros(d_model, d_model), DMatrix::zeros(d_model, d_model)),
         };
-        Grams { embed: DMatrix::zeros(d_model, d_model), cross, unembed, tied }
+        Grams { embed: DMatrix::zeros(d_model, d_model), cross, unembed, tied, backend: BackendInfo::default() }
     }
 
-    /// Adds one block of token rows: `embed` is W_E's rows (rows x d_model), `unembed_columns`
-    /// W_U's matching columns (d_model x rows), absent when tied.
-    fn add_block(&mut self, embed: &DMatrix<f64>, unembed_columns: Option<&DMatrix<f64>>) {
-        // `A * B` and `gemm` go through matrixmultiply; nalgebra's `tr_mul` would be a loop
-        // of dot products, 20x slower at vocabulary size.
-        self.embed.gemm(1.0, &embed.transpose(), embed, 1.0);
-        if let Some(u) = unembed_columns {
-            self.cross.gemm(1.0, u, embed, 1.0);
-            self.unembed.gemm(1.0, u, &u.transpose(), 1.0);
+    /// Adds one block of token rows: `embed` is W_E's rows (rows x d_model), `unembed` W_U^T's
+    /// matching rows, absent when tied.
+    fn add_block(&mut self, backend: &mut Backend, embed: &DMatrix<f32>, unembed: Option<&DMatrix<f32>>) -> Result<()> {
+        backend.add_gram(embed, &mut self.embed)?;
+        if let Some(u) = unembed {
+            backend.add_product(u, embed, &mut self.cross)?;
+            backend.add_gram(u, &mut self.unembed)?;
         }
+        Ok(())
     }
 }
 

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::HeadId;
 use super::circuits::{Circuits, Grams, HeadWeights, Mode};
 use super::spectrum::Fingerprint;
+use crate::backend::{Backend, BackendInfo};
 use crate::model::{LoadParts, Model, ModelConfig, ModelStream, Weights};
 use crate::{Error, Result};
 
@@ -74,6 +75,9 @@ impl HeadFingerprint {
 pub struct ModelFingerprint {
     pub model: ModelSummary,
     pub mode: String,
+    /// What computed the large products (the CPU, or a GPU naming its adapter).
+    #[serde(default)]
+    pub backend: BackendInfo,
     pub heads: Vec<HeadFingerprint>,
 }
 
@@ -166,16 +170,23 @@ pub fn fingerprint_model_with_progress(
         each(&head, done + 1, total);
         heads.push(head);
     }
-    Ok(ModelFingerprint { model: ModelSummary::of(model), mode: mode.name().into(), heads })
+    let backend = grams.backend.clone();
+    Ok(ModelFingerprint { model: ModelSummary::of(model), mode: mode.name().into(), backend, heads })
 }
 
 /// Fingerprints every head, on all cores where there are threads (native), else in turn.
 pub fn fingerprint_model(model: &Model, mode: Mode) -> Result<ModelFingerprint> {
-    let grams = Grams::compute(model);
+    fingerprint_model_with(model, mode, &mut Backend::cpu())
+}
+
+/// `fingerprint_model` with the Grams' products on `backend`.
+pub fn fingerprint_model_with(model: &Model, mode: Mode, backend: &mut Backend) -> Result<ModelFingerprint> {
+    let grams = Grams::compute_with(model, backend)?;
     let circuits = Circuits::new(model, &grams, mode);
     let ids: Vec<HeadId> = HeadId::all(&model.config).collect();
     let heads = fingerprint_heads(&ids, &|id| fingerprint_head(&circuits, id));
-    Ok(ModelFingerprint { model: ModelSummary::of(model), mode: mode.name().into(), heads })
+    let backend = grams.backend.clone();
+    Ok(ModelFingerprint { model: ModelSummary::of(model), mode: mode.name().into(), backend, heads })
 }
 
 /// The same fingerprints as `fingerprint_model`, from a model read a layer at a time: the
@@ -183,7 +194,12 @@ pub fn fingerprint_model(model: &Model, mode: Mode) -> Result<ModelFingerprint> 
 /// (threaded across its heads on native) and dropped. Memory is the Grams and one layer,
 /// never the whole model.
 pub fn fingerprint_stream(model: &ModelStream, mode: Mode) -> Result<ModelFingerprint> {
-    let grams = Grams::stream(model)?;
+    fingerprint_stream_with(model, mode, &mut Backend::cpu())
+}
+
+/// `fingerprint_stream` with the Grams' products on `backend`.
+pub fn fingerprint_stream_with(model: &ModelStream, mode: Mode, backend: &mut Backend) -> Result<ModelFingerprint> {
+    let grams = Grams::stream_with(model, backend)?;
     fingerprint_layers(model, &grams, mode, &mut |_, _, _| {})
 }
 
@@ -213,7 +229,7 @@ pub fn fingerprint_layers(
         }
     }
     let summary = ModelSummary::from_config(config, model.parameter_count);
-    Ok(ModelFingerprint { model: summary, mode: mode.name().into(), heads })
+    Ok(ModelFingerprint { model: summary, mode: mode.name().into(), backend: grams.backend.clone(), heads })
 }
 
 /// `fingerprint(id)` of every head in `ids`, in order: split across all cores where there are

@@ -13,7 +13,9 @@ mod native {
     use headprint::analysis::ov_logits::{bottom_k, top_k};
     use headprint::analysis::{
         Fingerprint, HeadId, Mode, ModelSummary, OvTokenLogits, circuits::HeadWeights, fingerprint_stream,
+        fingerprint_stream_with,
     };
+    use headprint::backend::{Backend, BackendChoice};
     use headprint::compare::{
         BEHAVIOURAL_SCORES, ComparisonRow, INDUCTION_HEAD_THRESHOLD, SPECTRAL_FEATURES, spearman, spearman_table,
     };
@@ -55,6 +57,10 @@ mod native {
             /// Use the weights as stored (default: LayerNorm folded as TransformerLens's fold_ln does).
             #[arg(long)]
             raw: bool,
+            /// Where the vocabulary-sized products run: auto (a hardware GPU if there is one, else
+            /// the CPU), gpu (any adapter, software ones too; an error if there is none) or cpu.
+            #[arg(long, default_value = "auto", value_parser = ["auto", "gpu", "cpu"])]
+            backend: String,
         },
         /// Attention patterns of every head on a token sequence.
         Attention {
@@ -287,17 +293,22 @@ mod native {
 
     fn run(command: Command) -> Result<()> {
         match command {
-            Command::Fingerprint { common, raw } => {
+            Command::Fingerprint { common, raw, backend } => {
                 // Read a layer at a time: a model of any size fingerprints in the memory of its
                 // Grams and one layer's attention.
                 let files = ModelFiles::from_path(&common.model)?;
                 let model = ModelStream::open(&files)?;
-                let report = fingerprint_stream(&model, if raw { Mode::Raw } else { Mode::Folded })?;
+                let mut backend = Backend::select(BackendChoice::parse(&backend)?)?;
+                let report = fingerprint_stream_with(&model, if raw { Mode::Raw } else { Mode::Folded }, &mut backend)?;
+                if let Some(note) = &report.backend.note {
+                    eprintln!("note: {note}");
+                }
                 if common.json {
                     return print_json(&report);
                 }
                 print_summary(&report.model);
-                println!("mode: {}\n", report.mode);
+                println!("mode: {}", report.mode);
+                println!("backend: {}\n", report.backend.label());
                 println!(
                     "{:<7} {:>9} {:>9} {:>9} {:>9} {:>10}   {:>9} {:>9} {:>10}   {:>10} {:>10} {:>10}",
                     "head",

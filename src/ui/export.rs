@@ -25,6 +25,8 @@ pub fn results_json(loaded: &Loaded) -> Result<String, String> {
         "sha256": loaded.sha256(),
         "config": loaded.info.config,
         "parameters": loaded.info.parameters,
+        // What computed the Gram matrices (the tab computes on the CPU so far).
+        "backend": loaded.folded.backend,
         "folded": loaded.folded,
         // null until raw mode has been shown (the worker computes it on demand).
         "raw": loaded.raw,

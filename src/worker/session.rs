@@ -14,6 +14,7 @@ use crate::analysis::circuits::{Grams, HeadWeights};
 use crate::analysis::fingerprint::fingerprint_layers;
 use crate::analysis::ov_logits::{bottom_k, top_k};
 use crate::analysis::{HeadId, Mode, ModelFingerprint, OvTokenLogits};
+use crate::backend::Backend;
 use crate::model::{LoadParts, ModelConfig, ModelStream, Weights};
 use crate::probes::induction::{
     DEFAULT_SEQUENCES, induction_cells, induction_probe_with_progress, random_first_copies, text_window_first_copies,
@@ -359,7 +360,7 @@ impl Session {
             } else {
                 "Computing the embedding Grams (reading W_E and W_U)"
             };
-            let grams = Grams::stream_with_progress(&model, &mut |done, vocab| {
+            let grams = Grams::stream_with_progress(&model, &mut Backend::cpu(), &mut |done, vocab| {
                 report(Progress::new(stage, done as u64, vocab as u64))
             })?;
             timings.push(timed("gram", started));

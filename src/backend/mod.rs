@@ -1,0 +1,185 @@
+//! Where the large dense products run: the CPU (f64, matrixmultiply) or a GPU (f32 WGSL kernels
+//! through wgpu). The analysis asks a [`Backend`] for `A^T B` and `A^T A` of blocks of rows and
+//! adds the results, in f64, into its own sums; it never learns which backend did the work.
+//!
+//! A GPU that fails (no adapter, device lost, out of memory, a limit) is replaced by the CPU:
+//! [`Backend::with_fallback`] reruns the whole computation there and keeps a one-line note.
+
+use nalgebra::DMatrix;
+use serde::{Deserialize, Serialize};
+
+pub mod cpu;
+#[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
+pub mod gpu;
+
+use crate::{Error, Result};
+
+/// Which backend the user asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendChoice {
+    /// A hardware GPU when there is one, else the CPU.
+    #[default]
+    Auto,
+    /// A GPU, a software one (lavapipe, SwiftShader) included; an error when there is none.
+    Gpu,
+    Cpu,
+}
+
+impl BackendChoice {
+    pub fn parse(text: &str) -> Result<BackendChoice> {
+        match text {
+            "auto" => Ok(BackendChoice::Auto),
+            "gpu" => Ok(BackendChoice::Gpu),
+            "cpu" => Ok(BackendChoice::Cpu),
+            other => Err(Error::Invalid(format!("unknown backend `{other}`: write auto, gpu or cpu"))),
+        }
+    }
+}
+
+/// What computed the results, as the JSON output records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackendInfo {
+    /// "cpu" or "gpu".
+    pub name: String,
+    /// The GPU adapter's name and driver API, e.g. "llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan)".
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub adapter: Option<String>,
+    /// Why the GPU was not used although one was asked for or tried, in one line.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub note: Option<String>,
+}
+
+impl Default for BackendInfo {
+    fn default() -> Self {
+        BackendInfo { name: "cpu".into(), adapter: None, note: None }
+    }
+}
+
+impl BackendInfo {
+    /// "GPU · <adapter>" or "CPU", as a person reads it.
+    pub fn label(&self) -> String {
+        match &self.adapter {
+            Some(adapter) => format!("GPU · {adapter}"),
+            None => "CPU".into(),
+        }
+    }
+}
+
+enum Kind {
+    Cpu,
+    #[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
+    Gpu(Box<gpu::Gpu>),
+}
+
+/// The backend the products run on.
+pub struct Backend {
+    kind: Kind,
+    note: Option<String>,
+}
+
+impl Backend {
+    pub fn cpu() -> Backend {
+        Backend { kind: Kind::Cpu, note: None }
+    }
+
+    /// The backend for `choice`. `Auto` takes a hardware GPU if there is one and otherwise the
+    /// CPU, with a note saying why; `Gpu` takes any adapter (software ones too) and is an error
+    /// only when there is none at all.
+    pub fn select(choice: BackendChoice) -> Result<Backend> {
+        match choice {
+            BackendChoice::Cpu => Ok(Backend::cpu()),
+            BackendChoice::Auto => Ok(match Self::open_gpu(false) {
+                Ok(backend) => backend,
+                Err(reason) => Backend { kind: Kind::Cpu, note: Some(reason) },
+            }),
+            BackendChoice::Gpu => {
+                Self::open_gpu(true).map_err(|reason| Error::Invalid(format!("--backend gpu: {reason}")))
+            }
+        }
+    }
+
+    #[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
+    fn open_gpu(allow_software: bool) -> std::result::Result<Backend, String> {
+        let gpu = gpu::Gpu::open(allow_software)?;
+        Ok(Backend { kind: Kind::Gpu(Box::new(gpu)), note: None })
+    }
+
+    #[cfg(not(all(feature = "gpu", not(target_arch = "wasm32"))))]
+    fn open_gpu(_allow_software: bool) -> std::result::Result<Backend, String> {
+        Err("this build has no GPU backend (built without the `gpu` feature)".into())
+    }
+
+    pub fn info(&self) -> BackendInfo {
+        let note = self.note.clone();
+        match &self.kind {
+            Kind::Cpu => BackendInfo { name: "cpu".into(), adapter: None, note },
+            #[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
+            Kind::Gpu(gpu) => BackendInfo { name: "gpu".into(), adapter: Some(gpu.adapter().into()), note },
+        }
+    }
+
+    pub fn is_gpu(&self) -> bool {
+        !matches!(self.kind, Kind::Cpu)
+    }
+
+    /// How many rows of an `n`-column matrix to hand over per product: the CPU widens a block
+    /// to f64 at a time (a few MB); a GPU takes as many as one storage binding holds, so each
+    /// read-back of the n x n result is worth many rows.
+    #[cfg_attr(not(all(feature = "gpu", not(target_arch = "wasm32"))), allow(unused_variables))]
+    pub fn block_rows(&self, n: usize) -> usize {
+        match &self.kind {
+            Kind::Cpu => cpu::BLOCK_ROWS,
+            #[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
+            Kind::Gpu(gpu) => gpu.block_rows(n),
+        }
+        .max(1)
+    }
+
+    /// `acc += A^T B` for blocks of the same rows: A is rows x m, B rows x n.
+    pub fn add_product(&mut self, a: &DMatrix<f32>, b: &DMatrix<f32>, acc: &mut DMatrix<f64>) -> Result<()> {
+        match &self.kind {
+            Kind::Cpu => {
+                cpu::add_product(a, b, acc);
+                Ok(())
+            }
+            #[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
+            Kind::Gpu(gpu) => add_into(acc, &gpu.product(a, Some(b)).map_err(Error::Gpu)?),
+        }
+    }
+
+    /// `acc += A^T A` for a block of rows A (rows x n); `acc` stays exactly symmetric.
+    pub fn add_gram(&mut self, a: &DMatrix<f32>, acc: &mut DMatrix<f64>) -> Result<()> {
+        match &self.kind {
+            Kind::Cpu => {
+                cpu::add_gram(a, acc);
+                Ok(())
+            }
+            #[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
+            Kind::Gpu(gpu) => add_into(acc, &gpu.product(a, None).map_err(Error::Gpu)?),
+        }
+    }
+
+    /// Runs `work` on this backend; if the GPU fails on the way, it is dropped for the CPU, the
+    /// reason kept as the note, and `work` runs again from the start (so no result mixes the
+    /// two). Errors that are not the GPU's are returned as they are.
+    pub fn with_fallback<T>(&mut self, mut work: impl FnMut(&mut Backend) -> Result<T>) -> Result<T> {
+        match work(self) {
+            Err(Error::Gpu(reason)) if self.is_gpu() => {
+                self.kind = Kind::Cpu;
+                self.note = Some(format!("the GPU failed ({reason}); computed on the CPU"));
+                work(self)
+            }
+            other => other,
+        }
+    }
+}
+
+#[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
+fn add_into(acc: &mut DMatrix<f64>, part: &DMatrix<f64>) -> Result<()> {
+    if acc.shape() != part.shape() {
+        return Err(Error::Gpu(format!("a product came back {:?}, expected {:?}", part.shape(), acc.shape())));
+    }
+    *acc += part;
+    Ok(())
+}

@@ -1,0 +1,151 @@
+// C = A^T B for a block of rows: A is K x M, B is K x N, both column-major as nalgebra holds
+// them (A[k, i] at a[i * K + k]); C is M x N, column-major, returned as two f32 parts whose
+// sum (taken in f64 by the caller) is the product to about 2^-36 of the summed terms' sizes.
+// `syrk` is the same product with B = A, computing only the tiles on or above the diagonal
+// (the caller mirrors them).
+//
+// Why two parts. The Grams feed eigenproblems whose conditioning amplifies their error by up
+// to ~1e4 (κ of the demo model's token-space QK), so a plain f32 product (2^-24) is not close
+// enough to the CPU's f64. Each input is split into a 12-bit high part and the rest, which
+// makes hi * hi exact in f32; the sum of those exact products is kept error-free (Knuth's
+// TwoSum) and the small cross terms hi * lo + lo * hi + lo * lo, ~2^-12 of the product, are
+// summed with the sums' rounding errors into the second part.
+//
+// Each workgroup owns a 64 x 64 tile of C, each of its 16 x 16 invocations 4 x 4 entries
+// (strided by 16, so neighbouring invocations read neighbouring workgroup memory). K is walked
+// 16 rows at a time through workgroup memory (4 tiles of 4 KiB: the default 16 KiB limit).
+
+struct Shape {
+    k: u32,
+    m: u32,
+    n: u32,
+    pad: u32,
+}
+
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> b: array<f32>;
+@group(0) @binding(2) var<storage, read_write> c_high: array<f32>;
+@group(0) @binding(3) var<storage, read_write> c_low: array<f32>;
+@group(0) @binding(4) var<uniform> shape: Shape;
+// Holds 0, which the shader compiler cannot know (a writable buffer is never folded in).
+@group(0) @binding(5) var<storage, read_write> opaque_zero: array<u32>;
+
+const TILE: u32 = 64u;
+const STEP: u32 = 16u;
+const THREADS: u32 = 256u;
+
+// STEP x TILE each, [kk * TILE + ii].
+var<workgroup> a_high: array<f32, 1024>;
+var<workgroup> a_low: array<f32, 1024>;
+var<workgroup> b_high: array<f32, 1024>;
+var<workgroup> b_low: array<f32, 1024>;
+
+/// The value with the low 12 of its 23 stored mantissa bits cleared: 12 significant bits, so
+/// the product of two such values is exact in f32.
+fn high_part(v: f32) -> f32 {
+    return bitcast<f32>(bitcast<u32>(v) & 0xFFFFF000u);
+}
+
+fn product_tile(tile: vec2<u32>, local: vec2<u32>, index: u32) {
+    let i0 = tile.x * TILE;
+    let j0 = tile.y * TILE;
+    let zero = opaque_zero[0];
+    var high: array<f32, 16>;
+    var low: array<f32, 16>;
+    var compensation: array<f32, 16>;
+    for (var r = 0u; r < 16u; r++) {
+        high[r] = 0.0;
+        low[r] = 0.0;
+        compensation[r] = 0.0;
+    }
+    for (var k0 = 0u; k0 < shape.k; k0 += STEP) {
+        // Each invocation loads 4 entries of each tile; consecutive invocations read
+        // consecutive k of one column (contiguous in memory).
+        for (var r = 0u; r < 4u; r++) {
+            let e = index + r * THREADS;
+            let kk = e % STEP;
+            let ii = e / STEP;
+            let k = k0 + kk;
+            var va = 0.0;
+            var vb = 0.0;
+            if (k < shape.k && i0 + ii < shape.m) {
+                va = a[(i0 + ii) * shape.k + k];
+            }
+            if (k < shape.k && j0 + ii < shape.n) {
+                vb = b[(j0 + ii) * shape.k + k];
+            }
+            let ha = high_part(va);
+            let hb = high_part(vb);
+            a_high[kk * TILE + ii] = ha;
+            a_low[kk * TILE + ii] = va - ha;
+            b_high[kk * TILE + ii] = hb;
+            b_low[kk * TILE + ii] = vb - hb;
+        }
+        workgroupBarrier();
+        // The step's small terms: cross products and the TwoSum errors, in plain f32.
+        var part: array<f32, 16>;
+        for (var r = 0u; r < 16u; r++) {
+            part[r] = 0.0;
+        }
+        for (var kk = 0u; kk < STEP; kk++) {
+            var ah: array<f32, 4>;
+            var al: array<f32, 4>;
+            var bh: array<f32, 4>;
+            var bl: array<f32, 4>;
+            for (var r = 0u; r < 4u; r++) {
+                ah[r] = a_high[kk * TILE + local.x + 16u * r];
+                al[r] = a_low[kk * TILE + local.x + 16u * r];
+                bh[r] = b_high[kk * TILE + local.y + 16u * r];
+                bl[r] = b_low[kk * TILE + local.y + 16u * r];
+            }
+            for (var r = 0u; r < 4u; r++) {
+                for (var s = 0u; s < 4u; s++) {
+                    let x = r * 4u + s;
+                    let p = ah[r] * bh[s];
+                    // TwoSum: t + e == high + p exactly. Shader compilers may simplify float
+                    // algebra (Mesa's NIR rewrites (h + p) - h to p, making e zero); an integer
+                    // xor with `zero` hides t and bp from them.
+                    let t = bitcast<f32>(bitcast<u32>(high[x] + p) ^ zero);
+                    let bp = bitcast<f32>(bitcast<u32>(t - high[x]) ^ zero);
+                    let e = (high[x] - (t - bp)) + (p - bp);
+                    high[x] = t;
+                    part[x] += e + (ah[r] * bl[s] + al[r] * bh[s] + al[r] * bl[s]);
+                }
+            }
+        }
+        // The steps' small sums, with Kahan compensation, so their rounding does not grow with K.
+        for (var x = 0u; x < 16u; x++) {
+            let y = part[x] - compensation[x];
+            let t = bitcast<f32>(bitcast<u32>(low[x] + y) ^ zero);
+            compensation[x] = (t - low[x]) - y;
+            low[x] = t;
+        }
+        workgroupBarrier();
+    }
+    for (var r = 0u; r < 4u; r++) {
+        for (var s = 0u; s < 4u; s++) {
+            let i = i0 + local.x + 16u * r;
+            let j = j0 + local.y + 16u * s;
+            if (i < shape.m && j < shape.n) {
+                c_high[j * shape.m + i] = high[r * 4u + s];
+                c_low[j * shape.m + i] = low[r * 4u + s] - compensation[r * 4u + s];
+            }
+        }
+    }
+}
+
+@compute @workgroup_size(16, 16)
+fn gemm(@builtin(workgroup_id) tile: vec3<u32>, @builtin(local_invocation_id) local: vec3<u32>,
+        @builtin(local_invocation_index) index: u32) {
+    product_tile(tile.xy, local.xy, index);
+}
+
+@compute @workgroup_size(16, 16)
+fn syrk(@builtin(workgroup_id) tile: vec3<u32>, @builtin(local_invocation_id) local: vec3<u32>,
+        @builtin(local_invocation_index) index: u32) {
+    // Tiles below the diagonal are the mirror of those above it.
+    if (tile.x > tile.y) {
+        return;
+    }
+    product_tile(tile.xy, local.xy, index);
+}

@@ -1,0 +1,345 @@
+//! The GPU backend against the CPU: its kernels on odd shapes against float64 loops, the Gram
+//! matrices (1e-5 relative) and every fingerprint quantity (1e-4) on every fixture and on the
+//! demo model, and the fallback to the CPU when the GPU fails.
+//!
+//! These run on whatever adapter `--backend gpu` would take; on a machine without a GPU that
+//! is Mesa's lavapipe (`apt-get install mesa-vulkan-drivers`, as scripts/setup.sh does). With
+//! no adapter at all they fail, saying so: a GPU test never passes without a GPU.
+#![cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
+
+mod common;
+
+use common::{assert_same_spectrum, fixture};
+use headprint::Error;
+use headprint::analysis::circuits::Grams;
+use headprint::analysis::{Mode, fingerprint_stream_with};
+use headprint::backend::{Backend, BackendChoice};
+use headprint::model::ModelStream;
+use headprint::weights::ModelFiles;
+use nalgebra::DMatrix;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// Relative tolerance of the GPU's Gram matrices (per entry, see `assert_gram_close`). The issue
+/// asks for 1e-5; the split-product kernels give ~1e-11, and 1e-9 would catch a kernel that
+/// fell back to plain f32 sums (~1e-7).
+const GRAM_TOLERANCE: f64 = 1e-9;
+/// Relative tolerance of every fingerprint quantity computed through the GPU's Grams.
+const FINGERPRINT_TOLERANCE: f64 = 1e-4;
+
+fn gpu() -> Backend {
+    match Backend::select(BackendChoice::Gpu) {
+        Ok(backend) => backend,
+        Err(e) => panic!(
+            "no GPU adapter for the GPU tests ({e}). Install a Vulkan driver; without a GPU, \
+             Mesa's lavapipe: apt-get install -y mesa-vulkan-drivers (scripts/setup.sh does)"
+        ),
+    }
+}
+
+fn random(rows: usize, cols: usize, rng: &mut ChaCha8Rng) -> DMatrix<f32> {
+    DMatrix::from_fn(rows, cols, |_, _| rng.random_range(-1.0f32..1.0))
+}
+
+/// `A^T B` by plain float64 loops.
+fn product_f64(a: &DMatrix<f32>, b: &DMatrix<f32>) -> DMatrix<f64> {
+    DMatrix::from_fn(a.ncols(), b.ncols(), |i, j| (0..a.nrows()).map(|k| a[(k, i)] as f64 * b[(k, j)] as f64).sum())
+}
+
+/// Every entry within `tolerance` of the reference, relative to the scale Cauchy-Schwarz gives
+/// that entry: `|g_ij - w_ij| <= tolerance * sqrt(Σ a_ki² · Σ b_kj²)`. An entry that cancels to
+/// near zero is held to the size of the terms it sums, not to its own (tiny) size.
+fn assert_product_close(
+    got: &DMatrix<f64>,
+    want: &DMatrix<f64>,
+    a: &DMatrix<f32>,
+    b: &DMatrix<f32>,
+    tolerance: f64,
+    what: &str,
+) {
+    assert_eq!(got.shape(), want.shape(), "{what}: shape");
+    let norms = |m: &DMatrix<f32>| -> Vec<f64> {
+        m.column_iter().map(|c| c.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt()).collect()
+    };
+    let (na, nb) = (norms(a), norms(b));
+    let mut worst: f64 = 0.0;
+    for j in 0..got.ncols() {
+        for i in 0..got.nrows() {
+            let scale = na[i] * nb[j];
+            let error = (got[(i, j)] - want[(i, j)]).abs();
+            worst = worst.max(error / scale);
+            assert!(
+                error <= tolerance * scale,
+                "{what}: entry ({i}, {j}) is {}, expected {} (scale {scale})",
+                got[(i, j)],
+                want[(i, j)]
+            );
+        }
+    }
+    eprintln!("{what}: worst relative error {worst:e}");
+}
+
+/// The kernels' products against float64 loops, relative to each entry's Cauchy-Schwarz scale:
+/// far below f32's 6e-8, which plain f32 sums cannot reach.
+const KERNEL_TOLERANCE: f64 = 1e-9;
+
+#[test]
+fn the_kernels_match_float64_loops_on_odd_shapes() {
+    let mut gpu = gpu();
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    // Rows, m, n: single rows, fewer rows than one 16-row step, shapes that are no multiple of
+    // the 64-wide tile, one column, a tile and one more.
+    for (rows, m, n) in
+        [(1, 1, 1), (1, 70, 3), (7, 65, 65), (17, 64, 129), (100, 1, 200), (333, 130, 67), (1000, 96, 96)]
+    {
+        let (a, b) = (random(rows, m, &mut rng), random(rows, n, &mut rng));
+        let mut product = DMatrix::zeros(m, n);
+        gpu.add_product(&a, &b, &mut product).expect("GPU product");
+        assert_product_close(
+            &product,
+            &product_f64(&a, &b),
+            &a,
+            &b,
+            KERNEL_TOLERANCE,
+            &format!("A^T B, {rows}x{m} by {rows}x{n}"),
+        );
+
+        let mut gram = DMatrix::zeros(m, m);
+        gpu.add_gram(&a, &mut gram).expect("GPU gram");
+        assert_product_close(&gram, &product_f64(&a, &a), &a, &a, KERNEL_TOLERANCE, &format!("A^T A, {rows}x{m}"));
+        assert_eq!(gram, gram.transpose(), "A^T A is exactly symmetric");
+    }
+}
+
+#[test]
+fn products_add_into_what_is_there() {
+    let mut gpu = gpu();
+    let mut rng = ChaCha8Rng::seed_from_u64(10);
+    let (a, b) = (random(50, 20, &mut rng), random(50, 30, &mut rng));
+    let start = DMatrix::from_fn(20, 30, |i, j| (i * 30 + j) as f64);
+    let mut sum = start.clone();
+    gpu.add_product(&a, &b, &mut sum).unwrap();
+    assert_product_close(&(sum - start), &product_f64(&a, &b), &a, &b, KERNEL_TOLERANCE, "added product");
+    let mut wrong = DMatrix::zeros(3, 3);
+    assert!(matches!(gpu.add_product(&a, &b, &mut wrong), Err(Error::Gpu(_))), "a mis-shaped sum is an error");
+}
+
+/// A long block of same-signed terms, the hard case for f32 sums: 30000 rows sharing a common
+/// direction (as trained embeddings do), in one dispatch. The split products and error-free
+/// sums keep each entry within KERNEL_TOLERANCE of the float64 sum (a plain f32 sum is not).
+#[test]
+fn long_blocks_keep_their_precision() {
+    let mut gpu = gpu();
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let common = random(1, 40, &mut rng);
+    let mut a = random(30_000, 40, &mut rng);
+    for mut row in a.row_iter_mut() {
+        row += &common;
+    }
+    assert!(gpu.block_rows(40) >= 30_000, "the whole block goes in one dispatch");
+    let mut gram = DMatrix::zeros(40, 40);
+    gpu.add_gram(&a, &mut gram).unwrap();
+    assert_product_close(&gram, &product_f64(&a, &a), &a, &a, KERNEL_TOLERANCE, "A^T A of 30000 rows");
+}
+
+fn fixtures() -> Vec<std::path::PathBuf> {
+    let mut names: Vec<_> = std::fs::read_dir(fixture(""))
+        .expect("tests/fixtures")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("model.safetensors").exists() || p.join("config.json").exists())
+        .collect();
+    names.sort();
+    names.push(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("public/models/nietzsche-char.safetensors"));
+    names
+}
+
+/// Gram entries relative to the Cauchy-Schwarz scale `sqrt(G_ii' H_jj')` of the matching
+/// diagonals (the norms of the summed columns).
+fn assert_gram_close(got: &DMatrix<f64>, want: &DMatrix<f64>, left: &DMatrix<f64>, right: &DMatrix<f64>, what: &str) {
+    assert_eq!(got.shape(), want.shape(), "{what}: shape");
+    let mut worst: f64 = 0.0;
+    for j in 0..got.ncols() {
+        for i in 0..got.nrows() {
+            let scale = (left[(i, i)] * right[(j, j)]).sqrt();
+            let error = (got[(i, j)] - want[(i, j)]).abs();
+            worst = worst.max(error / scale);
+            assert!(
+                error <= GRAM_TOLERANCE * scale,
+                "{what}: entry ({i}, {j}) is {}, the CPU's {} (scale {scale}, relative error {:e})",
+                got[(i, j)],
+                want[(i, j)],
+                error / scale
+            );
+        }
+    }
+    eprintln!("{what}: worst relative error {worst:e}");
+}
+
+#[test]
+fn gpu_grams_match_the_cpu_on_every_fixture_and_the_demo() {
+    let mut gpu = gpu();
+    for path in fixtures() {
+        let what = path.file_name().unwrap().to_string_lossy().to_string();
+        let files = ModelFiles::from_path(&path).unwrap();
+        let stream = ModelStream::open(&files).unwrap();
+        let cpu = Grams::stream(&stream).unwrap();
+        let got = Grams::stream_with(&stream, &mut gpu).unwrap();
+        assert!(gpu.is_gpu() && gpu.info().note.is_none(), "{what}: the GPU fell back: {:?}", gpu.info().note);
+        assert_eq!(got.tied, cpu.tied);
+        assert_gram_close(&got.embed, &cpu.embed, &cpu.embed, &cpu.embed, &format!("{what}: W_E^T W_E"));
+        if !cpu.tied {
+            assert_gram_close(&got.cross, &cpu.cross, &cpu.unembed, &cpu.embed, &format!("{what}: W_U W_E"));
+            assert_gram_close(&got.unembed, &cpu.unembed, &cpu.unembed, &cpu.unembed, &format!("{what}: W_U W_U^T"));
+        }
+    }
+}
+
+/// |got − want| <= tolerance · max(|want|, floor); returns the relative difference.
+fn assert_near(got: Option<f64>, want: Option<f64>, floor: f64, what: &str) -> f64 {
+    match (got, want) {
+        (Some(g), Some(w)) => {
+            let allowed = FINGERPRINT_TOLERANCE * w.abs().max(floor);
+            let relative = if allowed > 0.0 { (g - w).abs() / allowed * FINGERPRINT_TOLERANCE } else { 0.0 };
+            assert!((g - w).abs() <= allowed, "{what}: GPU {g}, CPU {w} (allowed ±{allowed:e})");
+            relative
+        }
+        (g, w) => {
+            assert_eq!(g, w, "{what}: GPU and CPU disagree on whether it is a number");
+            0.0
+        }
+    }
+}
+
+#[test]
+fn gpu_fingerprints_match_the_cpu_on_every_fixture_and_the_demo() {
+    let mut gpu = gpu();
+    let (mut checked, mut worst) = (0, 0.0f64);
+    for path in fixtures() {
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let files = ModelFiles::from_path(&path).unwrap();
+        let stream = ModelStream::open(&files).unwrap();
+        for mode in [Mode::Folded, Mode::Raw] {
+            let cpu =
+                serde_json::to_value(fingerprint_stream_with(&stream, mode, &mut Backend::cpu()).unwrap()).unwrap();
+            let got = fingerprint_stream_with(&stream, mode, &mut gpu).unwrap();
+            assert_eq!(got.backend.name, "gpu", "{name}: {:?}", got.backend);
+            let got = serde_json::to_value(got).unwrap();
+            assert_eq!(got["model"], cpu["model"]);
+            for (g, c) in got["heads"].as_array().unwrap().iter().zip(cpu["heads"].as_array().unwrap()) {
+                for circuit in ["qk", "qk_token", "ov", "ov_residual"] {
+                    let what = format!("{name} {} L{}H{} {circuit}", mode.name(), c["layer"], c["head"]);
+                    let (g, c) = (&g[circuit], &c[circuit]);
+                    assert_eq!(g["error"], c["error"], "{what}: error");
+                    assert_eq!(g["defective"], c["defective"], "{what}: defective");
+                    let pairs = |v: &serde_json::Value| -> Vec<[f64; 2]> {
+                        v.as_array().unwrap().iter().map(|p| [p[0].as_f64().unwrap(), p[1].as_f64().unwrap()]).collect()
+                    };
+                    assert_same_spectrum(&pairs(&g["eigenvalues"]), &pairs(&c["eigenvalues"]), &what);
+                    for (metric, floor) in [
+                        ("copying_score", 1.0),
+                        ("imaginary_fraction", 1.0),
+                        ("eigenvector_condition", 1.0),
+                        ("departure_from_normality", 1.0),
+                        ("scale", 0.0),
+                    ] {
+                        let relative =
+                            assert_near(g[metric].as_f64(), c[metric].as_f64(), floor, &format!("{what} {metric}"));
+                        worst = worst.max(relative);
+                    }
+                    checked += 1;
+                }
+            }
+        }
+    }
+    eprintln!("{checked} circuits compared; worst relative difference of a quantity {worst:e}");
+    assert!(checked > 100, "only {checked} circuits compared");
+}
+
+#[test]
+fn a_failing_gpu_falls_back_to_the_cpu_with_a_note() {
+    let mut backend = gpu();
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    let a = random(30, 8, &mut rng);
+    let mut tries = 0;
+    // The first run fails the way a lost device does; the rerun happens on the CPU.
+    let result = backend
+        .with_fallback(|backend| {
+            tries += 1;
+            if backend.is_gpu() {
+                return Err(Error::Gpu("device lost (simulated)".into()));
+            }
+            let mut gram = DMatrix::zeros(8, 8);
+            backend.add_gram(&a, &mut gram)?;
+            Ok(gram)
+        })
+        .expect("the CPU result");
+    assert_eq!(tries, 2);
+    assert!(!backend.is_gpu());
+    let info = backend.info();
+    assert_eq!(info.name, "cpu");
+    assert!(info.note.as_deref().unwrap().contains("device lost (simulated)"), "{info:?}");
+    let mut want = DMatrix::zeros(8, 8);
+    Backend::cpu().add_gram(&a, &mut want).unwrap();
+    assert_eq!(result, want);
+    // Errors that are not the GPU's pass through untouched and do not switch backends.
+    let mut gpu = gpu();
+    let error = gpu.with_fallback(|_| -> headprint::Result<()> { Err(Error::Invalid("bad input".into())) });
+    assert_eq!(error, Err(Error::Invalid("bad input".into())));
+    assert!(gpu.is_gpu());
+}
+
+#[cfg(feature = "cli")]
+mod cli {
+    use std::process::Command;
+
+    use super::fixture;
+
+    /// Runs the CLI; `no_adapter` hides every adapter (WGPU_BACKEND names GL, which this build
+    /// does not include), as on a machine with no GPU driver at all.
+    fn headprint(args: &[&str], no_adapter: bool) -> (bool, String, String) {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_headprint"));
+        if no_adapter {
+            command.env("WGPU_BACKEND", "gl");
+        }
+        let out = command.args(args).output().expect("runs");
+        (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    }
+
+    fn fingerprint(backend: &str, no_adapter: bool) -> (serde_json::Value, String) {
+        let path = fixture("pythia");
+        let (ok, stdout, stderr) =
+            headprint(&["fingerprint", path.to_str().unwrap(), "--json", "--backend", backend], no_adapter);
+        assert!(ok, "--backend {backend} failed: {stderr}");
+        (serde_json::from_str(&stdout).expect("JSON"), stderr)
+    }
+
+    #[test]
+    fn the_json_records_the_backend_and_the_numbers_agree() {
+        let (gpu, _) = fingerprint("gpu", false);
+        assert_eq!(gpu["backend"]["name"], "gpu", "{}", gpu["backend"]);
+        assert!(!gpu["backend"]["adapter"].as_str().expect("the adapter is named").is_empty());
+        let (cpu, stderr) = fingerprint("cpu", false);
+        assert_eq!(cpu["backend"], serde_json::json!({"name": "cpu"}));
+        assert!(!stderr.contains("note:"), "{stderr}");
+        let (g, c) = (&gpu["heads"][5]["ov"], &cpu["heads"][5]["ov"]);
+        for key in ["copying_score", "eigenvector_condition", "departure_from_normality"] {
+            let (g, c) = (g[key].as_f64().unwrap(), c[key].as_f64().unwrap());
+            assert!((g - c).abs() <= 1e-4 * c.abs().max(1.0), "{key}: GPU {g}, CPU {c}");
+        }
+    }
+
+    #[test]
+    fn without_an_adapter_auto_notes_the_cpu_and_forced_gpu_is_an_error() {
+        let (auto, stderr) = fingerprint("auto", true);
+        assert_eq!(auto["backend"]["name"], "cpu");
+        let note = auto["backend"]["note"].as_str().expect("a note says why not the GPU");
+        assert!(note.contains("no GPU adapter"), "{note}");
+        assert_eq!(stderr.trim(), format!("note: {note}"), "one line on stderr");
+
+        let path = fixture("pythia");
+        let (ok, stdout, stderr) = headprint(&["fingerprint", path.to_str().unwrap(), "--backend", "gpu"], true);
+        assert!(!ok && stdout.is_empty(), "forced GPU without an adapter must fail");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(stderr.starts_with("headprint: --backend gpu: no GPU adapter found"), "{stderr}");
+    }
+}
