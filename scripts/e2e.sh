@@ -17,3 +17,5 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
   trunk build --release --offline
 fi
 node tests/e2e/run.mjs dist
+# The module uses SIMD and no relaxed-SIMD instruction (Safari rejects a module that has one).
+scripts/check_wasm.sh dist/headprint_bg.wasm

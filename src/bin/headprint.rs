@@ -575,24 +575,8 @@ mod native {
                 })
             }
             FigureKind::Scatter => {
-                let feature =
-                    SPECTRAL_FEATURES.iter().find(|(n, _)| *n == args.x).map(|(_, f)| *f).ok_or_else(|| {
-                        let names: Vec<&str> = SPECTRAL_FEATURES.iter().map(|(n, _)| *n).collect();
-                        Error::Invalid(format!(
-                            "unknown spectral feature `{}`: use one of {}",
-                            args.x,
-                            names.join(", ")
-                        ))
-                    })?;
-                let score =
-                    BEHAVIOURAL_SCORES.iter().find(|(n, _)| *n == args.y).map(|(_, f)| *f).ok_or_else(|| {
-                        let names: Vec<&str> = BEHAVIOURAL_SCORES.iter().map(|(n, _)| *n).collect();
-                        Error::Invalid(format!(
-                            "unknown behavioural score `{}`: use one of {}",
-                            args.y,
-                            names.join(", ")
-                        ))
-                    })?;
+                let feature = by_name(&SPECTRAL_FEATURES, &args.x, "spectral feature")?;
+                let score = by_name(&BEHAVIOURAL_SCORES, &args.y, "behavioural score")?;
                 let copies = loaded.first_copies(&args.sequence, None)?;
                 let report = induction_probe(model, &copies, bos)?;
                 let points: Vec<(String, f64, f64)> = fingerprint
@@ -626,6 +610,14 @@ mod native {
         let (width, height) = figure.size();
         println!("wrote {} ({width} x {height} px)", args.out.display());
         Ok(())
+    }
+
+    /// The entry of a named list (`compare`'s features and scores), or an error listing the names.
+    fn by_name<T: Copy>(list: &[(&str, T)], name: &str, what: &str) -> Result<T> {
+        list.iter().find(|(n, _)| *n == name).map(|(_, f)| *f).ok_or_else(|| {
+            let names: Vec<&str> = list.iter().map(|(n, _)| *n).collect();
+            Error::Invalid(format!("unknown {what} `{name}`: use one of {}", names.join(", ")))
+        })
     }
 
     fn probe(args: ProbeArgs) -> Result<()> {
