@@ -26,10 +26,15 @@ if valid_without "$tmp/simd.wasm" simd; then
   echo "check_wasm: the SIMD check passed a module with f32x4.add" >&2; exit 1
 fi
 
+# binaryen adds the features a module's own `target_features` section declares to those asked
+# for, so the checks run on a copy without that section.
+"$bin/wasm-opt" --all-features --strip-target-features "$module" -o "$tmp/module.wasm"
+module_name=$module
+module=$tmp/module.wasm
 if ! valid_without "$module" relaxed-simd; then
-  echo "check_wasm: $module has relaxed-SIMD instructions (Safari would reject it)" >&2; exit 1
+  echo "check_wasm: $module_name has relaxed-SIMD instructions (Safari would reject it)" >&2; exit 1
 fi
 if valid_without "$module" simd; then
-  echo "check_wasm: $module has no SIMD instruction: was it built without +simd128?" >&2; exit 1
+  echo "check_wasm: $module_name has no SIMD instruction: was it built without +simd128?" >&2; exit 1
 fi
-echo "check_wasm: $module uses SIMD and no relaxed-SIMD instruction ($(stat -c %s "$module") bytes)"
+echo "check_wasm: $module_name uses SIMD and no relaxed-SIMD instruction ($(stat -c %s "$module_name") bytes)"
