@@ -1,6 +1,8 @@
 //! Running the model (spec section 4): the attention pattern of every head and the final
 //! logits, for all four families, in f32 like the reference implementations.
 
+use std::ops::Range;
+
 use nalgebra::{DMatrix, DVector};
 
 use crate::model::{Activation, Layer, LoadParts, Mlp, ModelConfig, Norm, NormKind, Positions, Weights};
@@ -30,14 +32,15 @@ pub enum HeadOutputs<'a> {
     Projected(&'a DMatrix<f32>),
 }
 
-/// The most one forward pass may hold in what it keeps (every head's attention pattern, and
-/// per-head outputs when asked): well inside a browser worker's 4 GB of wasm memory beside the
+/// The most one forward pass may hold in what it keeps (every head's attention pattern, per-head
+/// outputs when asked, and the logits), over all the sequences it runs together: well inside a browser worker's 4 GB of wasm memory beside the
 /// model. A rotary model has no context limit, so a long prompt on a model with many heads would
 /// otherwise ask for gigabytes (16 385 tokens on 16 × 8 heads: 137 GB of patterns).
 pub const KEPT_BYTES_LIMIT: u64 = 1 << 30;
 
-/// Bytes a forward pass over `len` tokens keeps: f32 patterns (len × len per head) and, when
-/// asked, per-head outputs (len × their width per head). Saturates instead of overflowing.
+/// Bytes a forward pass over `len` tokens keeps: f32 patterns (len × len per head), when asked
+/// per-head outputs (len × their width per head), and the logits (len × vocabulary).
+/// Saturates instead of overflowing.
 pub fn kept_bytes(model: &(impl Weights + ?Sized), len: usize, keep: HeadOutputs) -> u64 {
     let config = model.config();
     let heads = (config.layers as u64).saturating_mul(config.heads as u64);
@@ -47,7 +50,42 @@ pub fn kept_bytes(model: &(impl Weights + ?Sized), len: usize, keep: HeadOutputs
         HeadOutputs::Full => config.d_model as u64,
         HeadOutputs::Projected(directions) => directions.ncols() as u64,
     };
-    heads.saturating_mul(len).saturating_mul(len.saturating_add(per_head_output)).saturating_mul(4)
+    let logits = len.saturating_mul(config.vocab as u64);
+    heads
+        .saturating_mul(len)
+        .saturating_mul(len.saturating_add(per_head_output))
+        .saturating_add(logits)
+        .saturating_mul(4)
+}
+
+/// Consecutive ranges of `runs` whose outputs fit [`KEPT_BYTES_LIMIT`] together (a run that
+/// fits alone gets a range of its own at worst). A caller runs each range with [`run_batch`]
+/// and reduces its outputs before the next, so a probe of many sequences or a suite of many
+/// prompts stays within the budget; a streamed model is read once per range.
+pub fn batches(model: &(impl Weights + ?Sized), runs: &[(&[usize], HeadOutputs)]) -> Vec<Range<usize>> {
+    batches_within(model, runs, KEPT_BYTES_LIMIT)
+}
+
+/// [`batches`] for a budget of `limit` bytes.
+pub fn batches_within(
+    model: &(impl Weights + ?Sized),
+    runs: &[(&[usize], HeadOutputs)],
+    limit: u64,
+) -> Vec<Range<usize>> {
+    let mut ranges = Vec::new();
+    let (mut start, mut bytes) = (0, 0u64);
+    for (i, (tokens, keep)) in runs.iter().enumerate() {
+        let run = kept_bytes(model, tokens.len(), *keep);
+        if i > start && bytes.saturating_add(run) > limit {
+            ranges.push(start..i);
+            (start, bytes) = (i, 0);
+        }
+        bytes = bytes.saturating_add(run);
+    }
+    if start < runs.len() {
+        ranges.push(start..runs.len());
+    }
+    ranges
 }
 
 /// Refuses a run whose kept outputs would pass [`KEPT_BYTES_LIMIT`], before allocating them.
@@ -58,11 +96,11 @@ fn check_kept(model: &(impl Weights + ?Sized), len: usize, keep: HeadOutputs) ->
     }
     let longest = (1..=len).rev().find(|&n| kept_bytes(model, n, keep) <= KEPT_BYTES_LIMIT).unwrap_or(0);
     Err(Error::BadTokens(format!(
-        "{len} tokens on {} layers × {} heads would keep {:.1} GB of attention patterns{}, over the {:.1} GB a run may use: use at most {longest} tokens",
+        "{len} tokens on {} layers × {} heads would keep {:.1} GB of attention patterns{} and logits, over the {:.1} GB a run may use: use at most {longest} tokens",
         model.config().layers,
         model.config().heads,
         bytes as f64 / 1e9,
-        if matches!(keep, HeadOutputs::None) { "" } else { " and head outputs" },
+        if matches!(keep, HeadOutputs::None) { "" } else { ", head outputs" },
         KEPT_BYTES_LIMIT as f64 / 1e9,
     )))
 }
@@ -106,6 +144,16 @@ pub fn run_batch(
     for (tokens, keep) in runs {
         check_tokens(model, tokens)?;
         check_kept(model, tokens.len(), *keep)?;
+    }
+    let together =
+        runs.iter().fold(0u64, |sum, (tokens, keep)| sum.saturating_add(kept_bytes(model, tokens.len(), *keep)));
+    if runs.len() > 1 && together > KEPT_BYTES_LIMIT {
+        return Err(Error::Invalid(format!(
+            "{} runs would keep {:.1} GB together, over the {:.1} GB a pass may use: split them with `forward::batches`",
+            runs.len(),
+            together as f64 / 1e9,
+            KEPT_BYTES_LIMIT as f64 / 1e9
+        )));
     }
     let config = model.config();
     let mut residuals = Vec::with_capacity(runs.len());

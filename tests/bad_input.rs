@@ -418,11 +418,13 @@ fn describing_empty_or_wrapping_probe_sequences_does_not_overflow() {
 fn a_run_that_would_keep_gigabytes_of_patterns_is_refused_before_it_allocates() {
     // A rotary model has no context limit: a long prompt on it is bounded by what the run keeps.
     let llama = common::load("llama32", LoadParts::Everything);
-    let (layers, heads) = (llama.config.layers as u64, llama.config.heads as u64);
+    let (layers, heads, vocab) = (llama.config.layers as u64, llama.config.heads as u64, llama.config.vocab as u64);
     assert_eq!(llama.config.context, None);
-    // Largest n with layers × heads × n² f32 patterns within 1 GiB, found independently.
+    // Largest n with layers × heads × n² f32 patterns and n × vocab f32 logits within 1 GiB,
+    // found independently.
+    let kept = |n: u64| (layers * heads * n * n + n * vocab) * 4;
     let mut longest = 0u64;
-    while layers * heads * (longest + 1) * (longest + 1) * 4 <= 1 << 30 {
+    while kept(longest + 1) <= 1 << 30 {
         longest += 1;
     }
     let tokens = vec![1usize; longest as usize + 1];
@@ -430,10 +432,10 @@ fn a_run_that_would_keep_gigabytes_of_patterns_is_refused_before_it_allocates() 
         Err(e) => e.to_string(),
         Ok(_) => panic!("{} tokens ran", tokens.len()),
     };
-    let gb = (layers * heads * (longest + 1) * (longest + 1) * 4) as f64 / 1e9;
+    let gb = kept(longest + 1) as f64 / 1e9;
     assert!(
         m.contains(&format!(
-            "{} tokens on {layers} layers × {heads} heads would keep {gb:.1} GB of attention patterns, over the 1.1 GB a run may use: use at most {longest} tokens",
+            "{} tokens on {layers} layers × {heads} heads would keep {gb:.1} GB of attention patterns and logits, over the 1.1 GB a run may use: use at most {longest} tokens",
             longest + 1
         )),
         "{m}"
@@ -445,7 +447,7 @@ fn a_run_that_would_keep_gigabytes_of_patterns_is_refused_before_it_allocates() 
         Err(e) => e.to_string(),
         Ok(_) => panic!("a 16 385-token probe ran"),
     };
-    assert!(m.contains("16385 tokens on") && m.contains("attention patterns and head outputs"), "{m}");
+    assert!(m.contains("16385 tokens on") && m.contains("attention patterns, head outputs and logits"), "{m}");
 }
 
 #[test]

@@ -248,6 +248,51 @@ fn a_streamed_batched_forward_pass_is_each_sequence_run_alone_on_the_loaded_mode
 }
 
 #[test]
+fn runs_are_batched_so_that_their_outputs_fit_the_budget_together() {
+    use headprint::forward::{self, HeadOutputs};
+    let files = files("llama32");
+    let stream = ModelStream::open(&files).unwrap();
+    let vocab = stream.config.vocab;
+    let sequences: Vec<Vec<usize>> =
+        [9usize, 5, 12, 3, 7, 10].iter().map(|&n| (0..n).map(|i| (i * 7 + n) % vocab).collect()).collect();
+    let runs: Vec<(&[usize], HeadOutputs)> = sequences.iter().map(|s| (s.as_slice(), HeadOutputs::None)).collect();
+    let bytes: Vec<u64> = runs.iter().map(|(t, k)| forward::kept_bytes(&stream, t.len(), *k)).collect();
+    // Patterns (layers × heads × n², f32) and logits (n × vocab, f32), counted independently.
+    let config = &stream.config;
+    for (b, s) in bytes.iter().zip(&sequences) {
+        let n = s.len() as u64;
+        assert_eq!(*b, 4 * (config.layers as u64 * config.heads as u64 * n * n + n * vocab as u64));
+    }
+    // A budget that holds the first two runs together but not the third beside them.
+    let limit = bytes[0] + bytes[1];
+    let ranges = forward::batches_within(&stream, &runs, limit);
+    assert!(ranges.len() > 1, "{ranges:?}");
+    assert_eq!(ranges[0], 0..2, "{ranges:?}");
+    // The ranges cover every run once, in order; each fits (or holds one run) and could not
+    // have taken the next run too.
+    assert_eq!(ranges.iter().flat_map(|r| r.clone()).collect::<Vec<_>>(), (0..runs.len()).collect::<Vec<_>>());
+    for (i, range) in ranges.iter().enumerate() {
+        let sum: u64 = bytes[range.clone()].iter().sum();
+        assert!(sum <= limit || range.len() == 1, "{range:?}: {sum} > {limit}");
+        if let Some(next) = ranges.get(i + 1) {
+            assert!(sum + bytes[next.start] > limit, "{range:?} could have taken run {}", next.start);
+        }
+    }
+    // Run batch by batch, the outputs are those of one pass over all the runs.
+    let whole = forward::run_batch(&stream, &runs, &mut |_, _| {}).unwrap();
+    let mut parts = Vec::new();
+    for range in &ranges {
+        parts.extend(forward::run_batch(&stream, &runs[range.clone()], &mut |_, _| {}).unwrap());
+    }
+    for (part, one) in parts.iter().zip(&whole) {
+        assert_eq!(part.patterns, one.patterns);
+        assert_eq!(part.logits, one.logits);
+    }
+    // With the default budget these small runs make one batch.
+    assert_eq!(forward::batches(&stream, &runs), vec![0..runs.len()]);
+}
+
+#[test]
 fn the_streamed_ov_token_view_is_the_loaded_one() {
     use headprint::analysis::circuits::{Circuits, HeadWeights};
     use headprint::analysis::{HeadId, OvTokenLogits};

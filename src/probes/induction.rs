@@ -198,7 +198,8 @@ pub fn induction_probe(
 }
 
 /// `induction_probe`, every sequence in one layer-by-layer pass (a streamed model is read
-/// once), calling `each_layer(done, layers)` as the pass goes.
+/// once; more passes only when the outputs would not fit together), calling `each_layer(done,
+/// total)` as the passes go.
 pub fn induction_probe_with_progress(
     model: &(impl Weights + ?Sized),
     copies: &[FirstCopy],
@@ -209,9 +210,17 @@ pub fn induction_probe_with_progress(
     let prepared: Vec<Prepared> = copies.iter().map(|copy| prepare(model, copy, bos)).collect::<Result<_>>()?;
     let runs: Vec<(&[usize], HeadOutputs)> =
         prepared.iter().map(|p| (p.tokens.as_slice(), HeadOutputs::Projected(&p.directions))).collect();
-    let outputs = forward::run_batch(model, &runs, each_layer)?;
-    let sequences: Vec<SequenceScores> =
-        copies.iter().zip(prepared).zip(&outputs).map(|((copy, p), output)| score(copy, p, output)).collect();
+    // Usually one batch; more only when the outputs would not fit the forward pass's budget
+    // together (each batch's are scored and dropped before the next is run).
+    let batches = forward::batches(model, &runs);
+    let steps = batches.len() * model.config().layers;
+    let mut sequences: Vec<SequenceScores> = Vec::with_capacity(copies.len());
+    for (b, range) in batches.into_iter().enumerate() {
+        let before = b * model.config().layers;
+        let outputs = forward::run_batch(model, &runs[range.clone()], &mut |done, _| each_layer(before + done, steps))?;
+        let scored = copies[range.clone()].iter().zip(&prepared[range]).zip(&outputs);
+        sequences.extend(scored.map(|((copy, p), output)| score(copy, p, output)));
+    }
     let accuracies: Vec<f64> = sequences.iter().map(|s| s.prefix_copy_accuracy).collect();
     let counted: Vec<usize> = copies.iter().map(|c| c.tokens.len() - 1).collect();
     let heads = (0..sequences[0].heads.len())
@@ -288,18 +297,19 @@ fn prepare(model: &(impl Weights + ?Sized), copy: &FirstCopy, bos: Option<usize>
 }
 
 /// Scores every head on one sequence's forward pass.
-fn score(copy: &FirstCopy, prepared: Prepared, output: &ForwardOutput) -> SequenceScores {
+fn score(copy: &FirstCopy, prepared: &Prepared, output: &ForwardOutput) -> SequenceScores {
     let Prepared { tokens, n, second_copy, candidates, .. } = prepared;
-    let copy_ranks = copy_ranks(output, &tokens, &candidates, second_copy);
+    let (n, second_copy) = (*n, *second_copy);
+    let copy_ranks = copy_ranks(output, tokens, candidates, second_copy);
     let mut heads = attention_scores(output, n, second_copy);
     for (scores, ranks) in heads.iter_mut().zip(&copy_ranks) {
         scores.copy_fidelity = ranks.iter().filter(|&&r| r == 1).count() as f64 / ranks.len() as f64;
     }
     SequenceScores {
         source: copy.source.clone(),
-        prefix_copy_accuracy: prefix_copy_accuracy(output, &tokens, second_copy),
+        prefix_copy_accuracy: prefix_copy_accuracy(output, tokens, second_copy),
         heads,
-        tokens,
+        tokens: tokens.clone(),
         copy_ranks,
     }
 }

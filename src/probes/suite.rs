@@ -272,15 +272,22 @@ pub fn verdict_table(
         .collect::<Result<_>>()?;
     let runs: Vec<(&[usize], HeadOutputs)> =
         prepared.iter().map(|(ids, _)| (ids.as_slice(), HeadOutputs::None)).collect();
-    let outputs = forward::run_batch(model, &runs, &mut |_, _| {})?;
+    // Only the query's row of one head is kept from each pass; a batch's outputs are dropped
+    // before the next batch runs.
+    let mut rows: Vec<Vec<f64>> = Vec::with_capacity(runs.len());
+    for range in forward::batches(model, &runs) {
+        let outputs = forward::run_batch(model, &runs[range.clone()], &mut |_, _| {})?;
+        rows.extend(prepared[range].iter().zip(&outputs).map(|((ids, query), output)| {
+            let pattern = &output.patterns[head.layer][head.head];
+            (0..ids.len()).map(|k| f64::from(pattern[(*query, k)])).collect()
+        }));
+    }
     suite
         .prompts
         .iter()
         .zip(prepared)
-        .zip(outputs)
-        .map(|((prompt, (ids, query)), output)| {
-            let pattern = &output.patterns[head.layer][head.head];
-            let attention: Vec<f64> = (0..ids.len()).map(|k| pattern[(query, k)] as f64).collect();
+        .zip(rows)
+        .map(|((prompt, (ids, query)), attention)| {
             let tokens: Vec<String> = ids.iter().map(|&i| tokenizer.token_text(i)).collect();
             let mut order: Vec<usize> = (0..=query).collect();
             order.sort_by(|&a, &b| attention[b].total_cmp(&attention[a]));

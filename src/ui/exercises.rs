@@ -9,7 +9,7 @@ use leptos::prelude::*;
 use super::pick::{activates, cell_of};
 use super::requested::requested;
 use super::state::{Ctx, Sequence};
-use super::svg::{heatmap, key_picker, visible};
+use super::svg::{attention_legend, heatmap, key_picker, visible};
 use crate::analysis::HeadId;
 use crate::probes::Suite;
 use crate::probes::exercise::{Answer, Question, Score};
@@ -302,13 +302,19 @@ fn Exercise(prompt: Prompt, question: Question, outcomes: RwSignal<BTreeMap<Stri
             _ => None,
         },
     );
+    // Every attention legend has the same colours, so ids that differ only in dropped characters
+    // may share a gradient harmlessly.
+    let gradient = format!("reveal-{}", id.chars().filter(char::is_ascii_alphanumeric).collect::<String>());
     let revealed_heatmap = move || {
         let pattern = revealed_pattern.get()?.ok()?;
         let query = verdict.get()?.ok()?.query_position;
         let head = attention_head.get()?.ok()?;
         let svg =
             heatmap(&pattern.rows, &pattern.tokens, &[], Some(query), PICKER_PX, &format!("{head} attention pattern"));
-        Some(view! { <div class="chart-scroll revealed-heatmap" inner_html=svg></div> })
+        Some(view! {
+            <div class="chart-scroll revealed-heatmap" inner_html=svg></div>
+            <div class="legend-wrap" inner_html=attention_legend(&gradient)></div>
+        })
     };
     let problem = move || match truth.get() {
         Some(Err(e)) => Some(view! { <p class="error-inline">{e}</p> }),

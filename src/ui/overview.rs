@@ -219,7 +219,7 @@ pub fn Overview() -> impl IntoView {
                                 {header}
                                 {rows}
                             </div>
-                            <div class="legend-wrap" inner_html=legend(&stops, &lo, &hi)></div>
+                            <div class="legend-wrap" inner_html=legend("grid-scale", &stops, &lo, &hi)></div>
                         </div>
                         <h3>{axis_name}</h3>
                         <div

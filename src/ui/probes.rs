@@ -11,7 +11,7 @@ use super::export::ChartExport;
 use super::head::HeadSelect;
 use super::requested::requested;
 use super::state::Ctx;
-use super::svg::{heatmap, visible};
+use super::svg::{attention_legend, heatmap, visible};
 use crate::analysis::HeadId;
 use crate::probes::Suite;
 use crate::probes::exercise::{LINK_LIMIT, link_form};
@@ -92,6 +92,7 @@ pub fn Probes() -> impl IntoView {
                 view! {
                     <p class="note" id="pattern-summary">{summary}</p>
                     <div class="chart-scroll" id="prompt-heatmap" inner_html=svg.clone()></div>
+                    <div class="legend-wrap" id="prompt-heatmap-scale" inner_html=attention_legend("prompt-heatmap-gradient")></div>
                     <ChartExport svg=svg name=format!("{head}-attention") />
                 }
                 .into_any()
@@ -205,6 +206,7 @@ pub fn Probes() -> impl IntoView {
         Some(view! {
             <h3>"Swap pairs"</h3>
             <p class="note">"Each pair differs only by swapped words; outlined cells are induction cells."</p>
+            <div class="legend-wrap" id="swap-pairs-scale" inner_html=attention_legend("swap-pairs-gradient")></div>
             <div id="swap-pairs">{figures}</div>
         })
     };

@@ -307,21 +307,30 @@ pub fn heatmap(
     s
 }
 
-/// A horizontal colour bar legend.
-pub fn legend(stops: &[(f64, String)], lo: &str, hi: &str) -> String {
-    let mut s = String::from(
-        r#"<svg class="legend" viewBox="0 0 240 30" width="240" height="30" role="img" aria-label="colour scale"><defs><linearGradient id="lg">"#,
+/// A horizontal colour bar legend. `id` names its gradient, unique on the page: two legends
+/// sharing one would both draw the first one's colours.
+pub fn legend(id: &str, stops: &[(f64, String)], lo: &str, hi: &str) -> String {
+    let mut s = format!(
+        r#"<svg class="legend" viewBox="0 0 240 30" width="240" height="30" role="img" aria-label="colour scale"><defs><linearGradient id="{id}">"#,
+        id = esc(id)
     );
     for (offset, colour) in stops {
         let _ = write!(s, r#"<stop offset="{:.3}" stop-color="{colour}"/>"#, offset);
     }
     let _ = write!(
         s,
-        r##"</linearGradient></defs><rect x="0" y="0" width="240" height="12" fill="url(#lg)" stroke="#999" stroke-width="0.5"/><text x="0" y="26" font-size="11" fill="#333">{}</text><text x="240" y="26" font-size="11" text-anchor="end" fill="#333">{}</text></svg>"##,
-        esc(lo),
-        esc(hi)
+        r##"</linearGradient></defs><rect x="0" y="0" width="240" height="12" fill="url(#{id})" stroke="#999" stroke-width="0.5"/><text x="0" y="26" font-size="11" fill="#333">{lo}</text><text x="240" y="26" font-size="11" text-anchor="end" fill="#333">{hi}</text></svg>"##,
+        id = esc(id),
+        lo = esc(lo),
+        hi = esc(hi)
     );
     s
+}
+
+/// The attention heatmaps' colour bar: weight 0 to 1 on the colour map `heatmap` fills with.
+pub fn attention_legend(id: &str) -> String {
+    let stops: Vec<(f64, String)> = (0..=10).map(|i| i as f64 / 10.0).map(|t| (t, viridis(t).fill)).collect();
+    legend(id, &stops, "attention 0", "1 (all of the query's attention)")
 }
 
 /// One point of a scatter plot.

@@ -274,6 +274,16 @@ await test('a probe runs and its verdict table appears', async () => {
   await page.click('#run-prompt');
   await page.waitForSelector('#prompt-heatmap svg rect');
   expect(await page.locator('#prompt-heatmap rect.induction-cell').count() > 0, 'induction cells marked');
+  // The heatmap's colour bar: its scale, and a gradient of its own (legends sharing an id would
+  // all draw the first one's colours, the overview's diverging map among them).
+  const scale = await page.$eval('#prompt-heatmap-scale svg', (svg) => ({
+    texts: [...svg.querySelectorAll('text')].map((t) => t.textContent),
+    fill: svg.querySelector('rect').getAttribute('fill'),
+    ids: [...document.querySelectorAll('linearGradient')].map((g) => g.id),
+  }));
+  expect(scale.texts[0] === 'attention 0' && /^1 /.test(scale.texts[1]), `the heatmap's scale is labelled: ${scale.texts}`);
+  expect(scale.fill === 'url(#prompt-heatmap-gradient)', `the colour bar draws its own gradient: ${scale.fill}`);
+  expect(new Set(scale.ids).size === scale.ids.length, `gradient ids are unique on the page: ${scale.ids}`);
   await page.waitForSelector('#verdict-table tbody tr, #verdict-error');
   const rows = await page.locator('#verdict-table tbody tr').count();
   const error = await page.locator('#verdict-error').count();
