@@ -717,13 +717,14 @@ mod native {
         let mut models = Vec::new();
         for path in &args.models {
             let common = Common { model: path.clone(), json: args.json };
-            let loaded = load(&common).map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))?;
-            let model = loaded.model()?;
-            let fingerprint = fingerprint_stream(&model, mode)?;
-            let bos = loaded.bos(&args.sequence.bos)?;
-            let copies = loaded.first_copies(&args.sequence, None)?;
-            let report = induction_probe(&model, &copies, bos.as_ref().map(|b| b.id))
-                .map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))?;
+            // Layers are read as they are needed, so any step can find a bad file: name it.
+            let named = |e: Error| Error::Invalid(format!("{}: {e}", path.display()));
+            let loaded = load(&common).map_err(named)?;
+            let model = loaded.model().map_err(named)?;
+            let fingerprint = fingerprint_stream(&model, mode).map_err(named)?;
+            let bos = loaded.bos(&args.sequence.bos).map_err(named)?;
+            let copies = loaded.first_copies(&args.sequence, None).map_err(named)?;
+            let report = induction_probe(&model, &copies, bos.as_ref().map(|b| b.id)).map_err(named)?;
             let sequence = format!(
                 "{} sequences of {} tokens repeated twice ({}); {}",
                 report.sequences.len(),

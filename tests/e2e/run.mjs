@@ -630,7 +630,7 @@ await test('cancel works at every stage and the shown model stays usable; frames
   // Loading another model, cancelled at each stage.
   const other = path.join(tmp, 'other.safetensors');
   fs.copyFileSync(stages, other);
-  // (Reading layers is cancelled again in the next test, on a bigger file.)
+  // (The next test cancels a bigger file while its layers are read and fingerprinted.)
   for (const stage of ['Identifying the files', 'Computing the embedding Grams', 'Fingerprinting heads', 'Running the induction probe']) {
     await dismissError();
     await page.setInputFiles('#file-input', other);
