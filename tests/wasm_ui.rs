@@ -2,10 +2,11 @@
 //! the page's chart builders. `CHROMEDRIVER=/usr/bin/chromedriver cargo test --target wasm32-unknown-unknown --no-default-features --test wasm_ui`
 #![cfg(target_arch = "wasm32")]
 
-use headprint::analysis::circuits::Grams;
-use headprint::analysis::fingerprint::fingerprint_model_with_progress;
-use headprint::analysis::{Circuits, HeadId, Mode, OvTokenLogits};
-use headprint::model::{LoadParts, Model};
+use headprint::analysis::circuits::{Grams, HeadWeights};
+use headprint::analysis::fingerprint::fingerprint_layers;
+use headprint::analysis::{HeadId, Mode, OvTokenLogits};
+use headprint::backend::Backend;
+use headprint::model::{LoadParts, Model, ModelStream, Weights};
 use headprint::probes::{Suite, verdict_table};
 use headprint::tokens::Tokenizer;
 use headprint::ui::svg;
@@ -26,14 +27,25 @@ fn fixture() -> (Model, Tokenizer) {
 #[wasm_bindgen_test]
 fn the_page_pipeline_runs_in_wasm() {
     let (model, tokenizer) = fixture();
-    let grams = Grams::compute(&model);
-    let heads = model.config.layers * model.config.heads;
+    // As the worker does: the weights streamed from the file's bytes, Grams from row blocks,
+    // fingerprints a layer at a time, a head's OV token view from its layer and W_E / W_U rows.
+    let bytes = include_bytes!("fixtures/gptchar/model.safetensors").to_vec();
+    let source: Box<dyn ByteSource> = Box::new(MemorySource::new("model.safetensors", bytes));
+    let files = ModelFiles::from_named(vec![("model.safetensors".into(), source)]).unwrap();
+    let stream = ModelStream::open(&files).unwrap();
+    let mut rows_read = 0;
+    let grams = Grams::stream_with_progress(&stream, &mut Backend::cpu(), &mut |done, _| rows_read = done).unwrap();
+    assert_eq!(rows_read, stream.config.vocab);
+    let heads = stream.config.layers * stream.config.heads;
     for mode in [Mode::Folded, Mode::Raw] {
-        let fp = fingerprint_model_with_progress(&model, &grams, mode, &mut |_, _, _| {}).unwrap();
-        assert_eq!(fp.heads.len(), heads);
+        let mut streamed = 0;
+        let fp = fingerprint_layers(&stream, &grams, mode, &mut |_, done, _| streamed = done).unwrap();
+        assert_eq!((fp.heads.len(), streamed), (heads, heads));
         assert!(fp.heads.iter().all(|h| h.errors().is_empty() && !h.qk_token.eigenvalues.is_empty()));
     }
-    let logits = OvTokenLogits::new(&Circuits::new(&model, &grams, Mode::Folded), HeadId::new(0, 0)).unwrap();
+    let layer = stream.layer(0, LoadParts::Circuits).unwrap();
+    let weights = HeadWeights::new(&stream.config, &layer, &stream.ln_final, 0, Mode::Folded);
+    let logits = OvTokenLogits::read(&stream, &weights, Mode::Folded).unwrap();
     assert_eq!(logits.diagonal().len(), model.config.vocab);
     // The tiny fixture lacks characters of the suite: a message, not a panic.
     let error =

@@ -82,15 +82,11 @@ impl Grams {
     /// The one vocabulary-sized cost of the whole fingerprint: three d_model x d_model products
     /// over the vocabulary, on the CPU.
     pub fn compute(model: &Model) -> Grams {
-        Self::compute_with(model, &mut Backend::cpu()).expect("the CPU backend does not fail")
+        Self::stream(model).expect("a held model's rows are in memory and the CPU backend does not fail")
     }
 
-    /// The same Grams with the products on `backend` (falling back to the CPU if a GPU fails).
-    pub fn compute_with(model: &Model, backend: &mut Backend) -> Result<Grams> {
-        Self::stream_with(model, backend)
-    }
-
-    /// The Grams of a model read layer by layer, on the CPU.
+    /// The Grams of a held or streamed model (W_E and W_U read a block of vocabulary rows at a
+    /// time), on the CPU.
     pub fn stream(model: &(impl Weights + ?Sized)) -> Result<Grams> {
         Self::stream_with(model, &mut Backend::cpu())
     }

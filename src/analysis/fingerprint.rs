@@ -153,35 +153,10 @@ fn fingerprint_head_weights(weights: &HeadWeights, grams: &Grams, id: HeadId) ->
     }
 }
 
-/// Fingerprints every head, one after another; `each(head, done, total)` sees every head as it
-/// is done (the page's worker streams them to the page, so the grid fills while it works).
-/// A head whose circuits fail is still reported, with the errors in its fingerprints.
-pub fn fingerprint_model_with_progress(
-    model: &Model,
-    grams: &Grams,
-    mode: Mode,
-    each: &mut dyn FnMut(&HeadFingerprint, usize, usize),
-) -> Result<ModelFingerprint> {
-    let circuits = Circuits::new(model, grams, mode);
-    let total = model.config.layers * model.config.heads;
-    let mut heads = Vec::with_capacity(total);
-    for (done, id) in HeadId::all(&model.config).enumerate() {
-        let head = fingerprint_head(&circuits, id);
-        each(&head, done + 1, total);
-        heads.push(head);
-    }
-    let backend = grams.backend.clone();
-    Ok(ModelFingerprint { model: ModelSummary::of(model), mode: mode.name().into(), backend, heads })
-}
-
-/// Fingerprints every head, on all cores where there are threads (native), else in turn.
+/// Fingerprints every head of a held model, on all cores where there are threads (native), else
+/// in turn; the Grams on the CPU.
 pub fn fingerprint_model(model: &Model, mode: Mode) -> Result<ModelFingerprint> {
-    fingerprint_model_with(model, mode, &mut Backend::cpu())
-}
-
-/// `fingerprint_model` with the Grams' products on `backend`.
-pub fn fingerprint_model_with(model: &Model, mode: Mode, backend: &mut Backend) -> Result<ModelFingerprint> {
-    let grams = Grams::compute_with(model, backend)?;
+    let grams = Grams::compute(model);
     let circuits = Circuits::new(model, &grams, mode);
     let ids: Vec<HeadId> = HeadId::all(&model.config).collect();
     let heads = fingerprint_heads(&ids, &|id| fingerprint_head(&circuits, id));

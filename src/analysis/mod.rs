@@ -9,8 +9,7 @@ pub mod spectrum;
 
 pub use circuits::{Circuits, Mode};
 pub use fingerprint::{
-    HeadFingerprint, ModelFingerprint, ModelSummary, fingerprint_model, fingerprint_model_with, fingerprint_stream,
-    fingerprint_stream_with,
+    HeadFingerprint, ModelFingerprint, ModelSummary, fingerprint_model, fingerprint_stream, fingerprint_stream_with,
 };
 pub use head::HeadId;
 pub use ov_logits::OvTokenLogits;

@@ -157,19 +157,6 @@ impl<'a> ModelStream<'a> {
     pub fn facts(&self) -> &[(String, String)] {
         &self.blueprint.facts
     }
-
-    /// The largest tensor a layer read converts at once: (elements, bytes per element in the file).
-    pub fn largest_tensor(&self) -> (u64, u64) {
-        self.store
-            .names()
-            .filter_map(|n| self.store.entry(n))
-            .map(|e| {
-                let elements = e.shape.iter().product::<usize>() as u64;
-                (elements, (e.end - e.start).checked_div(elements).unwrap_or(0))
-            })
-            .max()
-            .unwrap_or((0, 0))
-    }
 }
 
 impl Weights for ModelStream<'_> {
