@@ -86,11 +86,13 @@ impl Held {
         ids.into_iter().map(|i| (self.tokenizer.token_text(i), values[i])).collect()
     }
 
-    /// Every head in one mode, a layer read at a time, reporting each head done.
+    /// Every head in one mode, a layer read at a time, reporting each head as its layer is done
+    /// (and the stage before the first layer is read).
     fn fingerprint(&self, mode: Mode, report: &Reporter) -> Result<ModelFingerprint> {
         let stage = format!("Fingerprinting heads ({})", mode.name());
         let heads = (self.config.layers * self.config.heads) as u64;
         let grid = Some((self.config.layers, self.config.heads));
+        report(Progress { stage: stage.clone(), done: 0, total: heads, grid, heads: Vec::new() });
         fingerprint_layers(&self.stream()?, &self.grams, mode, &mut |head, done, _| {
             let heads_done = vec![head.clone()];
             report(Progress { stage: stage.clone(), done: done as u64, total: heads, grid, heads: heads_done });
@@ -360,6 +362,8 @@ impl Session {
             } else {
                 "Computing the embedding Grams (reading W_E and W_U)"
             };
+            // Named before the first block is read, so the busy line never shows the stage before.
+            report(Progress::new(stage, 0, model.config.vocab as u64));
             let grams = Grams::stream_with_progress(&model, &mut Backend::cpu(), &mut |done, vocab| {
                 report(Progress::new(stage, done as u64, vocab as u64))
             })?;
