@@ -2,21 +2,8 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::{assert_verdicts_match, expected, fixture};
+use common::{assert_verdicts_match, expected, fixture, headprint, json};
 use serde_json::Value;
-
-fn headprint(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_headprint")).args(args).output().expect("runs");
-    (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
-}
-
-fn json(args: &[&str]) -> Value {
-    let (ok, stdout, stderr) = headprint(args);
-    assert!(ok, "{args:?} failed: {stderr}");
-    serde_json::from_str(&stdout).expect("JSON on stdout")
-}
 
 #[test]
 fn fingerprint_json_contract() {

@@ -6,25 +6,12 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use common::fixture;
+use common::{fixture, headprint, json};
 use headprint::figures::colour::Scale;
 use headprint::figures::copying::CopyingScores;
 use headprint::probes::Suite;
 use headprint::probes::induction::induction_cells;
-use serde_json::Value;
-
-fn headprint(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_headprint")).args(args).output().expect("runs");
-    (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
-}
-
-fn json(args: &[&str]) -> Value {
-    let (ok, stdout, stderr) = headprint(args);
-    assert!(ok, "{args:?} failed: {stderr}");
-    serde_json::from_str(&stdout).expect("JSON on stdout")
-}
 
 fn demo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("public/models/nietzsche-char.safetensors")

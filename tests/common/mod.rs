@@ -11,6 +11,19 @@ pub const FAMILIES: [&str; 7] = ["gptchar", "gpt2", "gpt2-nanogpt", "pythia", "l
 /// Relative tolerance of every comparison against the Python references.
 pub const TOLERANCE: f64 = 1e-4;
 
+/// Runs the CLI: (success, stdout, stderr).
+pub fn headprint(args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_headprint")).args(args).output().expect("runs");
+    (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+/// Runs the CLI, which must succeed, and parses its stdout as JSON.
+pub fn json(args: &[&str]) -> serde_json::Value {
+    let (ok, stdout, stderr) = headprint(args);
+    assert!(ok, "{args:?} failed: {stderr}");
+    serde_json::from_str(&stdout).expect("JSON on stdout")
+}
+
 pub fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
