@@ -1,5 +1,5 @@
 //! Any text as the config.json of a real (fixture) GPT-2, GPT-NeoX or Llama file: the first byte
-//! picks the family.
+//! picks the family. The model is loaded whole and also streamed, as the page and CLI read it.
 #![no_main]
 
 use headprint::model::LoadParts;
@@ -12,4 +12,5 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(model) = headprint_fuzz::load(weights, Some(config), LoadParts::Everything) {
         headprint_fuzz::exercise(&model);
     }
+    headprint_fuzz::stream(weights, Some(config));
 });

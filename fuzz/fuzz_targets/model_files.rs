@@ -1,6 +1,6 @@
 //! Any bytes as a safetensors file, beside a config.json that is also fuzzed: the input is a
 //! 2-byte little-endian config length, that many bytes of config.json (none when 0), then the
-//! weights file.
+//! weights file. The model is loaded whole and also streamed, as the page and CLI read it.
 #![no_main]
 
 use headprint::model::LoadParts;
@@ -14,4 +14,5 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(model) = headprint_fuzz::load(weights, config, LoadParts::Everything) {
         headprint_fuzz::exercise(&model);
     }
+    headprint_fuzz::stream(weights, config);
 });
