@@ -310,6 +310,10 @@ fn the_streamed_ov_token_view_is_the_loaded_one() {
             assert_eq!(streamed.diagonal(), loaded.diagonal(), "{name} {}: self-copy logits", mode.name());
             assert_eq!(streamed.normalised_diagonal(), loaded.normalised_diagonal(), "{name} {}", mode.name());
             assert_eq!(streamed.row(1).unwrap(), loaded.row(1).unwrap(), "{name} {}: a row", mode.name());
+            // What the worker counts against its budget: two vocab x d_head f32 sides and two
+            // f32 norms per token.
+            let (vocab, d_head) = (stream.config.vocab as u64, stream.config.d_head as u64);
+            assert_eq!(streamed.bytes(), 4 * (2 * vocab * d_head + 2 * vocab), "{name}: bytes held");
         }
     }
 }

@@ -57,6 +57,13 @@ impl OvTokenLogits {
         Ok(OvTokenLogits { embed_side, unembed_side, embed_norms, unembed_norms })
     }
 
+    /// The memory this view holds.
+    pub fn bytes(&self) -> u64 {
+        let elements =
+            self.embed_side.len() + self.unembed_side.len() + self.embed_norms.len() + self.unembed_norms.len();
+        4 * elements as u64
+    }
+
     pub fn vocab(&self) -> usize {
         self.embed_side.nrows()
     }

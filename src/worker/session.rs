@@ -68,9 +68,12 @@ impl Held {
         ModelStream::open(&self.files)
     }
 
-    /// Bytes held between requests: the Grams (the files are browser `File`s, outside wasm memory).
+    /// Bytes held between requests: the Grams, and the tokenizer counted as the pre-load estimate
+    /// counts it (8 times its JSON, which the files keep too). The weight files are browser
+    /// `File`s, outside wasm memory.
     fn resident_bytes(&self) -> u64 {
-        8 * (self.grams.embed.len() + self.grams.cross.len() + self.grams.unembed.len()) as u64
+        let grams = 8 * (self.grams.embed.len() + self.grams.cross.len() + self.grams.unembed.len()) as u64;
+        grams + 8 * self.files.tokenizer_json.as_ref().map_or(0, |t| t.len() as u64)
     }
 
     /// Text or, for models without a vocabulary, comma-separated ids.
@@ -348,7 +351,9 @@ impl Session {
             let tokenizer_bytes = files.tokenizer_json.as_ref().map_or(0, |t| t.len() as u64);
             let need = estimated_peak_bytes(&model.config, model.tied(), tokenizer_bytes);
             // The model shown stays held while this one loads (the page keeps both).
-            let held: u64 = self.models.values().map(Held::resident_bytes).sum();
+            // So does the OV token view cached for the page (vocab x d_head sides: 100 MB on Pythia-1B).
+            let cached = self.logits.as_ref().map_or(0, |(_, logits)| logits.bytes());
+            let held = self.models.values().map(Held::resident_bytes).sum::<u64>() + cached;
             if need + held > WORKER_BUDGET_BYTES {
                 return Err(too_large(&model.config, need, held));
             }
