@@ -8,7 +8,7 @@ use nalgebra::DMatrix;
 use super::HeadId;
 use super::Mode;
 use super::circuits::{Circuits, HeadWeights, fold_reading};
-use crate::model::{VOCAB_BLOCK, Weights};
+use crate::model::{LoadParts, VOCAB_BLOCK, Weights};
 use crate::{Error, Result};
 
 pub struct OvTokenLogits {
@@ -25,6 +25,14 @@ pub struct OvTokenLogits {
 impl OvTokenLogits {
     pub fn new(circuits: &Circuits, id: HeadId) -> Result<Self> {
         Self::read(circuits.model, &circuits.head_weights(id), circuits.mode)
+    }
+
+    /// A head's view read from the model: its layer's attention, then W_E / W_U a block of
+    /// tokens at a time (no Grams needed).
+    pub fn of_head(model: &(impl Weights + ?Sized), id: HeadId, mode: Mode) -> Result<Self> {
+        let layer = model.layer(id.layer, LoadParts::Circuits)?;
+        let weights = HeadWeights::new(model.config(), &layer, model.ln_final(), id.head, mode);
+        Self::read(model, &weights, mode)
     }
 
     /// From a head's weights and the model's W_E / W_U, read a block of tokens at a time

@@ -12,8 +12,7 @@ mod native {
     use clap::{Args, Parser, Subcommand, ValueEnum};
     use headprint::analysis::ov_logits::{bottom_k, top_k};
     use headprint::analysis::{
-        Fingerprint, HeadId, Mode, ModelSummary, OvTokenLogits, circuits::HeadWeights, fingerprint_stream,
-        fingerprint_stream_with,
+        Fingerprint, HeadId, Mode, ModelSummary, OvTokenLogits, fingerprint_stream, fingerprint_stream_with,
     };
     use headprint::backend::{Backend, BackendChoice};
     use headprint::compare::{
@@ -21,7 +20,7 @@ mod native {
     };
     use headprint::figures::output::{Figure, Format};
     use headprint::figures::{copying, scatter, self_copy, spectrum, swap, verdicts};
-    use headprint::model::{LoadParts, ModelStream, Weights};
+    use headprint::model::ModelStream;
     use headprint::probes::induction::{
         DEFAULT_SEQUENCES, FirstCopy, InductionReport, RepeatSource, Spread, induction_cells, induction_probe,
         random_first_copies, text_window_first_copies,
@@ -395,9 +394,7 @@ mod native {
                 let id = HeadId::parse(&head, &model.config)?;
                 let mode = if raw { Mode::Raw } else { Mode::Folded };
                 // One layer and blocks of W_E / W_U rows: no Grams needed for the token view.
-                let layer = model.layer(id.layer, LoadParts::Circuits)?;
-                let weights = HeadWeights::new(&model.config, &layer, &model.ln_final, id.head, mode);
-                let logits = OvTokenLogits::read(model, &weights, mode)?;
+                let logits = OvTokenLogits::of_head(model, id, mode)?;
                 let diagonal = logits.diagonal();
                 let normalised = logits.normalised_diagonal();
                 let entry =
@@ -530,9 +527,7 @@ mod native {
                 })
             }
             FigureKind::SelfCopy => {
-                let layer = model.layer(head.layer, LoadParts::Circuits)?;
-                let weights = HeadWeights::new(&model.config, &layer, &model.ln_final, head.head, mode);
-                let logits = OvTokenLogits::read(model, &weights, mode)?;
+                let logits = OvTokenLogits::of_head(model, head, mode)?;
                 let entries = |values: &[f64]| {
                     top_k(values, args.top).into_iter().map(|i| (tokenizer.token_text(i), values[i])).collect()
                 };

@@ -10,12 +10,12 @@ use sha2::{Digest, Sha256};
 use super::protocol::{
     Analysis, InductionRun, ModelId, ModelInfo, Pattern, ProbeSequence, Progress, Reply, Request, Scored, Timing,
 };
-use crate::analysis::circuits::{Grams, HeadWeights};
+use crate::analysis::circuits::Grams;
 use crate::analysis::fingerprint::fingerprint_layers;
 use crate::analysis::ov_logits::{bottom_k, top_k};
 use crate::analysis::{HeadId, Mode, ModelFingerprint, OvTokenLogits};
 use crate::backend::Backend;
-use crate::model::{LoadParts, ModelConfig, ModelStream, Weights};
+use crate::model::{ModelConfig, ModelStream, Weights};
 use crate::probes::induction::{
     DEFAULT_SEQUENCES, induction_cells, induction_probe_with_progress, random_first_copies, text_window_first_copies,
 };
@@ -320,10 +320,7 @@ impl Session {
         let key = (model, mode, head);
         if self.logits.as_ref().is_none_or(|(k, _)| *k != key) {
             // One layer and a block of W_E / W_U rows at a time; the two vocab x d_head sides kept.
-            let model = held.stream()?;
-            let layer = model.layer(head.layer, LoadParts::Circuits)?;
-            let weights = HeadWeights::new(&held.config, &layer, &model.ln_final, head.head, mode);
-            self.logits = Some((key, OvTokenLogits::read(&model, &weights, mode)?));
+            self.logits = Some((key, OvTokenLogits::of_head(&held.stream()?, head, mode)?));
         }
         Ok((held, &self.logits.as_ref().expect("just filled").1))
     }
