@@ -135,7 +135,8 @@ pub fn run_with(model: &(impl Weights + ?Sized), tokens: &[usize], keep: HeadOut
 /// Several forward passes at once, layer by layer: each layer's weights are taken once (read
 /// from the files when the model is streamed) and run on every sequence before the next layer,
 /// so a streamed model is read once however many sequences there are. Each sequence's numbers
-/// are exactly those of running it alone. `each_layer(done, layers)` follows the progress.
+/// are exactly those of running it alone. `each_layer(done, layers + 1)` follows the progress:
+/// a step per layer, and the last once the unembedding (all of W_U for a streamed model) is read.
 pub fn run_batch(
     model: &(impl Weights + ?Sized),
     runs: &[(&[usize], HeadOutputs)],
@@ -194,7 +195,7 @@ pub fn run_batch(
                 *residual += mlp_out;
             }
         }
-        each_layer(l + 1, config.layers);
+        each_layer(l + 1, config.layers + 1);
     }
     // One pass over the unembedding for every sequence.
     let normed: Vec<DMatrix<f32>> =
@@ -207,6 +208,7 @@ pub fn run_batch(
         output.final_scale = norm_scales(residual, config.norm, config.norm_eps);
         output.logits = logits;
     }
+    each_layer(config.layers + 1, config.layers + 1);
     Ok(outputs)
 }
 

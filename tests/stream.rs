@@ -230,7 +230,8 @@ fn a_streamed_batched_forward_pass_is_each_sequence_run_alone_on_the_loaded_mode
             sequences.iter().map(|s| (s.as_slice(), HeadOutputs::Projected(&directions))).collect();
         let mut layers_done = Vec::new();
         let batched = forward::run_batch(&stream, &runs, &mut |done, _| layers_done.push(done)).unwrap();
-        assert_eq!(layers_done, (1..=model.config.layers).collect::<Vec<_>>(), "{name}: one step per layer");
+        let steps = model.config.layers + 1;
+        assert_eq!(layers_done, (1..=steps).collect::<Vec<_>>(), "{name}: a step per layer, then the unembedding");
         for (tokens, streamed) in sequences.iter().zip(&batched) {
             let alone = forward::run_with(&model, tokens, HeadOutputs::Projected(&directions)).unwrap();
             // The same layers and the same per-sequence products: patterns, head outputs and

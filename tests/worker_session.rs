@@ -305,10 +305,10 @@ fn loading_reports_progress_up_to_every_byte_and_head() {
     let vocab = analysis.info.config.vocab as u64;
     let reading = last("Computing the embedding Grams");
     assert_eq!((reading.done, reading.total), (vocab, vocab), "{reading:?}");
-    // The probe runs every sequence through one layer at a time.
+    // The probe runs every sequence through one layer at a time, then the unembedding.
     let probing = last("Running the induction probe");
-    let layers = analysis.info.config.layers as u64;
-    assert_eq!((probing.done, probing.total), (layers, layers), "{probing:?}");
+    let steps = analysis.info.config.layers as u64 + 1;
+    assert_eq!((probing.done, probing.total), (steps, steps), "{probing:?}");
     let heads = analysis.folded.heads.len() as u64;
     let fingerprinting = last("Fingerprinting heads (folded)");
     assert_eq!((fingerprinting.done, fingerprinting.total, fingerprinting.grid), (heads, heads, Some((2, 2))));

@@ -213,10 +213,11 @@ pub fn induction_probe_with_progress(
     // Usually one batch; more only when the outputs would not fit the forward pass's budget
     // together (each batch's are scored and dropped before the next is run).
     let batches = forward::batches(model, &runs);
-    let steps = batches.len() * model.config().layers;
+    let per_batch = model.config().layers + 1;
+    let steps = batches.len() * per_batch;
     let mut sequences: Vec<SequenceScores> = Vec::with_capacity(copies.len());
     for (b, range) in batches.into_iter().enumerate() {
-        let before = b * model.config().layers;
+        let before = b * per_batch;
         let outputs = forward::run_batch(model, &runs[range.clone()], &mut |done, _| each_layer(before + done, steps))?;
         let scored = copies[range.clone()].iter().zip(&prepared[range]).zip(&outputs);
         sequences.extend(scored.map(|((copy, p), output)| score(copy, p, output)));

@@ -126,8 +126,8 @@ impl Held {
                     text_window_first_copies(&self.encode(text)?, *len, *seed, *count)?
                 }
             };
-            induction_probe_with_progress(&model, &copies, bos, &mut |done, layers| {
-                report(Progress::new(PROBE_STAGE, done as u64, layers as u64))
+            induction_probe_with_progress(&model, &copies, bos, &mut |done, total| {
+                report(Progress::new(PROBE_STAGE, done as u64, total as u64))
             })
         })();
         let shown_bos = self.bos.as_ref().filter(|_| prepend_bos);
@@ -383,7 +383,7 @@ impl Session {
         let folded = held.fingerprint(Mode::Folded, &report)?;
         timings.push(timed("fingerprint folded", started));
 
-        report(Progress::new(PROBE_STAGE, 0, held.config.layers as u64));
+        report(Progress::new(PROBE_STAGE, 0, held.config.layers as u64 + 1));
         let started = clock();
         let induction = held.induction(&default_sequence(&held.config), prepend_bos, &report);
         timings.push(timed("induction probe", started));
