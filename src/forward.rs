@@ -33,8 +33,8 @@ pub enum HeadOutputs<'a> {
 }
 
 /// The most one forward pass may hold in what it keeps (every head's attention pattern, per-head
-/// outputs when asked, and the logits), over all the sequences it runs together: well inside a browser worker's 4 GB of wasm memory beside the
-/// model. A rotary model has no context limit, so a long prompt on a model with many heads would
+/// outputs when asked, and the logits), over all the sequences it runs together: well inside a
+/// browser worker's 4 GB of wasm memory beside the model. A rotary model has no context limit, so a long prompt on a model with many heads would
 /// otherwise ask for gigabytes (16 385 tokens on 16 × 8 heads: 137 GB of patterns).
 pub const KEPT_BYTES_LIMIT: u64 = 1 << 30;
 
