@@ -3,25 +3,16 @@
 //! the page writes links with.
 #![no_main]
 
-use std::sync::OnceLock;
-
 use headprint::analysis::HeadId;
 use headprint::link::{decode_component, encode_component, parse};
-use headprint::model::{LoadParts, Model};
 use headprint::probes::exercise::encode_sheet;
-use headprint_fuzz::GPTCHAR;
 use libfuzzer_sys::fuzz_target;
-
-fn model() -> &'static Model {
-    static MODEL: OnceLock<Model> = OnceLock::new();
-    MODEL.get_or_init(|| headprint_fuzz::load(GPTCHAR, None, LoadParts::Everything).unwrap())
-}
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
     let fields = parse(text);
     if let Some(head) = &fields.head {
-        let _ = HeadId::parse(head, &model().config);
+        let _ = HeadId::parse(head, &headprint_fuzz::gptchar().config);
     }
     // What the page writes, it reads back unchanged.
     for value in [&fields.name, &fields.prompt, &fields.tab].into_iter().flatten() {

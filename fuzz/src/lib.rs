@@ -2,6 +2,8 @@
 //! page's worker and the CLI read it (`ModelStream`), exercised cheaply enough for many
 //! executions a second.
 
+use std::sync::OnceLock;
+
 use headprint::analysis::{Mode, fingerprint_stream};
 use headprint::model::{LoadParts, Model, ModelConfig, ModelStream};
 use headprint::weights::{ByteSource, MemorySource, ModelFiles};
@@ -14,6 +16,13 @@ pub const PYTHIA: &[u8] = include_bytes!("../../tests/fixtures/pythia-hub/model.
 pub const PYTHIA_CONFIG: &str = include_str!("../../tests/fixtures/pythia-hub/config.json");
 pub const LLAMA: &[u8] = include_bytes!("../../tests/fixtures/llama32/model.safetensors");
 pub const LLAMA_CONFIG: &str = include_str!("../../tests/fixtures/llama32/config.json");
+
+/// The character fixture, loaded once per process (the targets that run a model on what they
+/// parse share it).
+pub fn gptchar() -> &'static Model {
+    static MODEL: OnceLock<Model> = OnceLock::new();
+    MODEL.get_or_init(|| load(GPTCHAR, None, LoadParts::Everything).expect("the character fixture loads"))
+}
 
 /// A model from one weights file and an optional config.json, through `ModelFiles` as the page
 /// and the CLI assemble it.

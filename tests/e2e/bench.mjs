@@ -5,12 +5,11 @@
 // the analysis worker's peak wasm memory, and the page's longest frame gap meanwhile.
 // Usage: node tests/e2e/bench.mjs [dist-dir] [model-dir]  -> prints a Markdown table,
 // writes docs/browser-bench.json.
-import { chromium } from 'playwright-core';
-import http from 'node:http';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { launchChromium, serveDist } from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../..');
@@ -18,21 +17,8 @@ const dist = path.resolve(process.argv[2] ?? path.join(root, 'dist'));
 const modelDir = path.resolve(process.argv[3] ?? path.join(root, 'bench-data/gpt2-small'));
 const runs = +(process.env.RUNS ?? 3);
 
-const server = http.createServer((req, res) => {
-  const file = path.join(dist, decodeURIComponent(new URL(req.url, 'http://x').pathname));
-  const target = fs.existsSync(file) && fs.statSync(file).isDirectory() ? path.join(file, 'index.html') : file;
-  if (!target.startsWith(dist) || !fs.existsSync(target)) { res.writeHead(404).end(); return; }
-  const types = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css' };
-  res.writeHead(200, { 'content-type': types[path.extname(target)] ?? 'application/octet-stream' });
-  fs.createReadStream(target).pipe(res);
-});
-await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
-const origin = `http://127.0.0.1:${server.address().port}`;
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync'],
-});
+const { server, origin } = await serveDist(dist);
+const browser = await launchChromium();
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const timingsOf = async (page) => JSON.parse(await page.getAttribute('#timings', 'data-json'));

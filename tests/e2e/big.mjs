@@ -5,11 +5,10 @@
 // Fails (exit 1) when a model does not open, or when a model under 3 GB of files (Pythia-1B,
 // Llama-3.2-1B) needs more than 1.5 GB there (issue 8's bound). Writes docs/big-models-tab.json.
 // Usage: node tests/e2e/big.mjs dist-dir model-dir...   (folders from scripts/make_big_models.py)
-import { chromium } from 'playwright-core';
-import http from 'node:http';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { launchChromium, serveDist } from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../..');
@@ -17,21 +16,8 @@ const dist = path.resolve(process.argv[2] ?? path.join(root, 'dist'));
 const models = process.argv.slice(3).map((m) => path.resolve(m));
 const LIMIT_MB = 1500;
 
-const server = http.createServer((req, res) => {
-  const file = path.join(dist, decodeURIComponent(new URL(req.url, 'http://x').pathname));
-  const target = fs.existsSync(file) && fs.statSync(file).isDirectory() ? path.join(file, 'index.html') : file;
-  if (!target.startsWith(dist) || !fs.existsSync(target)) { res.writeHead(404).end(); return; }
-  const types = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css' };
-  res.writeHead(200, { 'content-type': types[path.extname(target)] ?? 'application/octet-stream' });
-  fs.createReadStream(target).pipe(res);
-});
-await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
-const origin = `http://127.0.0.1:${server.address().port}`;
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync'],
-});
+const { server, origin } = await serveDist(dist);
+const browser = await launchChromium();
 const memoryOf = async (page) => +(/([\d.]+) MB/.exec(await page.textContent('#worker-memory'))?.[1] ?? NaN);
 const timingsOf = async (page) => JSON.parse(await page.getAttribute('#timings', 'data-json'));
 const MINUTES = 60_000;

@@ -9,6 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import crypto from 'node:crypto';
+import { CHROMIUM_ARGS, bigModel } from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../..');
@@ -47,8 +48,7 @@ const origin = `http://127.0.0.1:${server.address().port}`;
 
 const browser = await chromium.launch({
   executablePath: chromiumPath,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync'],
+  args: CHROMIUM_ARGS,
 });
 // The offline test has a context of its own; here service workers stay out of the way.
 const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, acceptDownloads: true, serviceWorkers: 'block' });
@@ -90,47 +90,6 @@ function filesHash(files) {
 async function download(p, selector) {
   const [file] = await Promise.all([p.waitForEvent('download'), p.click(selector)]);
   return { name: file.suggestedFilename(), bytes: fs.readFileSync(await file.path()) };
-}
-/// A large gpt.py-layout model of zeros (a sparse file): long enough to load that it can be
-/// cancelled. `random`: weights from a tiled block of small random values instead, so every
-/// stage (Grams, fingerprints, probe) does real work.
-function bigModel(file, { layers = 8, heads = 16, d = 1024, vocab = 65, context = 128, random = false } = {}) {
-  const tensors = [];
-  const add = (name, shape) => tensors.push([name, shape]);
-  add('token_embedding_table.weight', [vocab, d]);
-  add('position_embedding_table.weight', [context, d]);
-  for (let l = 0; l < layers; l++) {
-    for (let h = 0; h < heads; h++) for (const k of ['key', 'query', 'value']) add(`blocks.${l}.sa.heads.${h}.${k}.weight`, [d / heads, d]);
-    add(`blocks.${l}.sa.proj.weight`, [d, d]); add(`blocks.${l}.sa.proj.bias`, [d]);
-    add(`blocks.${l}.ffwd.net.0.weight`, [4 * d, d]); add(`blocks.${l}.ffwd.net.0.bias`, [4 * d]);
-    add(`blocks.${l}.ffwd.net.2.weight`, [d, 4 * d]); add(`blocks.${l}.ffwd.net.2.bias`, [d]);
-    for (const n of ['ln1', 'ln2']) { add(`blocks.${l}.${n}.weight`, [d]); add(`blocks.${l}.${n}.bias`, [d]); }
-  }
-  add('ln_f.weight', [d]); add('ln_f.bias', [d]);
-  add('lm_head.weight', [vocab, d]); add('lm_head.bias', [vocab]);
-  const header = {};
-  let offset = 0;
-  for (const [name, shape] of tensors) {
-    const bytes = shape.reduce((a, b) => a * b, 1) * 4;
-    header[name] = { dtype: 'F32', shape, data_offsets: [offset, offset + bytes] };
-    offset += bytes;
-  }
-  let json = JSON.stringify(header);
-  json += ' '.repeat((8 - (json.length % 8)) % 8);
-  const length = Buffer.alloc(8);
-  length.writeBigUInt64LE(BigInt(json.length));
-  fs.writeFileSync(file, Buffer.concat([length, Buffer.from(json)]));
-  if (random) {
-    const block = new Float32Array(1 << 18).map(() => (Math.random() - 0.5) * 0.1);
-    const bytes = Buffer.from(block.buffer);
-    const fd = fs.openSync(file, 'a');
-    for (let written = 0; written < offset; written += bytes.length) {
-      fs.writeSync(fd, bytes, 0, Math.min(bytes.length, offset - written));
-    }
-    fs.closeSync(fd);
-  }
-  fs.truncateSync(file, 8 + json.length + offset);
-  return offset;
 }
 /// Waits until the busy line names `stage`, then presses Cancel.
 async function cancelAt(stage, timeout = 120000) {
