@@ -20,6 +20,7 @@ mod native {
     };
     use headprint::figures::output::{Figure, Format};
     use headprint::figures::{copying, scatter, self_copy, spectrum, swap, verdicts};
+    use headprint::forward::{self, HeadOutputs};
     use headprint::model::ModelStream;
     use headprint::probes::induction::{
         DEFAULT_SEQUENCES, FirstCopy, InductionReport, RepeatSource, Spread, induction_cells, induction_probe,
@@ -28,7 +29,7 @@ mod native {
     use headprint::probes::{Suite, verdict_table};
     use headprint::tokens::{Bos, Tokenizer, choose_bos, parse_ids, with_bos};
     use headprint::weights::ModelFiles;
-    use headprint::{Error, Result, forward};
+    use headprint::{Error, Result};
     use serde_json::json;
 
     #[derive(Parser)]
@@ -483,10 +484,16 @@ mod native {
         let mode = if args.raw { Mode::Raw } else { Mode::Folded };
         let name =
             args.model.file_name().map_or_else(|| args.model.display().to_string(), |n| n.to_string_lossy().into());
-        let fingerprint = fingerprint_stream(model, mode)?;
+        // The fingerprint (Grams and every head) only where the figure or the default head needs it:
+        // on a large model it is the slow part.
+        let needs_fingerprint = args.head.is_none()
+            || matches!(args.kind, FigureKind::Copying | FigureKind::Spectrum | FigureKind::Scatter);
+        let fingerprint = if needs_fingerprint { Some(fingerprint_stream(model, mode)?) } else { None };
+        let fingerprinted =
+            || fingerprint.as_ref().ok_or_else(|| Error::Invalid("the figure needs no fingerprint".into()));
         let head = match &args.head {
             Some(head) => HeadId::parse(head, &model.config)?,
-            None => fingerprint
+            None => fingerprinted()?
                 .heads
                 .iter()
                 .filter(|h| h.ov.error.is_none())
@@ -499,11 +506,16 @@ mod native {
             FigureKind::Copying => Figure::Copying(copying::CopyingScores {
                 layers: model.config.layers,
                 heads: model.config.heads,
-                values: fingerprint.heads.iter().map(|h| h.ov.error.is_none().then_some(h.ov.copying_score)).collect(),
+                values: fingerprinted()?
+                    .heads
+                    .iter()
+                    .map(|h| h.ov.error.is_none().then_some(h.ov.copying_score))
+                    .collect(),
                 title: format!("{name}: OV copying score of every head ({} mode)", mode.name()),
             }),
             FigureKind::Spectrum => {
-                let h = fingerprint.head(head).ok_or_else(|| Error::Invalid(format!("no fingerprint for {head}")))?;
+                let h =
+                    fingerprinted()?.head(head).ok_or_else(|| Error::Invalid(format!("no fingerprint for {head}")))?;
                 let plane = |name: &str, f: &headprint::analysis::Fingerprint, colour| spectrum::Plane {
                     name: name.into(),
                     eigenvalues: f.eigenvalues.clone(),
@@ -539,20 +551,30 @@ mod native {
             }
             FigureKind::Swap => {
                 let suite = load_suite("swap")?;
+                let encoded: Vec<Vec<usize>> = suite
+                    .prompts
+                    .iter()
+                    .map(|prompt| Ok(with_bos(bos, &tokenizer.encode(&prompt.text)?)))
+                    .collect::<Result<_>>()?;
+                // Every prompt through each layer in one pass: a streamed model is read once.
+                let runs: Vec<(&[usize], HeadOutputs)> =
+                    encoded.iter().map(|ids| (ids.as_slice(), HeadOutputs::None)).collect();
                 let mut prompts = Vec::new();
-                for prompt in &suite.prompts {
-                    let ids = with_bos(bos, &tokenizer.encode(&prompt.text)?);
-                    let output = forward::run(model, &ids)?;
-                    let matrix = &output.patterns[head.layer][head.head];
-                    prompts.push(swap::Prompt {
-                        id: prompt.id.clone(),
-                        text: prompt.text.clone(),
-                        tokens: ids.iter().map(|&i| tokenizer.token_text(i)).collect(),
-                        rows: (0..ids.len())
-                            .map(|q| (0..ids.len()).map(|k| f64::from(matrix[(q, k)])).collect())
-                            .collect(),
-                        marks: induction_cells(&ids),
-                    });
+                for range in forward::batches(model, &runs) {
+                    let outputs = forward::run_batch(model, &runs[range.clone()], &mut |_, _| {})?;
+                    let batch = suite.prompts[range.clone()].iter().zip(&encoded[range]).zip(&outputs);
+                    for ((prompt, ids), output) in batch {
+                        let matrix = &output.patterns[head.layer][head.head];
+                        prompts.push(swap::Prompt {
+                            id: prompt.id.clone(),
+                            text: prompt.text.clone(),
+                            tokens: ids.iter().map(|&i| tokenizer.token_text(i)).collect(),
+                            rows: (0..ids.len())
+                                .map(|q| (0..ids.len()).map(|k| f64::from(matrix[(q, k)])).collect())
+                                .collect(),
+                            marks: induction_cells(ids),
+                        });
+                    }
                 }
                 Figure::Swap(swap::Swap {
                     title: format!(
@@ -574,7 +596,7 @@ mod native {
                 let score = by_name(&BEHAVIOURAL_SCORES, &args.y, "behavioural score")?;
                 let copies = loaded.first_copies(&args.sequence, None)?;
                 let report = induction_probe(model, &copies, bos)?;
-                let points: Vec<(String, f64, f64)> = fingerprint
+                let points: Vec<(String, f64, f64)> = fingerprinted()?
                     .heads
                     .iter()
                     .filter_map(|f| {
