@@ -572,3 +572,79 @@ fn a_model_over_the_workers_budget_is_refused_in_one_line_before_its_weights_are
     let pattern = Request::Pattern { model: 1, head: HeadId::new(0, 0), text: "abc".into(), prepend_bos: true };
     assert!(matches!(ask(&mut session, pattern, vec![]), Ok(Reply::Pattern(_))));
 }
+
+/// The OV matrix view's entries against TransformerLens's full OV logit matrix (the diagonal,
+/// one row and the sampled pairs of `expected.json`), at the references' tolerance (1e-4 of the
+/// largest self-copy logit); its top k are the k largest diagonal entries, sorted independently.
+#[test]
+fn ov_matrix_matches_the_reference_circuit() {
+    let mut session = Session::new(clock);
+    load(&mut session, 7, "gptchar", bytes("gptchar")).unwrap();
+    let vocab: Vec<String> = serde_json::from_value(expected("gptchar")["vocab"].clone()).unwrap();
+    let head = HeadId::new(1, 0);
+    for mode in [Mode::Folded, Mode::Raw] {
+        let all = expected("gptchar")["ov_token_logits"].clone();
+        let reference = all
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["mode"] == mode.name() && e["head"] == "L1H0")
+            .expect("an L1H0 reference");
+        let floats = |v: &serde_json::Value| -> Vec<f64> { v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect() };
+        let diagonal = floats(&reference["diagonal"]);
+        let scale = diagonal.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        let what = format!("{} OV matrix", mode.name());
+
+        // Every token (the character model's 84 fit).
+        let Ok(Reply::OvMatrix { tokens, ids, values }) =
+            ask(&mut session, Request::OvMatrix { model: 7, mode, head, top: None }, vec![])
+        else {
+            panic!("the OV matrix answers")
+        };
+        assert_eq!(ids, (0..vocab.len()).collect::<Vec<_>>(), "{what}: every token in id order");
+        assert_eq!(tokens, vocab);
+        assert_eq!(values.len(), vocab.len());
+        for (i, want) in diagonal.iter().enumerate() {
+            assert_eq!(values[i].len(), vocab.len());
+            assert_close(values[i][i], *want, scale, &format!("{what} diagonal {i}"));
+        }
+        let token = reference["row"]["token"].as_u64().unwrap() as usize;
+        for (j, want) in floats(&reference["row"]["values"]).iter().enumerate() {
+            assert_close(values[token][j], *want, scale, &format!("{what} row {token} col {j}"));
+        }
+        for pair in reference["pairs"].as_array().unwrap() {
+            let (i, j) = (pair[0].as_u64().unwrap() as usize, pair[1].as_u64().unwrap() as usize);
+            assert_close(values[i][j], pair[2].as_f64().unwrap(), scale, &format!("{what} pair ({i},{j})"));
+        }
+
+        // The top 7 by self-copy logit: the reference's 7 largest diagonal entries, largest first,
+        // and the same entries as the full matrix.
+        let Ok(Reply::OvMatrix { tokens: top_tokens, ids: top_ids, values: top_values }) =
+            ask(&mut session, Request::OvMatrix { model: 7, mode, head, top: Some(7) }, vec![])
+        else {
+            panic!("the top-k OV matrix answers")
+        };
+        let mut order: Vec<usize> = (0..diagonal.len()).collect();
+        order.sort_by(|&a, &b| diagonal[b].total_cmp(&diagonal[a]));
+        assert_eq!(top_ids, order[..7].to_vec(), "{what}: top 7 by self-copy logit");
+        assert_eq!(top_tokens, top_ids.iter().map(|&i| vocab[i].clone()).collect::<Vec<_>>());
+        for (a, &i) in top_ids.iter().enumerate() {
+            for (b, &j) in top_ids.iter().enumerate() {
+                assert_eq!(top_values[a][b], values[i][j], "{what}: top-k entry ({i},{j})");
+            }
+        }
+    }
+
+    // k = 0 and k past the vocabulary: one readable error each, and the session still answers.
+    let zero = ask(&mut session, Request::OvMatrix { model: 7, mode: Mode::Folded, head, top: Some(0) }, vec![])
+        .expect_err("k = 0 is refused");
+    assert_eq!(zero, "top k for the OV matrix must be at least 1");
+    let n = vocab.len();
+    let past = ask(&mut session, Request::OvMatrix { model: 7, mode: Mode::Folded, head, top: Some(n + 1) }, vec![])
+        .expect_err("k > vocab is refused");
+    assert_eq!(past, format!("top k = {} for the OV matrix is more than {n} (the vocabulary has {n} tokens)", n + 1));
+    assert!(matches!(
+        ask(&mut session, Request::OvMatrix { model: 7, mode: Mode::Folded, head, top: Some(3) }, vec![]),
+        Ok(Reply::OvMatrix { .. })
+    ));
+}

@@ -110,11 +110,63 @@ impl OvTokenLogits {
             .collect()
     }
 
+    /// The OV circuit as a token x token matrix over `tokens` (see [`MatrixTokens`]): row i is
+    /// what attending to token `tokens[i]` does to the logit of each token `tokens[j]`. Only
+    /// the chosen tokens' entries are computed (k^2 dot products of length d_head).
+    pub fn matrix(&self, tokens: MatrixTokens) -> Result<OvMatrix> {
+        let vocab = self.vocab();
+        let ids = match tokens {
+            MatrixTokens::All if vocab > MATRIX_MAX => {
+                return Err(Error::Invalid(format!(
+                    "the OV matrix of all {vocab} tokens is too large to show (at most {MATRIX_MAX}): choose the top k tokens by self-copy logit"
+                )));
+            }
+            MatrixTokens::All => (0..vocab).collect(),
+            MatrixTokens::Top(0) => {
+                return Err(Error::Invalid("top k for the OV matrix must be at least 1".into()));
+            }
+            MatrixTokens::Top(k) if k > vocab.min(MATRIX_MAX) => {
+                return Err(Error::Invalid(format!(
+                    "top k = {k} for the OV matrix is more than {} ({})",
+                    vocab.min(MATRIX_MAX),
+                    if k > vocab { format!("the vocabulary has {vocab} tokens") } else { "the most it shows".into() }
+                )));
+            }
+            MatrixTokens::Top(k) => top_k(&self.diagonal(), k),
+        };
+        let values = ids
+            .iter()
+            .map(|&from| ids.iter().map(|&to| self.entry(from, to)).collect::<Result<Vec<f64>>>())
+            .collect::<Result<Vec<Vec<f64>>>>()?;
+        Ok(OvMatrix { tokens: ids, values })
+    }
+
     /// What attending to `from` does to every token's logit.
     pub fn row(&self, from: usize) -> Result<Vec<f64>> {
         self.check(from)?;
         Ok((0..self.vocab()).map(|j| self.entry(from, j).expect("in range")).collect())
     }
+}
+
+/// The most tokens the OV matrix view shows on a side (k^2 entries travel to the page).
+pub const MATRIX_MAX: usize = 1024;
+
+/// Which tokens the OV matrix covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatrixTokens {
+    /// Every token, in id order (small vocabularies: the demo's 84 characters).
+    All,
+    /// The k tokens with the largest self-copy logits (the diagonal), largest first.
+    Top(usize),
+}
+
+/// A square block of the token-space OV circuit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OvMatrix {
+    /// Token ids of the rows (source tokens) and, in the same order, the columns (logits).
+    pub tokens: Vec<usize>,
+    /// `values[i][j]`: attending to `tokens[i]` raises the logit of `tokens[j]` by this much.
+    pub values: Vec<Vec<f64>>,
 }
 
 /// Indices of the k largest values, largest first.

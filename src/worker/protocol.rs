@@ -36,6 +36,9 @@ pub enum Request {
     Pair { model: ModelId, mode: Mode, head: HeadId, from: String, to: String },
     /// What attending one token promotes and suppresses most.
     Row { model: ModelId, mode: Mode, head: HeadId, token: String, top: usize },
+    /// A block of the token-space OV circuit as a token x token matrix: the `top` tokens by
+    /// self-copy logit, or every token when `top` is None (small vocabularies).
+    OvMatrix { model: ModelId, mode: Mode, head: HeadId, top: Option<usize> },
     /// One head's attention pattern on a text (after the model's BOS with `prepend_bos`).
     Pattern { model: ModelId, head: HeadId, text: String, prepend_bos: bool },
     /// A suite's verdict table for one head (each prompt after the model's BOS with `prepend_bos`).
@@ -157,6 +160,13 @@ pub enum Reply {
         suppresses: Vec<Scored>,
     },
     Pattern(Pattern),
+    /// `values[i][j]`: attending to `tokens[i]` raises the logit of `tokens[j]` by this much;
+    /// `ids` are the tokens' ids.
+    OvMatrix {
+        tokens: Vec<String>,
+        ids: Vec<usize>,
+        values: Vec<Vec<f64>>,
+    },
     Verdicts(Vec<VerdictRow>),
 }
 

@@ -12,7 +12,7 @@ use super::protocol::{
 };
 use crate::analysis::circuits::Grams;
 use crate::analysis::fingerprint::fingerprint_layers;
-use crate::analysis::ov_logits::{bottom_k, top_k};
+use crate::analysis::ov_logits::{MatrixTokens, bottom_k, top_k};
 use crate::analysis::{HeadId, Mode, ModelFingerprint, OvTokenLogits};
 use crate::backend::Backend;
 use crate::model::{ModelConfig, ModelStream, Weights};
@@ -286,6 +286,16 @@ impl Session {
                     token: held.tokenizer.token_text(i),
                     promotes: held.scored(&values, top_k(&values, k)),
                     suppresses: held.scored(&values, bottom_k(&values, k)),
+                })
+            }
+            Request::OvMatrix { model, mode, head, top } => {
+                let (held, logits) = self.logits(model, mode, head)?;
+                let tokens = top.map_or(MatrixTokens::All, MatrixTokens::Top);
+                let matrix = logits.matrix(tokens)?;
+                Ok(Reply::OvMatrix {
+                    tokens: matrix.tokens.iter().map(|&i| held.tokenizer.token_text(i)).collect(),
+                    ids: matrix.tokens,
+                    values: matrix.values,
                 })
             }
             Request::Pattern { model, head, text, prepend_bos } => {
