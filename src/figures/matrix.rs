@@ -182,11 +182,22 @@ pub fn draw_cells<DB: DrawingBackend>(
     scale: &Scale,
     value: impl Fn(usize, usize) -> Option<f64>,
 ) -> DrawResult<DB> {
+    fill_cells(area, layout, |r, c| value(r, c).map(|v| scale.colour(v)))
+}
+
+/// Fills every cell that has a colour (None: left blank) as a rectangle: [`draw_cells`], and
+/// the page's canvas views when exported as SVG (their cells carry colours of their own, e.g. a
+/// head whose circuit could not be read).
+pub fn fill_cells<DB: DrawingBackend>(
+    area: &Area<DB>,
+    layout: &Layout,
+    colour: impl Fn(usize, usize) -> Option<RGBColor>,
+) -> DrawResult<DB> {
     for r in 0..layout.rows {
         for c in 0..layout.cols {
-            if let Some(v) = value(r, c) {
+            if let Some(fill) = colour(r, c) {
                 let (x0, y0, x1, y1) = layout.cell(r, c);
-                area.draw(&Rectangle::new([(x0, y0), (x1, y1)], scale.colour(v).filled()))?;
+                area.draw(&Rectangle::new([(x0, y0), (x1, y1)], fill.filled()))?;
             }
         }
     }

@@ -1,6 +1,6 @@
 //! Figures drawn with plotters, once, onto any of its backends: SVG and PNG files in the CLI
-//! (`headprint figure`, through [`output`]), and the HTML canvas the page's dense views are
-//! meant to use (not built yet). One file per figure; [`matrix`] is the labelled, colour-barred grid of cells
+//! (`headprint figure`, through [`output`]), and the HTML canvas of the page's dense views
+//! (`ui/canvas.rs`). One file per figure; [`matrix`] is the labelled, colour-barred grid of cells
 //! the heatmaps, the head grid and the OV logit matrix share; [`colour`] the colour maps every
 //! chart (SVG ones too) reads.
 

@@ -12,7 +12,7 @@ use crate::analysis::{HeadFingerprint, Mode};
 const PNG_SCALE: f64 = 2.0;
 
 /// A file-name stem from a model and chart name ("nietzsche-char-L2H0-qk").
-fn stem(model: &str, what: &str) -> String {
+pub(super) fn stem(model: &str, what: &str) -> String {
     let model = model.trim_end_matches(".safetensors");
     format!("{model}-{what}").chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' }).collect()
 }

@@ -4,15 +4,25 @@
 
 use leptos::prelude::*;
 
+use std::sync::Arc;
+
+use super::canvas::{CanvasMatrix, ov_matrix};
 use super::export::ChartExport;
 use super::requested::requested;
 use super::state::Ctx;
 use super::svg::{complex_plane, num, signed, visible};
+use crate::analysis::ov_logits::MATRIX_MAX;
 use crate::analysis::{Fingerprint, HeadId};
 use crate::model::Positions;
 use crate::worker::protocol::{Reply, Request, Scored};
 
 const TOP: usize = 15;
+/// Vocabularies up to this size open the OV matrix on every token (the demo's 84 characters).
+const MATRIX_ALL_UP_TO: usize = 128;
+/// The OV matrix's k: default and the control's range.
+const MATRIX_K: usize = 64;
+const MATRIX_K_MIN: usize = 8;
+const MATRIX_K_MAX: usize = 512;
 const ROW_TOP: usize = 8;
 
 /// A metric's name, its one-line explanation and how to read it from a fingerprint.
@@ -262,6 +272,38 @@ pub fn HeadView() -> impl IntoView {
         },
     );
 
+    // The OV matrix: every token for small vocabularies, else the top k by self-copy logit.
+    let vocab = move || ctx.loaded.get().map_or(0, |l| l.info.config.vocab);
+    let matrix_all = RwSignal::new(vocab() <= MATRIX_ALL_UP_TO);
+    let matrix_k = RwSignal::new(MATRIX_K);
+    let matrix = requested(
+        move || {
+            let top = if matrix_all.get() { None } else { Some(matrix_k.get()) };
+            current().map(|(model, mode, head)| Request::OvMatrix { model, mode, head, top })
+        },
+        |reply| match reply {
+            Reply::OvMatrix { tokens, values, .. } => Some((tokens, values)),
+            _ => None,
+        },
+    );
+    let matrix_view = move || {
+        let head = ctx.head.get();
+        let mode = ctx.mode.get();
+        Some(match matrix.get()? {
+            Ok((tokens, values)) => {
+                let title = format!("{head} OV logits, {} tokens ({})", tokens.len(), mode.name());
+                let chart = Arc::new(ov_matrix(&tokens, &values, title, 760.0));
+                view! {
+                    <div id="ov-matrix">
+                        <CanvasMatrix matrix=chart id="ov-matrix-canvas".to_string() name=format!("{head}-ov-matrix") />
+                    </div>
+                }
+                .into_any()
+            }
+            Err(e) => view! { <p class="error-inline" id="ov-matrix-error">{e}</p> }.into_any(),
+        })
+    };
+
     let self_copy_view = move || {
         Some(match self_copy.get()? {
             Ok((raw, normalised)) => view! {
@@ -333,6 +375,40 @@ pub fn HeadView() -> impl IntoView {
                 "Entry (i, j) of W_E W_V W_O W_U: how much attending to token i raises the logit of token j. Self-copy: i = j."
             </p>
             {self_copy_view}
+            <h3>"OV circuit as a token × token matrix"</h3>
+            <p class="note">
+                "Row i, column j: how much attending to token i raises (orange) or lowers (blue) the logit of token j. A copying head has a bright diagonal. Small vocabularies show every token in id order; otherwise the k tokens with the largest self-copy logits, largest first."
+            </p>
+            <div class="pair-inputs">
+                <label>
+                    <input
+                        type="checkbox"
+                        id="ov-matrix-all"
+                        prop:checked=move || matrix_all.get()
+                        prop:disabled=move || { vocab() > MATRIX_MAX }
+                        on:change=move |ev| matrix_all.set(event_target_checked(&ev))
+                    />
+                    {move || format!(" every token ({})", vocab())}
+                </label>
+                <label>
+                    " or the top k by self-copy logit, k = "
+                    <input
+                        type="number"
+                        id="ov-matrix-k"
+                        min=MATRIX_K_MIN
+                        max=MATRIX_K_MAX
+                        size="5"
+                        prop:value=move || matrix_k.get().to_string()
+                        prop:disabled=move || matrix_all.get()
+                        on:change=move |ev| {
+                            if let Ok(k) = event_target_value(&ev).trim().parse::<usize>() {
+                                matrix_k.set(k);
+                            }
+                        }
+                    />
+                </label>
+            </div>
+            {matrix_view}
             <h3>"Pair lookup"</h3>
             <div class="pair-inputs">
                 "attending "

@@ -4,6 +4,7 @@
 //! comparison of every model loaded in the session. The URL holds the view (`link`).
 
 mod browser;
+mod canvas;
 mod client;
 mod compare;
 mod exercises;

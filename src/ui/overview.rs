@@ -2,7 +2,10 @@
 
 use leptos::prelude::*;
 
+use std::sync::Arc;
+
 use super::browser::{data_head_of, focus_id};
+use super::canvas::{CanvasMatrix, DenseMatrix, GRID_CANVAS_HEADS, use_canvas};
 use super::export::{ChartExport, ResultsExport};
 use super::state::{ColourScale, Ctx, Metric, Sequence, Tab};
 use super::svg::{Bar, bar_chart, legend, num};
@@ -135,55 +138,124 @@ pub fn Overview() -> impl IntoView {
                 let scale = ColourScale::new(metric.scale(), &finite);
                 let (stops, lo, hi) = scale.legend();
                 let heads = config.heads;
-                let header = (0..heads)
-                    .map(|h| view! { <div class="grid-head">{format!("H{h}")}</div> })
-                    .collect_view();
-                let rows = (0..config.layers)
-                    .map(|layer| {
-                        let cells = (0..heads)
-                            .map(|head| {
-                                let id = HeadId::new(layer, head);
-                                let value = values.get(layer * heads + head).and_then(|(_, v)| *v);
-                                let error = errors.get(layer * heads + head).cloned().flatten();
-                                let (fill, ink, text) = match (value, &error) {
-                                    (_, Some(_)) => ("#fbe3e6".to_string(), "#8b0f1e", "error".to_string()),
-                                    (Some(v), None) => {
-                                        let s = scale.swatch(v);
-                                        (s.fill, s.ink, num(v))
+                let dense = use_canvas(config.layers * heads, GRID_CANVAS_HEADS).then(|| {
+                    // Many heads: one canvas (README "Dense views"), same colours as the buttons.
+                    let fills = values
+                        .iter()
+                        .zip(&errors)
+                        .map(|((_, v), error)| match (v, error) {
+                            (_, Some(_)) => Some([0xfb, 0xe3, 0xe6]),
+                            (Some(v), None) => Some(scale.rgb(*v)),
+                            (None, None) => Some([0xdd, 0xdd, 0xdd]),
+                        })
+                        .collect();
+                    let label = metric.label().to_string();
+                    let cells: Vec<(Option<f64>, Option<String>)> =
+                        values.iter().zip(&errors).map(|((_, v), e)| (*v, e.clone())).collect();
+                    let bar_label = if metric.is_kappa() { format!("log10 {label}") } else { label.clone() };
+                    let tip: super::canvas::Tip = Arc::new(move |layer, head| {
+                        let (value, error) = cells.get(layer * heads + head)?;
+                        let id = HeadId::new(layer, head);
+                        Some(match (value, error) {
+                            (_, Some(reason)) => format!("{id} {label}: error: {reason}"),
+                            (Some(v), None) if v.is_infinite() => format!("{id} {label}: ∞"),
+                            (Some(v), None) => format!("{id} {label}: {v}"),
+                            (None, None) => format!("{id} {label}: –"),
+                        })
+                    });
+                    let matrix = DenseMatrix {
+                        title: format!("{} per head", metric.label()),
+                        rows: (0..config.layers).map(|l| format!("L{l}")).collect(),
+                        cols: (0..heads).map(|h| format!("H{h}")).collect(),
+                        row_axis: String::new(),
+                        fills,
+                        scale: scale.bar(&bar_label),
+                        marks: Vec::new(),
+                        cell: DenseMatrix::cell_for(heads, 720.0, 26.0),
+                        tip,
+                    };
+                    let at = (selected.layer, selected.head);
+                    view! {
+                        <CanvasMatrix
+                            matrix=Arc::new(matrix)
+                            id="head-grid-canvas".to_string()
+                            name=format!("{}-grid", metric.key())
+                            on_open=Callback::new(move |(layer, head)| open(HeadId::new(layer, head)))
+                            focus=at
+                            selected=at
+                        />
+                    }
+                });
+                let is_dense = dense.is_some();
+                // The button grid (small models); a canvas above the threshold.
+                let grid = dense.is_none().then(|| {
+                    let header = (0..heads)
+                        .map(|h| view! { <div class="grid-head">{format!("H{h}")}</div> })
+                        .collect_view();
+                    let rows = (0..config.layers)
+                        .map(|layer| {
+                            let cells = (0..heads)
+                                .map(|head| {
+                                    let id = HeadId::new(layer, head);
+                                    let value = values.get(layer * heads + head).and_then(|(_, v)| *v);
+                                    let error = errors.get(layer * heads + head).cloned().flatten();
+                                    let (fill, ink, text) = match (value, &error) {
+                                        (_, Some(_)) => ("#fbe3e6".to_string(), "#8b0f1e", "error".to_string()),
+                                        (Some(v), None) => {
+                                            let s = scale.swatch(v);
+                                            (s.fill, s.ink, num(v))
+                                        }
+                                        (None, None) => ("#ddd".to_string(), "#333", "–".to_string()),
+                                    };
+                                    let title = match &error {
+                                        Some(reason) => format!("{id} {}: error: {reason}", metric.label()),
+                                        None => format!("{id} {}: {text}", metric.label()),
+                                    };
+                                    let short = if text.len() > 6 { text.chars().take(6).collect() } else { text.clone() };
+                                    view! {
+                                        <button
+                                            class="cell"
+                                            class:selected=id == selected
+                                            class:failed=error.is_some()
+                                            id=cell_id(id)
+                                            data-head=id.to_string()
+                                            data-value=text.clone()
+                                            title=title.clone()
+                                            aria-label=title
+                                            tabindex=move || if focused.get() == id { "0" } else { "-1" }
+                                            style=format!("background:{fill};color:{ink}")
+                                            on:focus=move |_| focused.set(id)
+                                            on:click=move |_| open(id)
+                                        >
+                                            {short}
+                                        </button>
                                     }
-                                    (None, None) => ("#ddd".to_string(), "#333", "–".to_string()),
-                                };
-                                let title = match &error {
-                                    Some(reason) => format!("{id} {}: error: {reason}", metric.label()),
-                                    None => format!("{id} {}: {text}", metric.label()),
-                                };
-                                let short = if text.len() > 6 { text.chars().take(6).collect() } else { text.clone() };
-                                view! {
-                                    <button
-                                        class="cell"
-                                        class:selected=id == selected
-                                        class:failed=error.is_some()
-                                        id=cell_id(id)
-                                        data-head=id.to_string()
-                                        data-value=text.clone()
-                                        title=title.clone()
-                                        aria-label=title
-                                        tabindex=move || if focused.get() == id { "0" } else { "-1" }
-                                        style=format!("background:{fill};color:{ink}")
-                                        on:focus=move |_| focused.set(id)
-                                        on:click=move |_| open(id)
-                                    >
-                                        {short}
-                                    </button>
-                                }
-                            })
-                            .collect_view();
-                        view! {
-                            <div class="grid-label">{format!("L{layer}")}</div>
-                            {cells}
-                        }
-                    })
-                    .collect_view();
+                                })
+                                .collect_view();
+                            view! {
+                                <div class="grid-label">{format!("L{layer}")}</div>
+                                {cells}
+                            }
+                        })
+                        .collect_view();
+                    view! {
+                            <div class="grid-wrap">
+                                <div
+                                    class="grid"
+                                    id="head-grid"
+                                    role="grid"
+                                    aria-label=format!("{} per head; arrow keys move, Enter opens", metric.label())
+                                    style=format!("grid-template-columns: 3em repeat({heads}, minmax(2.6em, 4.2em))")
+                                    on:keydown=on_key
+                                >
+                                    <div class="grid-corner"></div>
+                                    {header}
+                                    {rows}
+                                </div>
+                                <div class="legend-wrap" inner_html=legend("grid-scale", &stops, &lo, &hi)></div>
+                            </div>
+                    }
+                });
                 let bars: Vec<Bar> = values
                     .iter()
                     .map(|(id, v)| {
@@ -206,21 +278,19 @@ pub fn Overview() -> impl IntoView {
                 let chart = bar_chart(&bars, heads, axis_lo, axis_hi, &axis_name);
                 Some(
                     view! {
-                        <div class="grid-wrap">
-                            <div
-                                class="grid"
-                                id="head-grid"
-                                role="grid"
-                                aria-label=format!("{} per head; arrow keys move, Enter opens", metric.label())
-                                style=format!("grid-template-columns: 3em repeat({heads}, minmax(2.6em, 4.2em))")
-                                on:keydown=on_key
-                            >
-                                <div class="grid-corner"></div>
-                                {header}
-                                {rows}
-                            </div>
-                            <div class="legend-wrap" inner_html=legend("grid-scale", &stops, &lo, &hi)></div>
-                        </div>
+                        {is_dense
+                            .then(|| {
+                                view! {
+                                    <p class="note" id="grid-canvas-note">
+                                        {format!(
+                                            "{} heads, drawn on a canvas: hover or focus a cell for its exact value.",
+                                            config.layers * heads,
+                                        )}
+                                    </p>
+                                }
+                            })}
+                        {dense}
+                        {grid}
                         <h3>{axis_name}</h3>
                         <div
                             class="chart-scroll"

@@ -5,6 +5,9 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use super::browser::{download_text, file_list, read_file};
+use std::sync::Arc;
+
+use super::canvas::{CanvasMatrix, HEATMAP_CANVAS_TOKENS, attention_matrix, use_canvas};
 use super::client;
 use super::exercises::Exercises;
 use super::export::ChartExport;
@@ -88,7 +91,25 @@ pub fn Probes() -> impl IntoView {
                 } else {
                     format!("{} tokens; no token repeats, so there are no induction cells.", p.tokens.len())
                 };
-                let svg = heatmap(&p.rows, &p.tokens, &p.marks, None, 620.0, &format!("{head} attention pattern"));
+                let title = format!("{head} attention pattern");
+                if use_canvas(p.tokens.len(), HEATMAP_CANVAS_TOKENS) {
+                    // A long prompt: one canvas, its colour bar drawn beside the cells.
+                    let matrix = Arc::new(attention_matrix(&p, title, 620.0));
+                    return Some(
+                        view! {
+                            <p class="note" id="pattern-summary">{summary}</p>
+                            <div id="prompt-heatmap" class="dense-wrap">
+                                <CanvasMatrix
+                                    matrix=matrix
+                                    id="prompt-heatmap-canvas".to_string()
+                                    name=format!("{head}-attention")
+                                />
+                            </div>
+                        }
+                        .into_any(),
+                    );
+                }
+                let svg = heatmap(&p.rows, &p.tokens, &p.marks, None, 620.0, &title);
                 view! {
                     <p class="note" id="pattern-summary">{summary}</p>
                     <div class="chart-scroll" id="prompt-heatmap" inner_html=svg.clone()></div>

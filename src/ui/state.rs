@@ -749,6 +749,24 @@ impl ColourScale {
         }
     }
 
+    /// The swatch's colour as bytes (the canvas grid's cells: the same colours as the buttons).
+    pub fn rgb(&self, v: f64) -> [u8; 3] {
+        crate::figures::colour::bytes(match self.scale {
+            Scale::Signed => crate::figures::colour::diverging(self.position(v)),
+            _ => crate::figures::colour::viridis(self.position(v)),
+        })
+    }
+
+    /// The colour bar of the canvas grid: the plotted values (κ as log10) on the same map.
+    pub fn bar(&self, label: &str) -> crate::figures::colour::Scale {
+        use crate::figures::colour::Scale as Bar;
+        match self.scale {
+            Scale::Signed => Bar::diverging(1.0, label),
+            Scale::Unit => Bar::sequential(0.0, 1.0, label),
+            Scale::Positive | Scale::LogKappa => Bar::sequential(0.0, self.max, label),
+        }
+    }
+
     /// Gradient stops and end labels for the legend.
     pub fn legend(&self) -> (Vec<(f64, String)>, String, String) {
         let stops = (0..=10)
