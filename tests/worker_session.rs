@@ -590,7 +590,8 @@ fn ov_matrix_matches_the_reference_circuit() {
             .iter()
             .find(|e| e["mode"] == mode.name() && e["head"] == "L1H0")
             .expect("an L1H0 reference");
-        let floats = |v: &serde_json::Value| -> Vec<f64> { v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect() };
+        let floats =
+            |v: &serde_json::Value| -> Vec<f64> { v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect() };
         let diagonal = floats(&reference["diagonal"]);
         let scale = diagonal.iter().fold(0.0f64, |m, v| m.max(v.abs()));
         let what = format!("{} OV matrix", mode.name());

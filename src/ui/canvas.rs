@@ -2,8 +2,8 @@
 //! heatmap of a long prompt and the OV token matrix. Thousands of SVG elements make the page
 //! stutter (README "Dense views": the measured frames), so above a size these charts are one
 //! canvas. plotters (`plotters-canvas`) draws the labels and the colour bar through the same
-//! `figures::matrix` code as the CLI's files; the cells are one pixel each in an `ImageData`,
-//! put once and drawn scaled up without smoothing (the fastest of the ways measured). Hover
+//! `figures::matrix` code as the CLI's files; the cells are filled as one `ImageData` of the
+//! block's device pixels, put once (the fastest of the ways measured). Hover
 //! and the keyboard find a cell through the same `Layout`, and an HTML tooltip gives its exact
 //! value. Exports redraw the figure: PNG on a canvas at twice the size, SVG through plotters'
 //! SVG backend.
@@ -21,8 +21,8 @@ use super::state::Ctx;
 use crate::figures::colour::Scale;
 use crate::figures::matrix::{BAR_SPACE, Labels, Layout, draw_frame, fill_cells, outline};
 use crate::figures::{Area, DrawResult, MARK, token_label};
-use crate::worker::protocol::Pattern;
 use crate::worker::js_message;
+use crate::worker::protocol::Pattern;
 
 /// The head grid is a canvas above this many heads (a 16 x 16 grid of buttons still lays out
 /// within a frame; Llama-3-8B's 1024 do not).
@@ -181,29 +181,26 @@ pub fn paint(canvas: &web_sys::HtmlCanvasElement, m: &DenseMatrix, factor: f64, 
     if mode == Render::CanvasRects {
         fill_cells(&area, &layout, |r, c| m.colour(r, c)).map_err(|e| e.to_string())?;
     } else if rows > 0 && cols > 0 {
-        // One pixel per cell, scaled up without smoothing: one put and one draw for any size.
-        let mut pixels = vec![0u8; rows * cols * 4];
-        for (pixel, fill) in pixels.chunks_exact_mut(4).zip(&m.fills) {
-            if let Some([r, g, b]) = fill {
-                pixel.copy_from_slice(&[*r, *g, *b, 255]);
+        // Every device pixel of the cell block coloured in one ImageData, put once (a put
+        // ignores the transform, so this works in device pixels; measured faster than drawing
+        // a one-pixel-per-cell image scaled up, which costs a resampling pass).
+        let (x0, y0) = ((layout.x * factor).round(), (layout.y * factor).round());
+        let (w, h) = ((layout.width() * factor).round() as usize, (layout.height() * factor).round() as usize);
+        // The cell of each device column and row, as `Layout::cell_at` finds it.
+        let col_of: Vec<usize> =
+            (0..w).map(|px| ((((px as f64 + 0.5) / factor) / layout.cell_w) as usize).min(cols - 1)).collect();
+        let mut pixels = vec![0u8; w * h * 4];
+        for (py, line) in pixels.chunks_exact_mut(w * 4).enumerate() {
+            let r = ((((py as f64 + 0.5) / factor) / layout.cell_h) as usize).min(rows - 1);
+            let fills = m.fills.get(r * cols..(r + 1) * cols).unwrap_or(&[]);
+            for (pixel, &c) in line.chunks_exact_mut(4).zip(&col_of) {
+                let [red, green, blue] = fills.get(c).copied().flatten().unwrap_or([255, 255, 255]);
+                pixel.copy_from_slice(&[red, green, blue, 255]);
             }
         }
-        let image = web_sys::ImageData::new_with_u8_clamped_array_and_sh(Clamped(&pixels), cols as u32, rows as u32)
+        let image = web_sys::ImageData::new_with_u8_clamped_array_and_sh(Clamped(&pixels), w as u32, h as u32)
             .map_err(|e| js_message(&e))?;
-        let cells = new_canvas()?;
-        cells.set_width(cols as u32);
-        cells.set_height(rows as u32);
-        context_2d(&cells)?.put_image_data(&image, 0.0, 0.0).map_err(|e| js_message(&e))?;
-        context.set_image_smoothing_enabled(false);
-        context
-            .draw_image_with_html_canvas_element_and_dw_and_dh(
-                &cells,
-                layout.x,
-                layout.y,
-                layout.width(),
-                layout.height(),
-            )
-            .map_err(|e| js_message(&e))?;
+        context.put_image_data(&image, x0, y0).map_err(|e| js_message(&e))?;
     }
     m.draw_frame(&area, &layout).map_err(|e| e.to_string())
 }
@@ -293,7 +290,8 @@ pub fn CanvasMatrix(
         let (_, _, x1, y1) = layout.cell(r, c);
         // Right of and below the cell; left of it near the right edge.
         let (x, y) = (x1 as f64 + 6.0, y1 as f64 + 6.0);
-        let side = if x > width - 220.0 { format!("right:{:.0}px", width - x + 12.0) } else { format!("left:{x:.0}px") };
+        let side =
+            if x > width - 220.0 { format!("right:{:.0}px", width - x + 12.0) } else { format!("left:{x:.0}px") };
         Some(view! {
             <div class="canvas-tip" role="status" data-row=r data-col=c style=format!("{side};top:{y:.0}px")>
                 {text}

@@ -176,7 +176,8 @@ pub fn Overview() -> impl IntoView {
                     };
                     let at = (selected.layer, selected.head);
                     view! {
-                        <CanvasMatrix
+                        <div id="dense-grid">
+                            <CanvasMatrix
                             matrix=Arc::new(matrix)
                             id="head-grid-canvas".to_string()
                             name=format!("{}-grid", metric.key())
@@ -184,6 +185,7 @@ pub fn Overview() -> impl IntoView {
                             focus=at
                             selected=at
                         />
+                        </div>
                     }
                 });
                 let is_dense = dense.is_some();
@@ -256,41 +258,30 @@ pub fn Overview() -> impl IntoView {
                             </div>
                     }
                 });
-                let bars: Vec<Bar> = values
-                    .iter()
-                    .map(|(id, v)| {
-                        let v = v.unwrap_or(f64::NAN);
-                        Bar {
-                            label: format!("{id} {}: {}", metric.label(), num(v)),
-                            value: if v.is_nan() { 0.0 } else { scale.plotted(v) },
-                            fill: if v.is_nan() { "#ddd".into() } else { scale.swatch(v).fill },
-                            head: id.to_string(),
-                            selected: *id == selected,
-                        }
-                    })
-                    .collect();
-                let (axis_lo, axis_hi) = scale.axis();
-                let axis_name = if metric.is_kappa() {
-                    format!("log10 {}", metric.label())
-                } else {
-                    metric.label().to_string()
-                };
-                let chart = bar_chart(&bars, heads, axis_lo, axis_hi, &axis_name);
-                Some(
+                // The bars repeat the grid's values; above the canvas threshold they are left out
+                // (a thousand SVG bars cost the page a long frame; the canvas gives each value).
+                let bar_view = (!is_dense).then(|| {
+                    let bars: Vec<Bar> = values
+                        .iter()
+                        .map(|(id, v)| {
+                            let v = v.unwrap_or(f64::NAN);
+                            Bar {
+                                label: format!("{id} {}: {}", metric.label(), num(v)),
+                                value: if v.is_nan() { 0.0 } else { scale.plotted(v) },
+                                fill: if v.is_nan() { "#ddd".into() } else { scale.swatch(v).fill },
+                                head: id.to_string(),
+                                selected: *id == selected,
+                            }
+                        })
+                        .collect();
+                    let (axis_lo, axis_hi) = scale.axis();
+                    let axis_name = if metric.is_kappa() {
+                        format!("log10 {}", metric.label())
+                    } else {
+                        metric.label().to_string()
+                    };
+                    let chart = bar_chart(&bars, heads, axis_lo, axis_hi, &axis_name);
                     view! {
-                        {is_dense
-                            .then(|| {
-                                view! {
-                                    <p class="note" id="grid-canvas-note">
-                                        {format!(
-                                            "{} heads, drawn on a canvas: hover or focus a cell for its exact value.",
-                                            config.layers * heads,
-                                        )}
-                                    </p>
-                                }
-                            })}
-                        {dense}
-                        {grid}
                         <h3>{axis_name}</h3>
                         <div
                             class="chart-scroll"
@@ -306,6 +297,24 @@ pub fn Overview() -> impl IntoView {
                             }
                         ></div>
                         <ChartExport svg=chart name=format!("{}-bars", metric.key()) />
+                    }
+                });
+                Some(
+                    view! {
+                        {is_dense
+                            .then(|| {
+                                view! {
+                                    <p class="note" id="grid-canvas-note">
+                                        {format!(
+                                            "{} heads, drawn on a canvas: hover or focus a cell for its exact value (the bar chart is left out at this size).",
+                                            config.layers * heads,
+                                        )}
+                                    </p>
+                                }
+                            })}
+                        {dense}
+                        {grid}
+                        {bar_view}
                         <p class="note">"Click a head (or a bar) to open it; in the grid, arrow keys move and Enter opens."</p>
                     }
                     .into_any(),

@@ -125,7 +125,9 @@ pub type Scored = (String, f64);
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Pattern {
     pub tokens: Vec<String>,
-    /// `rows[query][key]`, causal.
+    /// `rows[query][key]`, causal. On the wire: the f32 weights of keys 0..=query, packed (see
+    /// [`packed`]); keys after the query are 0.
+    #[serde(with = "packed::causal_f32")]
     pub rows: Vec<Vec<f64>>,
     /// Induction cells (query, key).
     pub marks: Vec<(usize, usize)>,
@@ -165,6 +167,7 @@ pub enum Reply {
     OvMatrix {
         tokens: Vec<String>,
         ids: Vec<usize>,
+        #[serde(with = "packed::square_f64")]
         values: Vec<Vec<f64>>,
     },
     Verdicts(Vec<VerdictRow>),
@@ -187,5 +190,88 @@ pub struct Progress {
 impl Progress {
     pub fn new(stage: impl Into<String>, done: u64, total: u64) -> Self {
         Progress { stage: stage.into(), done, total, grid: None, heads: Vec::new() }
+    }
+}
+
+/// Large matrices in replies travel as the base64 of their little-endian bytes rather than JSON
+/// numbers: a 512-token pattern is 131k weights, and the page's main thread would spend over
+/// 150 ms copying and parsing them as text (README "Dense views"). Both forms are exact: the
+/// pattern's weights are f32 from the forward pass, the OV matrix's entries f64.
+pub mod packed {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer, de::Error};
+
+    #[derive(Serialize, Deserialize)]
+    struct Packed {
+        /// Rows (and columns) of the matrix.
+        n: usize,
+        bytes: String,
+    }
+
+    fn decode<'de, D: Deserializer<'de>>(deserializer: D, width: usize) -> Result<(usize, Vec<u8>), D::Error> {
+        let packed = Packed::deserialize(deserializer)?;
+        let bytes = STANDARD.decode(packed.bytes.as_bytes()).map_err(D::Error::custom)?;
+        if bytes.len() % width != 0 {
+            return Err(D::Error::custom("a packed matrix's bytes are not whole numbers"));
+        }
+        Ok((packed.n, bytes))
+    }
+
+    /// A causal square matrix: row q's entries 0..=q as f32 (later entries must be 0 and are
+    /// left out); read back as n x n f64 with zeros after the diagonal.
+    pub mod causal_f32 {
+        use super::*;
+
+        pub fn serialize<S: Serializer>(rows: &[Vec<f64>], serializer: S) -> Result<S::Ok, S::Error> {
+            let mut bytes = Vec::with_capacity(2 * rows.len() * (rows.len() + 1));
+            for (q, row) in rows.iter().enumerate() {
+                for k in 0..=q {
+                    bytes.extend_from_slice(&(row.get(k).copied().unwrap_or(0.0) as f32).to_le_bytes());
+                }
+            }
+            Packed { n: rows.len(), bytes: STANDARD.encode(bytes) }.serialize(serializer)
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Vec<f64>>, D::Error> {
+            let (n, bytes) = decode(deserializer, 4)?;
+            if n.checked_mul(n + 1).map(|c| c / 2 * 4) != Some(bytes.len()) {
+                return Err(D::Error::custom("a packed pattern's size does not match its rows"));
+            }
+            let mut values = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64);
+            Ok((0..n)
+                .map(|q| {
+                    let mut row: Vec<f64> = values.by_ref().take(q + 1).collect();
+                    row.resize(n, 0.0);
+                    row
+                })
+                .collect())
+        }
+    }
+
+    /// A square matrix of f64, row by row.
+    pub mod square_f64 {
+        use super::*;
+
+        pub fn serialize<S: Serializer>(rows: &[Vec<f64>], serializer: S) -> Result<S::Ok, S::Error> {
+            let n = rows.len();
+            if rows.iter().any(|r| r.len() != n) {
+                return Err(serde::ser::Error::custom("the matrix is not square"));
+            }
+            let bytes: Vec<u8> = rows.iter().flatten().flat_map(|v| v.to_le_bytes()).collect();
+            Packed { n, bytes: STANDARD.encode(bytes) }.serialize(serializer)
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Vec<f64>>, D::Error> {
+            let (n, bytes) = decode(deserializer, 8)?;
+            if n.checked_mul(n).map(|c| c * 8) != Some(bytes.len()) {
+                return Err(D::Error::custom("a packed matrix's size does not match its rows"));
+            }
+            let values: Vec<f64> = bytes
+                .chunks_exact(8)
+                .map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+                .collect();
+            Ok(values.chunks(n.max(1)).map(<[f64]>::to_vec).collect())
+        }
     }
 }

@@ -108,6 +108,36 @@ async function stillUsable(name) {
   await page.click('#head-grid .cell >> nth=1');
   await page.waitForSelector('#self-copy-raw li', { timeout: 60000 });
 }
+/// The CSS-pixel centre of cell (row, col) of a canvas dense view, from its `data-layout`.
+async function cellPoint(p, canvas, row, col) {
+  const box = await p.locator(canvas).boundingBox();
+  const [x, y, w, h] = (await p.getAttribute(canvas, 'data-layout')).split(',').map(Number);
+  return { x: box.x + x + w * (col + 0.5), y: box.y + y + h * (row + 0.5) };
+}
+/// Hovers a canvas cell and returns its tooltip's text.
+async function hoverCell(p, canvas, row, col) {
+  const at = await cellPoint(p, canvas, row, col);
+  await p.mouse.move(at.x, at.y);
+  await p.waitForSelector(`.canvas-tip[data-row="${row}"][data-col="${col}"]`);
+  return (await p.textContent('.canvas-tip')).trim();
+}
+/// A PNG's pixel width (IHDR) after checking its signature.
+function pngWidth(bytes) {
+  expect(bytes.subarray(1, 4).toString() === 'PNG', 'a PNG signature');
+  return bytes.readUInt32BE(16);
+}
+/// An exported canvas chart: a valid standalone SVG with at least `cells` rectangles, and a
+/// PNG at least twice the chart's CSS width.
+async function checkCanvasExports(p, scope, canvas, cells) {
+  const svg = await download(p, `${scope} .chart-export [data-export=svg]`);
+  const text = svg.bytes.toString();
+  expect(svg.name.endsWith('.svg') && /^<svg[^>]*xmlns="http:\/\/www.w3.org\/2000\/svg"/.test(text), `SVG ${svg.name}`);
+  expect((text.match(/<rect/g) ?? []).length >= cells, `SVG cells: ${(text.match(/<rect/g) ?? []).length} < ${cells}`);
+  const png = await download(p, `${scope} .chart-export [data-export=png]`);
+  const css = (await p.locator(canvas).boundingBox()).width;
+  expect(png.name.endsWith('.png') && pngWidth(png.bytes) >= 2 * Math.floor(css), `PNG ${png.name} width ${pngWidth(png.bytes)} for ${css} CSS px`);
+  return text;
+}
 async function modelShape() {
   const text = await page.textContent('#model-info');
   const m = text.match(/(\d+) layers × (\d+) heads/);
@@ -225,6 +255,35 @@ await test('a head shows both spectra, metrics and OV logits', async () => {
   await page.waitForSelector('#qk-plane circle.eig');
   await page.click('#mode-folded');
   await shot('head', true);
+});
+
+await test('the OV matrix shows every demo token, its k control picks the top k by self-copy logit, and it exports', async () => {
+  // The head view of the test above (L2H0, folded).
+  await page.waitForSelector('#ov-matrix-canvas', { timeout: 60000 });
+  const vocab = +(await page.getAttribute('#ov-matrix-canvas', 'data-rows'));
+  expect(vocab > 64 && (await page.getAttribute('#ov-matrix-canvas', 'data-cols')) === String(vocab), `every token: ${vocab}`);
+  await page.locator('#ov-matrix-canvas').scrollIntoViewIfNeeded();
+  await shot('ov-matrix-all');
+  await page.uncheck('#ov-matrix-all');
+  await page.waitForFunction(() => document.querySelector('#ov-matrix-canvas')?.dataset.rows === '64', null, { timeout: 60000 });
+  await page.fill('#ov-matrix-k', '8');
+  await page.press('#ov-matrix-k', 'Enter');
+  await page.waitForFunction(() => document.querySelector('#ov-matrix-canvas')?.dataset.rows === '8', null, { timeout: 60000 });
+  // Row 0, column 0 is the largest self-copy logit: the first of the raw self-copy list.
+  const tip = await hoverCell(page, '#ov-matrix-canvas', 0, 0);
+  const m = tip.match(/^attending `(.*)` → logit of `(.*)`: (\S+)$/);
+  expect(m && m[1] === m[2], `a diagonal tooltip: ${tip}`);
+  const best = (await page.getAttribute('#self-copy-raw li >> nth=0', 'title')).match(/: (\S+)$/)[1];
+  expect(Math.abs(+m[3] - +best) < 1e-6, `the top-1 diagonal entry ${m[3]} is the largest self-copy logit ${best}`);
+  await page.locator('#ov-matrix-canvas').scrollIntoViewIfNeeded();
+  await shot('ov-matrix-top8');
+  await checkCanvasExports(page, '#ov-matrix', '#ov-matrix-canvas', 64);
+  await page.fill('#ov-matrix-k', '0');
+  await page.press('#ov-matrix-k', 'Enter');
+  await page.waitForSelector('#ov-matrix-error');
+  expect(/must be at least 1/.test(await page.textContent('#ov-matrix-error')), 'k = 0 is one readable error');
+  await page.check('#ov-matrix-all');
+  await page.waitForSelector('#ov-matrix-canvas', { timeout: 60000 });
 });
 
 await test('a probe runs and its verdict table appears', async () => {
@@ -663,6 +722,54 @@ await test('after one visit the page works offline, local files too; a new versi
   await p.waitForSelector('#sw-updated', { timeout: 90000 });
   expect(/updated since your last visit/.test(await p.textContent('#sw-updated')), 'the update is announced');
   await visit.close();
+});
+
+await test('many heads get the canvas grid: hover gives the exact value, keyboard and click open heads; long prompts a canvas heatmap', async () => {
+  const p = await context.newPage();
+  watch(p);
+  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'headprint-dense-')), 'dense.safetensors');
+  bigModel(file, { layers: 18, heads: 16, d: 32, vocab: 65, context: 128, random: true });
+  await p.goto(origin + '/');
+  await p.waitForSelector('#head-grid .cell', { timeout: 60000 });
+  await p.setInputFiles('#file-input', file);
+  await p.waitForFunction(() => /18 layers × 16 heads/.test(document.querySelector('#model-info')?.textContent ?? '')
+    && !(document.querySelector('#busy')?.textContent ?? '').trim(), null, { timeout: 120000 });
+  await p.click('#tab-overview');
+  await p.waitForSelector('#head-grid-canvas');
+  expect(await p.locator('#head-grid .cell').count() === 0, '288 heads: no button grid');
+  expect(await p.getAttribute('#head-grid-canvas', 'data-rows') === '18' && await p.getAttribute('#head-grid-canvas', 'data-cols') === '16', 'layers x heads');
+  const json = JSON.parse((await download(p, '#export-json')).bytes.toString());
+  const tip = await hoverCell(p, '#head-grid-canvas', 7, 9);
+  const want = json.folded.heads.find((h) => h.layer === 7 && h.head === 9).ov.copying_score;
+  const shown = tip.match(/^L7H9 OV copying score: (\S+)$/);
+  expect(shown && +shown[1] === want, `hover ${tip} is the exported ${want} exactly`);
+  await shot('dense-grid', false, p);
+  await checkCanvasExports(p, '#dense-grid', '#head-grid-canvas', 288);
+  // Keyboard: focus the canvas, Home, right, Enter opens that head.
+  await p.focus('#head-grid-canvas');
+  const row = +(await p.getAttribute('.canvas-tip', 'data-row'));
+  await p.keyboard.press('Home');
+  await p.keyboard.press('ArrowRight');
+  await p.keyboard.press('Enter');
+  await p.waitForSelector('#head-title');
+  expect((await p.textContent('#head-title')).trim() === `L${row}H1`, `Enter opened L${row}H1`);
+  await p.click('#tab-overview');
+  const at = await cellPoint(p, '#head-grid-canvas', 3, 4);
+  await p.mouse.click(at.x, at.y);
+  await p.waitForSelector('#head-title');
+  expect((await p.textContent('#head-title')).trim() === 'L3H4', 'a click opened L3H4');
+  // A 100-token prompt: the heatmap is a canvas with its colour bar.
+  await p.click('#tab-probes');
+  await p.fill('#prompt-input', Array.from({ length: 100 }, (_, i) => (i * 7) % 40).join(','));
+  await p.click('#run-prompt');
+  await p.waitForSelector('#prompt-heatmap-canvas', { timeout: 60000 });
+  const cell = await hoverCell(p, '#prompt-heatmap-canvas', 50, 10);
+  expect(/^query 50 `#\d+` → key 10 `#\d+`: 0\.\d+/.test(cell), `heatmap tooltip: ${cell}`);
+  const svg = await checkCanvasExports(p, '#prompt-heatmap', '#prompt-heatmap-canvas', 100 * 101 / 2);
+  expect(/attention weight/.test(svg) && /\b1\.000\b/.test(svg) && /\b0\.000\b/.test(svg), 'the heatmap has its colour bar, 0 to 1');
+  await p.locator('#prompt-heatmap').scrollIntoViewIfNeeded();
+  await shot('dense-heatmap', false, p);
+  await p.close();
 });
 
 await test('nothing leaves the page origin and nothing went wrong', async () => {
