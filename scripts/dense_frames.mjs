@@ -28,7 +28,7 @@ const browser = await launchChromium();
 
 /// Watches frames from now on (the page keeps the records on window).
 const watch = () => {
-  window.__loaf = []; window.__gap = 0; window.__t0 = performance.now(); window.__ready = null;
+  window.__loaf = []; window.__gap = 0; window.__t0 = performance.now(); window.__ready = null; window.__stop = false;
   let last = performance.now();
   const tick = (t) => { window.__gap = Math.max(window.__gap, t - last); last = t; if (!window.__stop) requestAnimationFrame(tick); };
   requestAnimationFrame(tick);
