@@ -416,7 +416,7 @@ pub fn ov_matrix(tokens: &[String], values: &[Vec<f64>], title: String, max_px: 
         title,
         rows: labels.clone(),
         cols: labels,
-        row_axis: "attended token → logit of the column's token".into(),
+        row_axis: "attended token".into(),
         fills,
         scale,
         marks: Vec::new(),

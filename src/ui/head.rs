@@ -377,7 +377,7 @@ pub fn HeadView() -> impl IntoView {
             {self_copy_view}
             <h3>"OV circuit as a token × token matrix"</h3>
             <p class="note">
-                "Row i, column j: how much attending to token i raises (orange) or lowers (blue) the logit of token j. A copying head has a bright diagonal. Small vocabularies show every token in id order; otherwise the k tokens with the largest self-copy logits, largest first."
+                "Row i (the attended token), column j (a logit): how much attending to token i raises (orange) or lowers (blue) the logit of token j. A copying head has a bright diagonal. Small vocabularies show every token in id order; otherwise the k tokens with the largest self-copy logits, largest first."
             </p>
             <div class="pair-inputs">
                 <label>
