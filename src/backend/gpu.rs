@@ -315,9 +315,10 @@ async fn best_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter, String
 async fn best_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter, String> {
     let options =
         wgpu::RequestAdapterOptions { power_preference: wgpu::PowerPreference::HighPerformance, ..Default::default() };
-    instance.request_adapter(&options).await.map_err(|e| match web::has_webgpu() {
+    // wgpu's message lists every native API it was built without; the reader needs less.
+    instance.request_adapter(&options).await.map_err(|_| match web::has_webgpu() {
         false => "this browser offers no WebGPU here".to_string(),
-        true => format!("WebGPU offers no adapter ({e})"),
+        true => "WebGPU offers no adapter here: it may be switched off, or the GPU blocked".to_string(),
     })
 }
 
