@@ -22,11 +22,13 @@ const KERNELS: &str = include_str!("products.wgsl");
 const TILE: usize = 64;
 /// Most rows per block even when a binding could hold more: keeps one dispatch (and the
 /// time the GPU is busy without a break) to seconds on a slow adapter.
+#[cfg(not(target_arch = "wasm32"))]
 const MAX_BLOCK_ROWS: usize = 32768;
-/// In the browser a block is also read into the worker's wasm memory (W_E's and W_U's rows at
-/// once, under its 4 GB): at most this many bytes each.
+/// In the browser a block's rows also sit in the worker's wasm memory (W_E's and W_U's at once,
+/// under its 4 GB), and the worker's memory estimate (`estimated_peak_bytes` in session.rs)
+/// counts a CPU block: 1024 rows at 20 bytes an entry. 5120 rows of f32 take the same.
 #[cfg(target_arch = "wasm32")]
-const MAX_BLOCK_BYTES_WASM: u64 = 64 << 20;
+const MAX_BLOCK_ROWS_WASM: usize = 5 * super::cpu::BLOCK_ROWS;
 
 pub struct Gpu {
     device: wgpu::Device,
@@ -119,10 +121,10 @@ impl Gpu {
     pub fn block_rows(&self, n: usize) -> usize {
         let per_row = 4 * n.max(1) as u64;
         #[cfg(target_arch = "wasm32")]
-        let bytes = self.max_binding.min(MAX_BLOCK_BYTES_WASM);
+        let most = MAX_BLOCK_ROWS_WASM;
         #[cfg(not(target_arch = "wasm32"))]
-        let bytes = self.max_binding;
-        ((bytes / per_row) as usize).clamp(1, MAX_BLOCK_ROWS)
+        let most = MAX_BLOCK_ROWS;
+        ((self.max_binding / per_row) as usize).clamp(1, most)
     }
 
     /// `A^T B` (A rows x m, B rows x n), or `A^T A` when `b` is None, in f32 on the GPU and
