@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use headprint::analysis::circuits::Grams;
 use headprint::analysis::{Mode, fingerprint_stream_with};
-use headprint::backend::{Backend, BackendChoice};
+use headprint::backend::{Backend, BackendChoice, block_on};
 use headprint::model::{ModelStream, Weights};
 use headprint::weights::ModelFiles;
 use nalgebra::DMatrix;
@@ -113,11 +113,11 @@ fn grams_of_rows(model: &ModelStream, rows: usize, backend: &mut Backend) -> hea
     for first in (0..rows).step_by(block) {
         let range = first..(first + block).min(rows);
         let e = model.embedding_rows(range.clone())?;
-        backend.add_gram(&e, &mut embed)?;
+        block_on(backend.add_gram(&e, &mut embed))?;
         if !model.tied() {
             let u = model.unembedding_rows(range)?;
-            backend.add_product(&u, &e, &mut cross)?;
-            backend.add_gram(&u, &mut unembed)?;
+            block_on(backend.add_product(&u, &e, &mut cross))?;
+            block_on(backend.add_gram(&u, &mut unembed))?;
         }
     }
     Ok(())

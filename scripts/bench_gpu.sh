@@ -6,8 +6,16 @@
 # Default: GPT-2 Small over its whole vocabulary, then Llama-3.2-1B's Gram stage over its first
 # 8192 vocabulary rows (lavapipe would take ~15 minutes over all 128256).
 # Make the checkpoints with scripts/make_fixtures.py --gpt2-small and scripts/make_big_models.py.
+#
+# scripts/bench_gpu.sh --tab [DIST]: the same comparison in the page instead (tests/e2e/bench_gpu.mjs):
+# the Gram stage on WebGPU (SwiftShader, Chromium's software adapter) against the tab's CPU path,
+# on a GPT-2-Small-shaped embedding (VOCAB=, D= to change it), with FLOP and FLOP/s. Needs a
+# built dist/ (scripts/e2e.sh) and no checkpoint.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = --tab ]; then
+  exec node tests/e2e/bench_gpu.mjs "${2:-dist}"
+fi
 cargo build --release --example bench_gpu
 if [ $# -eq 0 ]; then
   target/release/examples/bench_gpu bench-data/gpt2-small

@@ -5,6 +5,7 @@
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 
 use crate::Result;
+use crate::backend::BackendChoice;
 use crate::probes::Suite;
 use crate::probes::exercise::decode_sheet;
 
@@ -53,6 +54,8 @@ pub struct LinkFields {
     /// A teacher's sheet (`sheet=`), or why it could not be read.
     pub sheet: Option<Result<Suite>>,
     pub prompt: Option<String>,
+    /// `backend=gpu|cpu|auto`: where the Gram matrices are computed (absent: auto).
+    pub backend: Option<BackendChoice>,
 }
 
 /// Reads a fragment (with or without its `#`).
@@ -77,6 +80,7 @@ pub fn parse(fragment: &str) -> LinkFields {
             "suite" => fields.suite = Suite::builtin(&value).or(fields.suite),
             "sheet" => fields.sheet = Some(decode_sheet(&value)),
             "prompt" => fields.prompt = Some(value),
+            "backend" => fields.backend = BackendChoice::parse(&value).ok().or(fields.backend),
             _ => {}
         }
     }
@@ -104,7 +108,7 @@ mod tests {
         let fields = parse(
             "#model=file&name=my%20model.safetensors&sha256=ABCDEF012345&tab=head&head=L1H0\
              &bos=off&threshold=2&threshold=0.25&threshold=NaN&suite=nope&suite=quote&junk&sheet=!!\
-             &prompt=%FF&prompt=a%26b",
+             &prompt=%FF&prompt=a%26b&backend=gpu&backend=tpu",
         );
         assert!(!fields.wants_demo);
         assert_eq!(fields.name.as_deref(), Some("my model.safetensors"));
@@ -115,6 +119,9 @@ mod tests {
         assert_eq!(fields.suite.map(|s| s.name), Some("quote".to_string()));
         assert!(fields.sheet.unwrap().unwrap_err().to_string().contains("base64url"));
         assert_eq!(fields.prompt.as_deref(), Some("a&b"));
+        assert_eq!(fields.backend, Some(BackendChoice::Gpu), "an unknown backend is skipped");
+        assert_eq!(parse("#model=demo&backend=cpu").backend, Some(BackendChoice::Cpu));
+        assert_eq!(parse("#model=demo").backend, None);
         assert!(parse("").wants_demo);
     }
 }

@@ -13,7 +13,7 @@ use common::{assert_same_spectrum, fixture};
 use headprint::Error;
 use headprint::analysis::circuits::Grams;
 use headprint::analysis::{Mode, fingerprint_stream_with};
-use headprint::backend::{Backend, BackendChoice};
+use headprint::backend::{Backend, BackendChoice, block_on};
 use headprint::model::ModelStream;
 use headprint::weights::ModelFiles;
 use nalgebra::DMatrix;
@@ -94,7 +94,7 @@ fn the_kernels_match_float64_loops_on_odd_shapes() {
     {
         let (a, b) = (random(rows, m, &mut rng), random(rows, n, &mut rng));
         let mut product = DMatrix::zeros(m, n);
-        gpu.add_product(&a, &b, &mut product).expect("GPU product");
+        block_on(gpu.add_product(&a, &b, &mut product)).expect("GPU product");
         assert_product_close(
             &product,
             &product_f64(&a, &b),
@@ -105,7 +105,7 @@ fn the_kernels_match_float64_loops_on_odd_shapes() {
         );
 
         let mut gram = DMatrix::zeros(m, m);
-        gpu.add_gram(&a, &mut gram).expect("GPU gram");
+        block_on(gpu.add_gram(&a, &mut gram)).expect("GPU gram");
         assert_product_close(&gram, &product_f64(&a, &a), &a, &a, KERNEL_TOLERANCE, &format!("A^T A, {rows}x{m}"));
         assert_eq!(gram, gram.transpose(), "A^T A is exactly symmetric");
     }
@@ -118,10 +118,13 @@ fn products_add_into_what_is_there() {
     let (a, b) = (random(50, 20, &mut rng), random(50, 30, &mut rng));
     let start = DMatrix::from_fn(20, 30, |i, j| (i * 30 + j) as f64);
     let mut sum = start.clone();
-    gpu.add_product(&a, &b, &mut sum).unwrap();
+    block_on(gpu.add_product(&a, &b, &mut sum)).unwrap();
     assert_product_close(&(sum - start), &product_f64(&a, &b), &a, &b, KERNEL_TOLERANCE, "added product");
     let mut wrong = DMatrix::zeros(3, 3);
-    assert!(matches!(gpu.add_product(&a, &b, &mut wrong), Err(Error::Gpu(_))), "a mis-shaped sum is an error");
+    assert!(
+        matches!(block_on(gpu.add_product(&a, &b, &mut wrong)), Err(Error::Gpu(_))),
+        "a mis-shaped sum is an error"
+    );
 }
 
 /// A long block of same-signed terms, the hard case for f32 sums: 30000 rows sharing a common
@@ -138,7 +141,7 @@ fn long_blocks_keep_their_precision() {
     }
     assert!(gpu.block_rows(40) >= 30_000, "the whole block goes in one dispatch");
     let mut gram = DMatrix::zeros(40, 40);
-    gpu.add_gram(&a, &mut gram).unwrap();
+    block_on(gpu.add_gram(&a, &mut gram)).unwrap();
     assert_product_close(&gram, &product_f64(&a, &a), &a, &a, KERNEL_TOLERANCE, "A^T A of 30000 rows");
 }
 
@@ -264,30 +267,70 @@ fn a_failing_gpu_falls_back_to_the_cpu_with_a_note() {
     let a = random(30, 8, &mut rng);
     let mut tries = 0;
     // The first run fails the way a lost device does; the rerun happens on the CPU.
-    let result = backend
-        .with_fallback(|backend| {
-            tries += 1;
-            if backend.is_gpu() {
-                return Err(Error::Gpu("device lost (simulated)".into()));
-            }
-            let mut gram = DMatrix::zeros(8, 8);
-            backend.add_gram(&a, &mut gram)?;
-            Ok(gram)
-        })
-        .expect("the CPU result");
+    let result = block_on(backend.with_fallback(async |backend| {
+        tries += 1;
+        if backend.is_gpu() {
+            return Err(Error::Gpu("device lost (simulated)".into()));
+        }
+        let mut gram = DMatrix::zeros(8, 8);
+        backend.add_gram(&a, &mut gram).await?;
+        Ok(gram)
+    }))
+    .expect("the CPU result");
     assert_eq!(tries, 2);
     assert!(!backend.is_gpu());
     let info = backend.info();
     assert_eq!(info.name, "cpu");
     assert!(info.note.as_deref().unwrap().contains("device lost (simulated)"), "{info:?}");
     let mut want = DMatrix::zeros(8, 8);
-    Backend::cpu().add_gram(&a, &mut want).unwrap();
+    block_on(Backend::cpu().add_gram(&a, &mut want)).unwrap();
     assert_eq!(result, want);
     // Errors that are not the GPU's pass through untouched and do not switch backends.
     let mut gpu = gpu();
-    let error = gpu.with_fallback(|_| -> headprint::Result<()> { Err(Error::Invalid("bad input".into())) });
+    let error =
+        block_on(gpu.with_fallback(async |_| -> headprint::Result<()> { Err(Error::Invalid("bad input".into())) }));
     assert_eq!(error, Err(Error::Invalid("bad input".into())));
     assert!(gpu.is_gpu());
+}
+
+/// The tab's path natively: a worker `Load` asking for the GPU computes its Grams there (the
+/// reply says so), and its fingerprints are the CPU's within the tolerance; a second load keeps
+/// the opened device; asking for the CPU afterwards gives the CPU.
+#[test]
+fn the_worker_session_computes_on_the_backend_a_load_asks_for() {
+    use headprint::weights::{ByteSource, MemorySource};
+    use headprint::worker::protocol::{Reply, Request};
+    use headprint::worker::session::Session;
+
+    let bytes = std::fs::read(fixture("gptchar").join("model.safetensors")).unwrap();
+    let mut session = Session::new(|| 0.0);
+    let mut load = |model: u64, backend: BackendChoice| {
+        let files: Vec<Box<dyn ByteSource>> = vec![Box::new(MemorySource::new("gptchar.safetensors", bytes.clone()))];
+        let request = Request::Load {
+            model,
+            names: vec!["gptchar.safetensors".into()],
+            analyse: true,
+            prepend_bos: false,
+            backend,
+        };
+        match session.handle(request, files, std::rc::Rc::new(|_| {})) {
+            Ok(Reply::Analysed(analysis)) => analysis.folded,
+            other => panic!("the load: {:?}", other.map(|_| "another reply")),
+        }
+    };
+    let on_gpu = load(1, BackendChoice::Gpu);
+    assert_eq!(on_gpu.backend.name, "gpu", "{:?}", on_gpu.backend);
+    assert_eq!(load(2, BackendChoice::Gpu).backend, on_gpu.backend, "the same device again");
+    let on_cpu = load(3, BackendChoice::Cpu);
+    assert_eq!(on_cpu.backend.name, "cpu");
+    assert_eq!(on_cpu.backend.note, None);
+    for (gh, ch) in on_gpu.heads.iter().zip(&on_cpu.heads) {
+        for (what, g, c) in [("ov", &gh.ov, &ch.ov), ("qk_token", &gh.qk_token, &ch.qk_token)] {
+            let what = format!("L{}H{} {what}", ch.layer, ch.head);
+            assert_near(Some(g.copying_score), Some(c.copying_score), 1.0, &what);
+            assert_near(g.eigenvector_condition, c.eigenvector_condition, 1.0, &what);
+        }
+    }
 }
 
 #[cfg(feature = "cli")]

@@ -7,6 +7,7 @@ use std::rc::Rc;
 
 use common::with_metadata;
 use headprint::analysis::{HeadId, Mode};
+use headprint::backend::BackendChoice;
 use headprint::model::{LoadParts, Model};
 use headprint::svg::{Bar, Point, bar_chart, heatmap, key_picker, scatter};
 use headprint::tokens::Tokenizer;
@@ -242,8 +243,13 @@ fn hostile_tokens_survive_the_worker_json_trip_exactly() {
         let text = serde_json::to_string(&answer).unwrap();
         serde_json::from_str::<Result<Reply, String>>(&text).unwrap()
     };
-    let load =
-        Request::Load { model: 1, names: vec!["hostile.safetensors".into()], analyse: false, prepend_bos: false };
+    let load = Request::Load {
+        model: 1,
+        names: vec!["hostile.safetensors".into()],
+        analyse: false,
+        prepend_bos: false,
+        backend: BackendChoice::Cpu,
+    };
     assert!(matches!(trip(&mut session, load, files(hostile_bytes())), Ok(Reply::Loaded)));
     let request = Request::SelfCopy { model: 1, mode: Mode::Folded, head: HeadId::new(0, 0), top: 13 };
     let Ok(Reply::SelfCopy { raw, .. }) = trip(&mut session, request, vec![]) else { panic!("self-copy answers") };

@@ -8,6 +8,7 @@ use std::rc::Rc;
 
 use common::{assert_close, assert_verdicts_match, expected, fixture};
 use headprint::analysis::{HeadId, Mode};
+use headprint::backend::BackendChoice;
 use headprint::compare::ComparisonRow;
 use headprint::probes::Suite;
 use headprint::weights::{ByteSource, MemorySource};
@@ -43,8 +44,13 @@ fn ask_reporting(
 }
 
 fn load(session: &mut Session, id: u64, name: &str, contents: Vec<u8>) -> Result<Reply, String> {
-    let request =
-        Request::Load { model: id, names: vec![format!("{name}.safetensors")], analyse: true, prepend_bos: true };
+    let request = Request::Load {
+        model: id,
+        names: vec![format!("{name}.safetensors")],
+        analyse: true,
+        prepend_bos: true,
+        backend: BackendChoice::Cpu,
+    };
     ask(session, request, files(name, contents))
 }
 
@@ -197,6 +203,7 @@ fn patterns_and_verdicts_come_from_the_forward_pass() {
         names: vec!["gptchar-induction.safetensors".into()],
         analyse: false,
         prepend_bos: true,
+        backend: BackendChoice::Cpu,
     };
     ask(&mut session, request, files("gptchar-induction", bytes("gptchar-induction")))
         .expect("the planted model loads");
@@ -264,7 +271,8 @@ fn loading_reports_progress_up_to_every_byte_and_head() {
         .zip(contents)
         .map(|(name, c)| Box::new(MemorySource::new(name.clone(), c)) as Box<dyn ByteSource>)
         .collect();
-    let request = Request::Load { model: 1, names: names.clone(), analyse: true, prepend_bos: true };
+    let request =
+        Request::Load { model: 1, names: names.clone(), analyse: true, prepend_bos: true, backend: BackendChoice::Cpu };
     let copies: Vec<Box<dyn ByteSource>> = sources
         .iter()
         .map(|s| {
@@ -350,7 +358,7 @@ fn folder(name: &str, files: &[&str]) -> (Vec<String>, Vec<Box<dyn ByteSource>>)
 fn the_bos_switch_reaches_patterns_verdicts_and_probes() {
     let mut session = Session::new(clock);
     let (names, sources) = folder("gpt2", &["config.json", "tokenizer.json", "model.safetensors"]);
-    let request = Request::Load { model: 1, names, analyse: true, prepend_bos: true };
+    let request = Request::Load { model: 1, names, analyse: true, prepend_bos: true, backend: BackendChoice::Cpu };
     let Ok(Reply::Analysed(analysis)) = ask(&mut session, request, sources) else { panic!("gpt2 loads") };
     let reference = expected("gpt2");
     assert_eq!(serde_json::to_value(&analysis.info.bos).unwrap(), reference["bos"]);
@@ -557,7 +565,7 @@ fn a_model_over_the_workers_budget_is_refused_in_one_line_before_its_weights_are
     let (names, sources) = llama_70b_shaped(&read);
     let size = sources[1].len();
     assert!(size > 130_000_000_000, "a 70B model's size: {size}");
-    let request = Request::Load { model: 2, names, analyse: true, prepend_bos: true };
+    let request = Request::Load { model: 2, names, analyse: true, prepend_bos: true, backend: BackendChoice::Cpu };
     let error = ask(&mut session, request, sources).unwrap_err();
     assert!(!error.contains('\n'), "one line: {error}");
     assert!(error.contains("80 layers x 64 heads, width 8192"), "{error}");

@@ -8,7 +8,7 @@ use nalgebra::DMatrix;
 use super::HeadId;
 use super::spectrum::Factored;
 use crate::Result;
-use crate::backend::{Backend, BackendInfo};
+use crate::backend::{Backend, BackendInfo, block_on};
 use crate::model::{Layer, Model, ModelConfig, Norm, NormKind, Weights};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -96,30 +96,42 @@ impl Grams {
         Self::stream_with_progress(model, backend, &mut |_, _| {})
     }
 
+    /// [`Grams::gather`] where nothing awaits (see [`block_on`]).
+    pub fn stream_with_progress(
+        model: &(impl Weights + ?Sized),
+        backend: &mut Backend,
+        each: &mut dyn FnMut(usize, usize),
+    ) -> Result<Grams> {
+        block_on(Self::gather(model, backend, each))
+    }
+
     /// The Grams with the products on `backend`: W_E and W_U are read a block of token rows at a
     /// time (from memory or by byte range: the same blocks either way, so the same sums in the
     /// same order) and never held whole. `each(rows done, vocabulary)` follows every block (the
-    /// tab shows it); a GPU that fails restarts the count on the CPU.
-    pub fn stream_with_progress(
+    /// tab shows it); a GPU that fails restarts the count on the CPU. Awaited only where a GPU's
+    /// results come through an event loop (the tab's worker).
+    pub async fn gather(
         model: &(impl Weights + ?Sized),
         backend: &mut Backend,
         each: &mut dyn FnMut(usize, usize),
     ) -> Result<Grams> {
         let (vocab, d_model) = (model.config().vocab, model.config().d_model);
         let tied = model.tied();
-        let mut grams = backend.with_fallback(|backend| {
-            let mut grams = Grams::zeros(d_model, tied);
-            let block = backend.block_rows(d_model);
-            for start in (0..vocab).step_by(block) {
-                let rows = start..(start + block).min(vocab);
-                let embed = model.embedding_rows(rows.clone())?;
-                // W_U's columns for these tokens, as rows (W_U^T's rows, as the files hold them).
-                let unembed = if tied { None } else { Some(model.unembedding_rows(rows.clone())?) };
-                grams.add_block(backend, &embed, unembed.as_ref())?;
-                each(rows.end, vocab);
-            }
-            Ok(grams)
-        })?;
+        let mut grams = backend
+            .with_fallback(async |backend| {
+                let mut grams = Grams::zeros(d_model, tied);
+                let block = backend.block_rows(d_model);
+                for start in (0..vocab).step_by(block) {
+                    let rows = start..(start + block).min(vocab);
+                    let embed = model.embedding_rows(rows.clone())?;
+                    // W_U's columns for these tokens, as rows (W_U^T's rows, as the files hold them).
+                    let unembed = if tied { None } else { Some(model.unembedding_rows(rows.clone())?) };
+                    grams.add_block(backend, &embed, unembed.as_ref()).await?;
+                    each(rows.end, vocab);
+                }
+                Ok(grams)
+            })
+            .await?;
         grams.backend = backend.info();
         Ok(grams)
     }
@@ -134,11 +146,16 @@ impl Grams {
 
     /// Adds one block of token rows: `embed` is W_E's rows (rows x d_model), `unembed` W_U^T's
     /// matching rows, absent when tied.
-    fn add_block(&mut self, backend: &mut Backend, embed: &DMatrix<f32>, unembed: Option<&DMatrix<f32>>) -> Result<()> {
-        backend.add_gram(embed, &mut self.embed)?;
+    async fn add_block(
+        &mut self,
+        backend: &mut Backend,
+        embed: &DMatrix<f32>,
+        unembed: Option<&DMatrix<f32>>,
+    ) -> Result<()> {
+        backend.add_gram(embed, &mut self.embed).await?;
         if let Some(u) = unembed {
-            backend.add_product(u, embed, &mut self.cross)?;
-            backend.add_gram(u, &mut self.unembed)?;
+            backend.add_product(u, embed, &mut self.cross).await?;
+            backend.add_gram(u, &mut self.unembed).await?;
         }
         Ok(())
     }

@@ -1,12 +1,18 @@
 //! The GPU backend: `A^T B` and `A^T A` of row blocks by the WGSL kernels in products.wgsl,
-//! through wgpu's native APIs (Vulkan, Metal, DX12). Each product is one dispatch over a whole
-//! block (as many rows as a storage binding holds); its result comes back as two f32 parts
-//! (see products.wgsl for why), added in f64, and the caller sums the blocks in f64.
+//! through wgpu: natively on Vulkan, Metal or DX12, in the browser on WebGPU (wgpu's `webgpu`
+//! feature; the same kernels, compiled by the browser). Each product is one dispatch over a
+//! whole block (as many rows as a storage binding holds); its result comes back as two f32
+//! parts (see products.wgsl for why), added in f64, and the caller sums the blocks in f64.
 //!
-//! Nothing here panics on a GPU failure: wgpu's uncaptured errors and device loss are caught
-//! and returned as the product's error, which the caller answers by falling back to the CPU.
+//! Reading a result back is awaited: natively the device is waited for first, so the future is
+//! ready at once; in the browser it resolves from the event loop.
+//!
+//! Nothing here panics on a GPU failure: errors inside a product (validation, out of memory)
+//! are caught by error scopes, device loss and anything else by wgpu's callbacks, and returned
+//! as the product's error, which the caller answers by falling back to the CPU.
 
 use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
 
 use nalgebra::DMatrix;
 use wgpu::util::DeviceExt;
@@ -16,7 +22,13 @@ const KERNELS: &str = include_str!("products.wgsl");
 const TILE: usize = 64;
 /// Most rows per block even when a binding could hold more: keeps one dispatch (and the
 /// time the GPU is busy without a break) to seconds on a slow adapter.
+#[cfg(not(target_arch = "wasm32"))]
 const MAX_BLOCK_ROWS: usize = 32768;
+/// In the browser a block's rows also sit in the worker's wasm memory (W_E's and W_U's at once,
+/// under its 4 GB), and the worker's memory estimate (`estimated_peak_bytes` in session.rs)
+/// counts a CPU block: 1024 rows at 20 bytes an entry. 5120 rows of f32 take the same.
+#[cfg(target_arch = "wasm32")]
+const MAX_BLOCK_ROWS_WASM: usize = 5 * super::cpu::BLOCK_ROWS;
 
 pub struct Gpu {
     device: wgpu::Device,
@@ -32,31 +44,18 @@ pub struct Gpu {
 }
 
 impl Gpu {
-    /// Opens the best adapter: a discrete GPU before an integrated one, then any other
-    /// hardware; a software adapter (lavapipe, SwiftShader, WARP) only when `allow_software`.
-    pub fn open(allow_software: bool) -> Result<Gpu, String> {
-        pollster::block_on(Self::open_async(allow_software))
-    }
-
-    async fn open_async(allow_software: bool) -> Result<Gpu, String> {
+    /// Opens the best adapter: natively a discrete GPU before an integrated one, then any other
+    /// hardware; in the browser the one WebGPU offers (high-performance preference). A software
+    /// or fallback adapter (lavapipe, SwiftShader, WARP) is taken only when `allow_software`.
+    pub async fn open(allow_software: bool) -> Result<Gpu, String> {
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
-        let adapters = instance.enumerate_adapters(wgpu::Backends::all()).await;
-        if adapters.is_empty() {
-            return Err(
-                "no GPU adapter found (on Linux without a GPU, install mesa-vulkan-drivers for lavapipe)".into()
-            );
-        }
-        let rank = |adapter: &wgpu::Adapter| match adapter.get_info().device_type {
-            wgpu::DeviceType::DiscreteGpu => 0,
-            wgpu::DeviceType::IntegratedGpu => 1,
-            wgpu::DeviceType::VirtualGpu => 2,
-            wgpu::DeviceType::Other => 3,
-            wgpu::DeviceType::Cpu => 4,
-        };
-        let best = adapters.into_iter().min_by_key(rank).expect("not empty");
+        let best = best_adapter(&instance).await?;
         let info = best.get_info();
+        let name = adapter_name(&info).await;
         if info.device_type == wgpu::DeviceType::Cpu && !allow_software {
-            return Err(format!("only a software GPU adapter ({}); --backend gpu would use it", info.name));
+            return Err(format!(
+                "only a software GPU adapter ({name}), which auto skips: choose the GPU backend to use it"
+            ));
         }
         let adapter_limits = best.limits();
         // The adapter's own binding limits (often far above WebGPU's 128 MiB default), so a
@@ -73,13 +72,15 @@ impl Gpu {
                 ..Default::default()
             })
             .await
-            .map_err(|e| format!("{}: cannot open the device: {e}", info.name))?;
+            .map_err(|e| format!("{name}: cannot open the device: {e}"))?;
         let failure = Arc::new(Mutex::new(None));
         let record = failure.clone();
         device.on_uncaptured_error(Arc::new(move |error: wgpu::Error| remember(&record, error.to_string())));
         let record = failure.clone();
         device.set_device_lost_callback(move |_, message| remember(&record, format!("device lost: {message}")));
 
+        // The browser compiles the kernels asynchronously: a failure shows in this scope.
+        let invalid = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some("products.wgsl"),
             source: wgpu::ShaderSource::Wgsl(KERNELS.into()),
@@ -95,8 +96,11 @@ impl Gpu {
             })
         };
         let (gemm, syrk) = (pipeline("gemm"), pipeline("syrk"));
+        if let Some(error) = invalid.pop().await {
+            return Err(format!("{name}: the kernels do not compile: {}", one_line(&error.to_string())));
+        }
         let gpu = Gpu {
-            adapter: format!("{} ({:?})", info.name, info.backend),
+            adapter: name,
             max_binding: limits.max_storage_buffer_binding_size.min(limits.max_buffer_size),
             device,
             queue,
@@ -116,12 +120,16 @@ impl Gpu {
     /// Rows of an `n`-column block that fit one storage binding.
     pub fn block_rows(&self, n: usize) -> usize {
         let per_row = 4 * n.max(1) as u64;
-        ((self.max_binding / per_row) as usize).clamp(1, MAX_BLOCK_ROWS)
+        #[cfg(target_arch = "wasm32")]
+        let most = MAX_BLOCK_ROWS_WASM;
+        #[cfg(not(target_arch = "wasm32"))]
+        let most = MAX_BLOCK_ROWS;
+        ((self.max_binding / per_row) as usize).clamp(1, most)
     }
 
     /// `A^T B` (A rows x m, B rows x n), or `A^T A` when `b` is None, in f32 on the GPU and
     /// returned as f64.
-    pub fn product(&self, a: &DMatrix<f32>, b: Option<&DMatrix<f32>>) -> Result<DMatrix<f64>, String> {
+    pub async fn product(&self, a: &DMatrix<f32>, b: Option<&DMatrix<f32>>) -> Result<DMatrix<f64>, String> {
         let (rows, m) = a.shape();
         let n = b.map_or(m, |b| b.ncols());
         if let Some(b) = b
@@ -146,6 +154,10 @@ impl Gpu {
             return Err(format!("{m} x {n} needs more than {max_tiles} workgroups per dimension"));
         }
 
+        // Everything from the first buffer to the submission is inside these scopes, so a
+        // validation error or an allocation the device refuses is this product's error.
+        let out_of_memory = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let invalid = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let storage = |label: &str, data: &[f32]| {
             self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some(label),
@@ -209,18 +221,38 @@ impl Gpu {
         encoder.copy_buffer_to_buffer(&low, 0, &read_buffer, size, size);
         self.queue.submit([encoder.finish()]);
 
-        let mapped = Arc::new(Mutex::new(None));
+        if let Some(error) = invalid.pop().await {
+            return Err(format!("{}: {}", self.adapter, one_line(&error.to_string())));
+        }
+        if let Some(error) = out_of_memory.pop().await {
+            return Err(format!("{}: {}", self.adapter, one_line(&error.to_string())));
+        }
+
+        let mapped = Arc::new(Mutex::new(Mapping::default()));
         let done = mapped.clone();
         read_buffer.map_async(wgpu::MapMode::Read, .., move |result| {
-            *done.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+            let mut slot = done.lock().unwrap_or_else(|e| e.into_inner());
+            slot.result = Some(result);
+            if let Some(waker) = slot.waker.take() {
+                waker.wake();
+            }
         });
+        // Natively this waits for the device (and runs the callback); the browser's device
+        // needs no polling and the callback comes from its event loop.
         self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| format!("waiting for the GPU: {e}"))?;
+        let mapping = std::future::poll_fn(|context| {
+            let mut slot = mapped.lock().unwrap_or_else(|e| e.into_inner());
+            match slot.result.take() {
+                Some(result) => Poll::Ready(result),
+                None => {
+                    slot.waker = Some(context.waker().clone());
+                    Poll::Pending
+                }
+            }
+        })
+        .await;
         self.check()?;
-        match mapped.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            Some(Ok(())) => {}
-            Some(Err(e)) => return Err(format!("reading the result back: {e}")),
-            None => return Err("the result was never mapped".into()),
-        }
+        mapping.map_err(|e| format!("reading the result back: {e}"))?;
         let view = read_buffer.get_mapped_range(..).map_err(|e| format!("reading the result back: {e}"))?;
         let values: &[f32] = bytemuck::cast_slice(&view);
         let (high, low) = values.split_at(m * n);
@@ -243,10 +275,106 @@ impl Gpu {
     }
 }
 
+/// A read-back's outcome, and the task waiting for it.
+#[derive(Default)]
+struct Mapping {
+    result: Option<Result<(), wgpu::BufferAsyncError>>,
+    waker: Option<Waker>,
+}
+
 fn remember(slot: &Mutex<Option<String>>, reason: String) {
     let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
-    // Keep the first: later errors usually follow from it. One line, as the CLI prints it.
+    // Keep the first: later errors usually follow from it.
     if slot.is_none() {
-        *slot = Some(reason.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" "));
+        *slot = Some(one_line(&reason));
+    }
+}
+
+/// wgpu's multi-line error reports as one line, as the CLI and the page show them.
+fn one_line(text: &str) -> String {
+    text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+/// Natively: the best of all adapters, discrete GPUs first, software ones last.
+#[cfg(not(target_arch = "wasm32"))]
+async fn best_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter, String> {
+    let adapters = instance.enumerate_adapters(wgpu::Backends::all()).await;
+    let rank = |adapter: &wgpu::Adapter| match adapter.get_info().device_type {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Other => 3,
+        wgpu::DeviceType::Cpu => 4,
+    };
+    adapters
+        .into_iter()
+        .min_by_key(rank)
+        .ok_or_else(|| "no GPU adapter found (on Linux without a GPU, install mesa-vulkan-drivers for lavapipe)".into())
+}
+
+/// In the browser: the adapter WebGPU offers (it offers one at a time).
+#[cfg(target_arch = "wasm32")]
+async fn best_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter, String> {
+    let options =
+        wgpu::RequestAdapterOptions { power_preference: wgpu::PowerPreference::HighPerformance, ..Default::default() };
+    // wgpu's message lists every native API it was built without; the reader needs less.
+    instance.request_adapter(&options).await.map_err(|_| match web::has_webgpu() {
+        false => "this browser offers no WebGPU here".to_string(),
+        true => "WebGPU offers no adapter here: it may be switched off, or the GPU blocked".to_string(),
+    })
+}
+
+/// The adapter's name and driver API, e.g. "llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan)".
+#[cfg(not(target_arch = "wasm32"))]
+async fn adapter_name(info: &wgpu::AdapterInfo) -> String {
+    format!("{} ({:?})", info.name, info.backend)
+}
+
+/// The adapter as the browser describes it, e.g. "google swiftshader (WebGPU)": wgpu keeps only
+/// the description, which browsers often leave empty, so the vendor and architecture are read
+/// from the browser's own adapter info.
+#[cfg(target_arch = "wasm32")]
+async fn adapter_name(info: &wgpu::AdapterInfo) -> String {
+    let name = match info.name.trim() {
+        "" => web::adapter_description().await.unwrap_or_else(|| "unnamed adapter".into()),
+        name => name.to_string(),
+    };
+    format!("{name} (WebGPU)")
+}
+
+/// The few browser calls wgpu does not make for us, on the worker's or window's `navigator.gpu`.
+#[cfg(target_arch = "wasm32")]
+mod web {
+    use wasm_bindgen::{JsCast, JsValue};
+
+    fn get(object: &JsValue, key: &str) -> JsValue {
+        js_sys::Reflect::get(object, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
+    }
+
+    fn gpu() -> JsValue {
+        get(&get(&js_sys::global(), "navigator"), "gpu")
+    }
+
+    pub fn has_webgpu() -> bool {
+        !gpu().is_undefined()
+    }
+
+    /// "vendor architecture [description]" of the adapter `requestAdapter` gives (the one wgpu
+    /// was given with the same options), or None.
+    pub async fn adapter_description() -> Option<String> {
+        let gpu = gpu();
+        let request = get(&gpu, "requestAdapter").dyn_into::<js_sys::Function>().ok()?;
+        let options = js_sys::Object::new();
+        js_sys::Reflect::set(&options, &"powerPreference".into(), &"high-performance".into()).ok()?;
+        let promise = request.call1(&gpu, &options).ok()?.dyn_into::<js_sys::Promise>().ok()?;
+        let adapter = wasm_bindgen_futures::JsFuture::from(promise).await.ok()?;
+        let info = get(&adapter, "info");
+        let parts: Vec<String> = ["vendor", "architecture", "description"]
+            .iter()
+            .filter_map(|key| get(&info, key).as_string())
+            .map(|part| part.trim().to_string())
+            .filter(|part| !part.is_empty())
+            .collect();
+        (!parts.is_empty()).then(|| parts.join(" "))
     }
 }

@@ -1,6 +1,12 @@
 //! Where the large dense products run: the CPU (f64, matrixmultiply) or a GPU (f32 WGSL kernels
-//! through wgpu). The analysis asks a [`Backend`] for `A^T B` and `A^T A` of blocks of rows and
-//! adds the results, in f64, into its own sums; it never learns which backend did the work.
+//! through wgpu: Vulkan, Metal or DX12 natively, WebGPU in the browser). The analysis asks a
+//! [`Backend`] for `A^T B` and `A^T A` of blocks of rows and adds the results, in f64, into its
+//! own sums; it never learns which backend did the work.
+//!
+//! The products are `async` because a browser hands a GPU's results back only through its event
+//! loop. The CPU's futures are ready at once, and so are native wgpu's (it waits for the device
+//! inside); [`block_on`] runs them where nothing can await (the CLI, native tests). Only the
+//! tab's analysis worker awaits, and only the GPU there ever waits.
 //!
 //! A GPU that fails (no adapter, device lost, out of memory, a limit) is replaced by the CPU:
 //! [`Backend::with_fallback`] reruns the whole computation there and keeps a one-line note.
@@ -9,7 +15,7 @@ use nalgebra::DMatrix;
 use serde::{Deserialize, Serialize};
 
 pub mod cpu;
-#[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
+#[cfg(feature = "gpu")]
 pub mod gpu;
 
 use crate::{Error, Result};
@@ -42,7 +48,8 @@ impl BackendChoice {
 pub struct BackendInfo {
     /// "cpu" or "gpu".
     pub name: String,
-    /// The GPU adapter's name and driver API, e.g. "llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan)".
+    /// The GPU adapter's name and driver API, e.g. "llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan)" or,
+    /// in the browser, "google swiftshader (WebGPU)".
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub adapter: Option<String>,
     /// Why the GPU was not used although one was asked for or tried, in one line.
@@ -57,10 +64,14 @@ impl Default for BackendInfo {
 }
 
 impl BackendInfo {
-    /// "GPU · <adapter>" or "CPU", as a person reads it.
+    /// "WebGPU — <adapter>" (the browser's), "GPU · <adapter> (<API>)" (native) or "CPU", as a
+    /// person reads it.
     pub fn label(&self) -> String {
         match &self.adapter {
-            Some(adapter) => format!("GPU · {adapter}"),
+            Some(adapter) => match adapter.strip_suffix(" (WebGPU)") {
+                Some(name) => format!("WebGPU — {name}"),
+                None => format!("GPU · {adapter}"),
+            },
             None => "CPU".into(),
         }
     }
@@ -68,7 +79,7 @@ impl BackendInfo {
 
 enum Kind {
     Cpu,
-    #[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
+    #[cfg(feature = "gpu")]
     Gpu(Box<gpu::Gpu>),
 }
 
@@ -83,30 +94,49 @@ impl Backend {
         Backend { kind: Kind::Cpu, note: None }
     }
 
+    /// The backend for `choice` (see [`Backend::open`]), where nothing awaits: natively.
+    pub fn select(choice: BackendChoice) -> Result<Backend> {
+        block_on(Self::open(choice))
+    }
+
     /// The backend for `choice`. `Auto` takes a hardware GPU if there is one and otherwise the
     /// CPU, with a note saying why; `Gpu` takes any adapter (software ones too) and is an error
     /// only when there is none at all.
-    pub fn select(choice: BackendChoice) -> Result<Backend> {
+    pub async fn open(choice: BackendChoice) -> Result<Backend> {
         match choice {
             BackendChoice::Cpu => Ok(Backend::cpu()),
-            BackendChoice::Auto => Ok(match Self::open_gpu(false) {
+            BackendChoice::Auto => Ok(match Self::open_gpu(false).await {
                 Ok(backend) => backend,
                 Err(reason) => Backend { kind: Kind::Cpu, note: Some(reason) },
             }),
             BackendChoice::Gpu => {
-                Self::open_gpu(true).map_err(|reason| Error::Invalid(format!("--backend gpu: {reason}")))
+                Self::open_gpu(true).await.map_err(|reason| Error::Invalid(format!("--backend gpu: {reason}")))
             }
         }
     }
 
-    #[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
-    fn open_gpu(allow_software: bool) -> std::result::Result<Backend, String> {
-        let gpu = gpu::Gpu::open(allow_software)?;
+    /// [`Backend::open`] that never fails: a `Gpu` choice without a GPU gives the CPU with the
+    /// reason as its note (the tab shows it; the CLI refuses instead).
+    pub async fn open_or_cpu(choice: BackendChoice) -> Backend {
+        match choice {
+            BackendChoice::Gpu => match Self::open_gpu(true).await {
+                Ok(backend) => backend,
+                Err(reason) => {
+                    Backend { kind: Kind::Cpu, note: Some(format!("no usable GPU ({reason}); computed on the CPU")) }
+                }
+            },
+            other => Self::open(other).await.unwrap_or_else(|_| Backend::cpu()),
+        }
+    }
+
+    #[cfg(feature = "gpu")]
+    async fn open_gpu(allow_software: bool) -> std::result::Result<Backend, String> {
+        let gpu = gpu::Gpu::open(allow_software).await?;
         Ok(Backend { kind: Kind::Gpu(Box::new(gpu)), note: None })
     }
 
-    #[cfg(not(all(feature = "gpu", not(target_arch = "wasm32"))))]
-    fn open_gpu(_allow_software: bool) -> std::result::Result<Backend, String> {
+    #[cfg(not(feature = "gpu"))]
+    async fn open_gpu(_allow_software: bool) -> std::result::Result<Backend, String> {
         Err("this build has no GPU backend (built without the `gpu` feature)".into())
     }
 
@@ -114,7 +144,7 @@ impl Backend {
         let note = self.note.clone();
         match &self.kind {
             Kind::Cpu => BackendInfo { name: "cpu".into(), adapter: None, note },
-            #[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
+            #[cfg(feature = "gpu")]
             Kind::Gpu(gpu) => BackendInfo { name: "gpu".into(), adapter: Some(gpu.adapter().into()), note },
         }
     }
@@ -126,60 +156,82 @@ impl Backend {
     /// How many rows of an `n`-column matrix to hand over per product: the CPU widens a block
     /// to f64 at a time (a few MB); a GPU takes as many as one storage binding holds, so each
     /// read-back of the n x n result is worth many rows.
-    #[cfg_attr(not(all(feature = "gpu", not(target_arch = "wasm32"))), allow(unused_variables))]
+    #[cfg_attr(not(feature = "gpu"), allow(unused_variables))]
     pub fn block_rows(&self, n: usize) -> usize {
         match &self.kind {
             Kind::Cpu => cpu::BLOCK_ROWS,
-            #[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
+            #[cfg(feature = "gpu")]
             Kind::Gpu(gpu) => gpu.block_rows(n),
         }
         .max(1)
     }
 
     /// `acc += A^T B` for blocks of the same rows: A is rows x m, B rows x n.
-    pub fn add_product(&mut self, a: &DMatrix<f32>, b: &DMatrix<f32>, acc: &mut DMatrix<f64>) -> Result<()> {
+    pub async fn add_product(&mut self, a: &DMatrix<f32>, b: &DMatrix<f32>, acc: &mut DMatrix<f64>) -> Result<()> {
         match &self.kind {
             Kind::Cpu => {
                 cpu::add_product(a, b, acc);
                 Ok(())
             }
-            #[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
-            Kind::Gpu(gpu) => add_into(acc, &gpu.product(a, Some(b)).map_err(Error::Gpu)?),
+            #[cfg(feature = "gpu")]
+            Kind::Gpu(gpu) => add_into(acc, &gpu.product(a, Some(b)).await.map_err(Error::Gpu)?),
         }
     }
 
     /// `acc += A^T A` for a block of rows A (rows x n); `acc` stays exactly symmetric.
-    pub fn add_gram(&mut self, a: &DMatrix<f32>, acc: &mut DMatrix<f64>) -> Result<()> {
+    pub async fn add_gram(&mut self, a: &DMatrix<f32>, acc: &mut DMatrix<f64>) -> Result<()> {
         match &self.kind {
             Kind::Cpu => {
                 cpu::add_gram(a, acc);
                 Ok(())
             }
-            #[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
-            Kind::Gpu(gpu) => add_into(acc, &gpu.product(a, None).map_err(Error::Gpu)?),
+            #[cfg(feature = "gpu")]
+            Kind::Gpu(gpu) => add_into(acc, &gpu.product(a, None).await.map_err(Error::Gpu)?),
         }
     }
 
     /// Runs `work` on this backend; if the GPU fails on the way, it is dropped for the CPU, the
     /// reason kept as the note, and `work` runs again from the start (so no result mixes the
     /// two). Errors that are not the GPU's are returned as they are.
-    pub fn with_fallback<T>(&mut self, mut work: impl FnMut(&mut Backend) -> Result<T>) -> Result<T> {
-        match work(self) {
+    pub async fn with_fallback<T>(&mut self, mut work: impl AsyncFnMut(&mut Backend) -> Result<T>) -> Result<T> {
+        match work(self).await {
             Err(Error::Gpu(reason)) if self.is_gpu() => {
                 self.kind = Kind::Cpu;
                 self.note = Some(format!("the GPU failed ({reason}); computed on the CPU"));
-                work(self)
+                work(self).await
             }
             other => other,
         }
     }
 }
 
-#[cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
+#[cfg(feature = "gpu")]
 fn add_into(acc: &mut DMatrix<f64>, part: &DMatrix<f64>) -> Result<()> {
     if acc.shape() != part.shape() {
         return Err(Error::Gpu(format!("a product came back {:?}, expected {:?}", part.shape(), acc.shape())));
     }
     *acc += part;
     Ok(())
+}
+
+/// Runs a backend's future to its end where nothing can await it: natively, by blocking (the
+/// CPU's and native wgpu's futures are ready at once anyway). In the browser only the CPU's
+/// futures can be run so; a GPU's there must be awaited, and one that is not ready is an error.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn block_on<T>(future: impl Future<Output = Result<T>>) -> Result<T> {
+    pollster::block_on(future)
+}
+
+/// Runs a backend's future to its end where nothing can await it: natively, by blocking (the
+/// CPU's and native wgpu's futures are ready at once anyway). In the browser only the CPU's
+/// futures can be run so; a GPU's there must be awaited, and one that is not ready is an error.
+#[cfg(target_arch = "wasm32")]
+pub fn block_on<T>(future: impl Future<Output = Result<T>>) -> Result<T> {
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match std::pin::pin!(future).poll(&mut context) {
+        std::task::Poll::Ready(result) => result,
+        std::task::Poll::Pending => {
+            Err(Error::Gpu("a GPU's results are awaited in the browser; this path cannot wait for them".into()))
+        }
+    }
 }

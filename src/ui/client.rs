@@ -86,6 +86,11 @@ pub fn set_shown(model: ModelId, files: Files) {
     CLIENT.with_borrow_mut(|c| c.shown = Some((model, files)));
 }
 
+/// The shown model's files (to analyse it again, e.g. on another backend).
+pub fn shown_files() -> Option<Files> {
+    CLIENT.with_borrow(|c| c.shown.as_ref().map(|(_, files)| files.clone()))
+}
+
 fn on_message(event: web_sys::MessageEvent) {
     let data = event.data();
     let id = field(&data, "id").as_f64().unwrap_or(-1.0) as u64;
@@ -287,7 +292,7 @@ pub fn restart(reason: &str) {
     if let Some((model, files)) = shown {
         wasm_bindgen_futures::spawn_local(async move {
             let names = files.iter().map(|(name, _)| name.clone()).collect();
-            let reload = Request::Load { model, names, analyse: false, prepend_bos: true };
+            let reload = Request::Load { model, names, analyse: false, prepend_bos: true, backend: Default::default() };
             if let Err(e) = send(&reload, &files, false).await
                 && let Some(hooks) = hooks()
             {

@@ -1,5 +1,6 @@
 //! Share links: the URL's fragment holds the view (model, tab, head, metric, mode, sequence,
-//! BOS switch, induction-head threshold, suite or, deflated, a teacher's sheet, prompt), so a link opens the same view. A local model is named by its file name and
+//! BOS switch, induction-head threshold, suite or, deflated, a teacher's sheet, prompt, and a
+//! forced backend), so a link opens the same view. A local model is named by its file name and
 //! the first digits of its SHA-256; the page asks for the file and checks the hash. The text
 //! itself is read and written by the core (src/link.rs).
 
@@ -8,6 +9,7 @@ use wasm_bindgen::JsValue;
 
 use super::state::{Awaited, Ctx, Identity, Metric, Origin, Sequence, Tab};
 use crate::analysis::Mode;
+use crate::backend::BackendChoice;
 use crate::link::{self, encode_component};
 use crate::probes::Suite;
 use crate::probes::exercise::link_form;
@@ -47,6 +49,12 @@ pub fn fragment(ctx: Ctx) -> Option<String> {
         }
     }
     parts.push(format!("prompt={}", encode_component(&ctx.prompt.get())));
+    // Auto is the default, left out so links stay as they were; a forced backend travels.
+    match ctx.backend.get() {
+        BackendChoice::Auto => {}
+        BackendChoice::Gpu => parts.push("backend=gpu".into()),
+        BackendChoice::Cpu => parts.push("backend=cpu".into()),
+    }
     Some(format!("#{}", parts.join("&")))
 }
 
@@ -93,6 +101,9 @@ pub fn apply(ctx: Ctx, fragment: &str) -> bool {
     }
     if let Some(prompt) = fields.prompt {
         ctx.prompt.set(prompt);
+    }
+    if let Some(backend) = fields.backend {
+        ctx.backend.set(backend);
     }
     if !fields.wants_demo {
         ctx.awaited.set(Some(Awaited {

@@ -25,6 +25,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
 use crate::analysis::Mode;
+use crate::backend::BackendChoice;
 use state::{Ctx, DEFAULT_MODEL_URL, Tab};
 
 #[wasm_bindgen(start)]
@@ -276,6 +277,32 @@ fn timings(steps: &[crate::worker::protocol::Timing]) -> impl IntoView + use<> {
     }
 }
 
+/// Where the Gram matrices are computed: auto (a hardware GPU through WebGPU when the browser
+/// offers one), the GPU (any adapter, software ones too) or the CPU. Changing it analyses the
+/// shown model again.
+fn backend_setting(ctx: Ctx) -> impl IntoView {
+    let choose = move |ev: leptos::ev::Event| {
+        let choice = BackendChoice::parse(&event_target_value(&ev)).unwrap_or_default();
+        ctx.backend.set(choice);
+        let shown = ctx.loaded.get_untracked().filter(|l| l.backend_asked != choice);
+        if let (Some(loaded), Some(files), None) = (shown, client::shown_files(), ctx.busy.get_untracked()) {
+            let demo = matches!(loaded.origin, state::Origin::Demo);
+            spawn_local(state::load(ctx, loaded.name.clone(), demo, files));
+        }
+    };
+    let chosen = move |choice: BackendChoice| move || ctx.backend.get() == choice;
+    view! {
+        <label class="setting" title="Where the Gram matrices (the vocabulary-sized products) are computed. Auto uses WebGPU on a hardware GPU and otherwise the CPU; GPU uses any WebGPU adapter, software ones too. Both give the same numbers (to ~1e-9).">
+            "Compute on "
+            <select id="backend-choice" on:change=choose>
+                <option value="auto" prop:selected=chosen(BackendChoice::Auto)>"auto"</option>
+                <option value="gpu" prop:selected=chosen(BackendChoice::Gpu)>"GPU (WebGPU)"</option>
+                <option value="cpu" prop:selected=chosen(BackendChoice::Cpu)>"CPU"</option>
+            </select>
+        </label>
+    }
+}
+
 /// The loaded model's facts, the file pickers, progress with cancel, the status and error lines.
 #[component]
 fn ModelBar() -> impl IntoView {
@@ -315,6 +342,25 @@ fn ModelBar() -> impl IntoView {
                                 },
                                 state::Origin::Demo => "the demo model".into(),
                             };
+                            let backend = &l.folded.backend;
+                            // A GPU asked for and not used, or one that failed, is said aloud;
+                            // `auto` finding no hardware GPU is the ordinary case (a tooltip).
+                            let note = backend.note.clone().filter(|note| {
+                                l.backend_asked == BackendChoice::Gpu || note.starts_with("the GPU failed")
+                            });
+                            let backend_view = view! {
+                                <span class="fact" id="model-backend" title=backend.note.clone().unwrap_or_default()>
+                                    {format!("Grams on {}", backend.label())}
+                                </span>
+                                {note
+                                    .map(|note| {
+                                        view! {
+                                            <span class="backend-note" id="backend-note" role="status">
+                                                {note}
+                                            </span>
+                                        }
+                                    })}
+                            };
                             view! {
                                 <strong id="model-name">{l.name.clone()}</strong>
                                 <span>
@@ -332,6 +378,7 @@ fn ModelBar() -> impl IntoView {
                                 <span>{accuracy}</span>
                                 <span class="fact" id="model-bos">{bos}</span>
                                 <span class="fact" id="model-hash">{hash}</span>
+                                {backend_view}
                                 {timings(&l.timings)}
                                 {facts}
                             }
@@ -347,6 +394,7 @@ fn ModelBar() -> impl IntoView {
                 />
                 " Start sequences with the model's BOS"
             </label>
+            {backend_setting(ctx)}
             {file_button(ctx, "file-input", "Open model files…", false)}
             {file_button(ctx, "folder-input", "Open a folder…", true)}
             <span class="hint">".safetensors, or config.json + tokenizer.json + shards + index"</span>

@@ -8,6 +8,7 @@ use leptos::prelude::*;
 
 use super::client::{self, Files};
 use crate::analysis::{Fingerprint, HeadFingerprint, HeadId, Mode, ModelFingerprint};
+use crate::backend::BackendChoice;
 use crate::compare::{ComparisonRow, INDUCTION_HEAD_THRESHOLD};
 use crate::probes::Suite;
 use crate::probes::induction::HeadScores;
@@ -74,6 +75,8 @@ pub struct Loaded {
     /// Whether the runs above started with the model's BOS (the setting they were made with).
     pub probe_bos: bool,
     pub timings: Vec<Timing>,
+    /// The backend the load asked for (the results say which one computed them).
+    pub backend_asked: BackendChoice,
 }
 
 impl Loaded {
@@ -163,6 +166,7 @@ impl Loaded {
             text_run: None,
             probe_bos,
             timings: self.timings.clone(),
+            backend_asked: self.backend_asked,
         }
     }
 }
@@ -278,6 +282,8 @@ pub struct Ctx {
     pub awaited: RwSignal<Option<Awaited>>,
     /// The head a share link asked for, applied when its model has loaded.
     pub linked_head: RwSignal<Option<String>>,
+    /// Where the next load computes its Gram matrices (`backend=` in a link; auto when absent).
+    pub backend: RwSignal<BackendChoice>,
 }
 
 impl Default for Ctx {
@@ -303,6 +309,7 @@ impl Default for Ctx {
             threshold: RwSignal::new(INDUCTION_HEAD_THRESHOLD),
             awaited: RwSignal::new(None),
             linked_head: RwSignal::new(None),
+            backend: RwSignal::new(BackendChoice::Auto),
         }
     }
 }
@@ -338,12 +345,13 @@ pub async fn load(ctx: Ctx, label: String, demo: bool, files: Files) {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let names = files.iter().map(|(name, _)| name.clone()).collect();
     let prepend_bos = ctx.prepend_bos.get_untracked();
+    let backend = ctx.backend.get_untracked();
     // Local files are identified for share links in a second worker while this one analyses.
     let identity = RwSignal::new(Identity::Pending);
     if !demo {
         leptos::task::spawn_local(identify_files(ctx, files.clone(), identity));
     }
-    let reply = client::request(&Request::Load { model: id, names, analyse: true, prepend_bos }, &files).await;
+    let reply = client::request(&Request::Load { model: id, names, analyse: true, prepend_bos, backend }, &files).await;
     match reply {
         Ok(Reply::Analysed(analysis)) => {
             let Analysis { info, folded, induction, timings } = *analysis;
@@ -359,6 +367,7 @@ pub async fn load(ctx: Ctx, label: String, demo: bool, files: Files) {
                 text_run: None,
                 probe_bos: prepend_bos,
                 timings,
+                backend_asked: backend,
             };
             show(ctx, loaded, files);
         }

@@ -1,9 +1,15 @@
 //! The worker's browser glue: takes messages `{id, json, files}`, hands the request to the
 //! `Session`, posts back `{id, kind: "progress" | "reply", json, memory}`. Files are read by
 //! byte range with `FileReaderSync` (workers only), one tensor at a time, never whole.
+//!
+//! Requests are answered one at a time, in the order they came: a load whose Grams are on the
+//! GPU waits for WebGPU through the event loop, and messages that arrive meanwhile queue up
+//! behind it instead of running beside it.
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::rc::Rc;
+use std::task::{Poll, Waker};
 
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
@@ -108,46 +114,95 @@ pub(crate) fn field(data: &JsValue, key: &str) -> JsValue {
     js_sys::Reflect::get(data, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
 }
 
+/// A message from the page, as it came.
+struct Message {
+    id: f64,
+    json: String,
+    blobs: Vec<web_sys::Blob>,
+}
+
+/// Messages not yet answered, and the answering task when it waits for one.
+#[derive(Default)]
+struct Inbox {
+    waiting: VecDeque<Message>,
+    waker: Option<Waker>,
+}
+
+/// The next message, when there is one.
+async fn next(inbox: &RefCell<Inbox>) -> Message {
+    std::future::poll_fn(|context| {
+        let mut inbox = inbox.borrow_mut();
+        match inbox.waiting.pop_front() {
+            Some(message) => Poll::Ready(message),
+            None => {
+                inbox.waker = Some(context.waker().clone());
+                Poll::Pending
+            }
+        }
+    })
+    .await
+}
+
+/// Answers one message: the request's reply (or its error) as JSON.
+async fn answer(session: &mut Session, Message { id, json, blobs }: Message) -> String {
+    let result = match serde_json::from_str::<Request>(&json) {
+        Ok(request) => {
+            let names = match &request {
+                Request::Load { names, .. } | Request::Hash { names } => names.clone(),
+                _ => Vec::new(),
+            };
+            let files = blobs
+                .into_iter()
+                .enumerate()
+                .map(|(i, blob)| {
+                    let name = names.get(i).cloned().unwrap_or_else(|| format!("file {i}"));
+                    let size = blob.size();
+                    let source = BlobSource { name, blob };
+                    if size <= WHOLE_READ_BYTES
+                        && let Ok(bytes) = source.read_range(0, size as usize)
+                    {
+                        return Box::new(MemorySource::new(source.name, bytes)) as Box<dyn ByteSource>;
+                    }
+                    Box::new(source) as Box<dyn ByteSource>
+                })
+                .collect();
+            session.answer(request, files, reporter(id)).await.map_err(|e| e.to_string())
+        }
+        Err(e) => Err(format!("the worker did not understand the request: {e}")),
+    };
+    serde_json::to_string(&result)
+        .unwrap_or_else(|e| format!("{{\"Err\":\"the worker could not encode its reply: {e}\"}}"))
+}
+
 /// Starts answering the page's messages (called by `worker.js` once the wasm is ready).
 #[wasm_bindgen]
 pub fn worker_main() {
     console_error_panic_hook::set_once();
-    let session = RefCell::new(Session::new(now));
+    let inbox = Rc::new(RefCell::new(Inbox::default()));
+    let arrived = inbox.clone();
     let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
         let data = event.data();
-        let id = field(&data, "id").as_f64().unwrap_or(-1.0);
-        let json = field(&data, "json").as_string().unwrap_or_default();
-        let blobs: Vec<web_sys::Blob> =
-            js_sys::Array::from(&field(&data, "files")).iter().filter_map(|b| b.dyn_into().ok()).collect();
-        let result = match serde_json::from_str::<Request>(&json) {
-            Ok(request) => {
-                let names = match &request {
-                    Request::Load { names, .. } | Request::Hash { names } => names.clone(),
-                    _ => Vec::new(),
-                };
-                let files = blobs
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, blob)| {
-                        let name = names.get(i).cloned().unwrap_or_else(|| format!("file {i}"));
-                        let size = blob.size();
-                        let source = BlobSource { name, blob };
-                        if size <= WHOLE_READ_BYTES
-                            && let Ok(bytes) = source.read_range(0, size as usize)
-                        {
-                            return Box::new(MemorySource::new(source.name, bytes)) as Box<dyn ByteSource>;
-                        }
-                        Box::new(source) as Box<dyn ByteSource>
-                    })
-                    .collect();
-                session.borrow_mut().handle(request, files, reporter(id)).map_err(|e| e.to_string())
-            }
-            Err(e) => Err(format!("the worker did not understand the request: {e}")),
+        let message = Message {
+            id: field(&data, "id").as_f64().unwrap_or(-1.0),
+            json: field(&data, "json").as_string().unwrap_or_default(),
+            blobs: js_sys::Array::from(&field(&data, "files")).iter().filter_map(|b| b.dyn_into().ok()).collect(),
         };
-        let json = serde_json::to_string(&result)
-            .unwrap_or_else(|e| format!("{{\"Err\":\"the worker could not encode its reply: {e}\"}}"));
-        post(id, "reply", &json);
+        let mut inbox = arrived.borrow_mut();
+        inbox.waiting.push_back(message);
+        if let Some(waker) = inbox.waker.take() {
+            waker.wake();
+        }
     });
     scope().set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     on_message.forget();
+    // The one task that owns the session: it answers each message in turn, to the end.
+    wasm_bindgen_futures::spawn_local(async move {
+        let mut session = Session::new(now);
+        loop {
+            let message = next(&inbox).await;
+            let id = message.id;
+            let json = answer(&mut session, message).await;
+            post(id, "reply", &json);
+        }
+    });
 }

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::{HeadFingerprint, HeadId, Mode, ModelFingerprint};
+use crate::backend::BackendChoice;
 use crate::model::ModelConfig;
 use crate::probes::Suite;
 use crate::probes::induction::InductionReport;
@@ -18,8 +19,16 @@ pub type ModelId = u64;
 pub enum Request {
     /// Reads the files sent alongside (in `names` order) as model `model`. With `analyse`, also
     /// fingerprints every head (folded) and runs the default induction probe; without, only
-    /// loads (the page already holds the results: a restart after a cancel).
-    Load { model: ModelId, names: Vec<String>, analyse: bool, prepend_bos: bool },
+    /// loads (the page already holds the results: a restart after a cancel). The Grams are
+    /// computed on `backend` (the GPU through WebGPU, or the CPU; the results say which).
+    Load {
+        model: ModelId,
+        names: Vec<String>,
+        analyse: bool,
+        prepend_bos: bool,
+        #[serde(default)]
+        backend: BackendChoice,
+    },
     /// The SHA-256 of the files sent alongside (share links name local files by it). The page
     /// asks a second worker for it once a load has begun, so the first heads never wait for a
     /// whole model to be read twice.

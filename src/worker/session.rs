@@ -14,7 +14,7 @@ use crate::analysis::circuits::Grams;
 use crate::analysis::fingerprint::fingerprint_layers;
 use crate::analysis::ov_logits::{MatrixTokens, bottom_k, top_k};
 use crate::analysis::{HeadId, Mode, ModelFingerprint, OvTokenLogits};
-use crate::backend::Backend;
+use crate::backend::{Backend, BackendChoice, block_on};
 use crate::model::{ModelConfig, ModelStream, Weights};
 use crate::probes::induction::{
     DEFAULT_SEQUENCES, induction_cells, induction_probe_with_progress, random_first_copies, text_window_first_copies,
@@ -210,6 +210,7 @@ fn held_in(models: &HashMap<ModelId, Held>, model: ModelId) -> Result<&Held> {
 struct Loading {
     analyse: bool,
     prepend_bos: bool,
+    backend: BackendChoice,
 }
 
 pub struct Session {
@@ -218,11 +219,28 @@ pub struct Session {
     logits: Option<((ModelId, Mode, HeadId), OvTokenLogits)>,
     /// Milliseconds since some origin (`performance.now()` in the browser).
     clock: fn() -> f64,
+    /// The backend the last load asked for, kept open for the next (a GPU device and its
+    /// compiled kernels are worth keeping).
+    backend: Option<(BackendChoice, Backend)>,
 }
 
 impl Session {
     pub fn new(clock: fn() -> f64) -> Self {
-        Session { models: HashMap::new(), logits: None, clock }
+        Session { models: HashMap::new(), logits: None, clock, backend: None }
+    }
+
+    /// The backend for `choice`: the one kept if it is the same choice and still what was
+    /// asked for (a GPU that fell back to the CPU, or an `auto` that found none, is tried anew).
+    async fn backend(&mut self, choice: BackendChoice) -> &mut Backend {
+        let keep = matches!(&self.backend, Some((kept, backend)) if *kept == choice && (backend.is_gpu() || choice == BackendChoice::Cpu));
+        if !keep {
+            self.backend = None;
+        }
+        let (_, backend) = match self.backend.take() {
+            Some(kept) => self.backend.insert(kept),
+            None => self.backend.insert((choice, Backend::open_or_cpu(choice).await)),
+        };
+        backend
     }
 
     /// Models currently held (the page keeps at most the shown one and the one loading).
@@ -230,12 +248,30 @@ impl Session {
         self.models.len()
     }
 
-    /// Answers one request. `files` are the files of a `Load`, in its `names` order.
+    /// Answers one request where nothing awaits (natively; see [`block_on`]).
     pub fn handle(&mut self, request: Request, files: Vec<Box<dyn ByteSource>>, report: Reporter) -> Result<Reply> {
+        block_on(self.answer(request, files, report))
+    }
+
+    /// Answers one request. `files` are the files of a `Load`, in its `names` order. Only a
+    /// load waits (for a GPU's Grams, in the browser); everything else is answered at once.
+    pub async fn answer(
+        &mut self,
+        request: Request,
+        files: Vec<Box<dyn ByteSource>>,
+        report: Reporter,
+    ) -> Result<Reply> {
         match request {
-            Request::Load { model, names, analyse, prepend_bos } => {
-                self.load(model, names, files, Loading { analyse, prepend_bos }, report)
+            Request::Load { model, names, analyse, prepend_bos, backend } => {
+                self.load(model, names, files, Loading { analyse, prepend_bos, backend }, report).await
             }
+            other => self.answer_now(other, files, report),
+        }
+    }
+
+    fn answer_now(&mut self, request: Request, files: Vec<Box<dyn ByteSource>>, report: Reporter) -> Result<Reply> {
+        match request {
+            Request::Load { .. } => Err(Error::Invalid("a load is answered by `answer`".into())),
             Request::Hash { names } => {
                 if names.len() != files.len() {
                     return Err(Error::Io(format!("{} file names for {} files", names.len(), files.len())));
@@ -335,12 +371,12 @@ impl Session {
         Ok((held, &self.logits.as_ref().expect("just filled").1))
     }
 
-    fn load(
+    async fn load(
         &mut self,
         id: ModelId,
         names: Vec<String>,
         files: Vec<Box<dyn ByteSource>>,
-        Loading { analyse, prepend_bos }: Loading,
+        Loading { analyse, prepend_bos, backend }: Loading,
         report: Reporter,
     ) -> Result<Reply> {
         if names.len() != files.len() {
@@ -376,9 +412,11 @@ impl Session {
             };
             // Named before the first block is read, so the busy line never shows the stage before.
             report(Progress::new(stage, 0, model.config.vocab as u64));
-            let grams = Grams::stream_with_progress(&model, &mut Backend::cpu(), &mut |done, vocab| {
+            let backend = self.backend(backend).await;
+            let grams = Grams::gather(&model, backend, &mut |done, vocab| {
                 report(Progress::new(stage, done as u64, vocab as u64))
-            })?;
+            })
+            .await?;
             timings.push(timed("gram", started));
             (model.config.clone(), model.parameter_count, model.facts().to_vec(), tokenizer, bos, grams)
         };

@@ -772,6 +772,118 @@ await test('many heads get the canvas grid: hover gives the exact value, keyboar
   await p.close();
 });
 
+/// Every quantity of two exported fingerprints (`folded`, the GPU's and the CPU's) within
+/// `tolerance`: numbers relative to max(|cpu|, 1) (`scale`: to |cpu| alone), spectra matched
+/// eigenvalue to nearest eigenvalue within tolerance × the largest; the rest equal. Returns
+/// the worst difference, relative to what was allowed × tolerance.
+function compareFingerprints(gpu, cpu, tolerance) {
+  let worst = 0;
+  let checked = 0;
+  const walk = (g, c, where, key) => {
+    if (key === 'backend') return;
+    if (typeof c === 'number') {
+      expect(typeof g === 'number', `${where}: GPU ${g}, CPU ${c}`);
+      const allowed = tolerance * (key === 'scale' ? Math.abs(c) : Math.max(Math.abs(c), 1));
+      const diff = Math.abs(g - c);
+      expect(diff <= allowed, `${where}: GPU ${g}, CPU ${c} (allowed ±${allowed})`);
+      if (allowed > 0) worst = Math.max(worst, (diff / allowed) * tolerance);
+      checked++;
+    } else if (key === 'eigenvalues' && Array.isArray(c)) {
+      expect(Array.isArray(g) && g.length === c.length, `${where}: eigenvalue count`);
+      const largest = Math.max(0, ...c.map(([re, im]) => Math.hypot(re, im)));
+      const unused = g.slice();
+      for (const [re, im] of c) {
+        let best = -1, distance = Infinity;
+        unused.forEach(([r, i], k) => { const d = Math.hypot(r - re, i - im); if (d < distance) { distance = d; best = k; } });
+        expect(distance <= tolerance * largest, `${where}: eigenvalue ${re}+${im}i unmatched (nearest off by ${distance})`);
+        if (largest > 0) worst = Math.max(worst, distance / largest);
+        unused.splice(best, 1);
+        checked++;
+      }
+    } else if (Array.isArray(c)) {
+      expect(Array.isArray(g) && g.length === c.length, `${where}: length`);
+      c.forEach((v, i) => walk(g[i], v, `${where}[${i}]`, key));
+    } else if (c !== null && typeof c === 'object') {
+      expect(g !== null && typeof g === 'object', `${where}: object`);
+      for (const k of Object.keys(c)) walk(g[k], c[k], `${where}.${k}`, k);
+    } else {
+      expect(g === c, `${where}: GPU ${JSON.stringify(g)}, CPU ${JSON.stringify(c)}`);
+    }
+  };
+  walk(gpu, cpu, 'folded', 'folded');
+  expect(checked > 100, `only ${checked} quantities compared`);
+  return worst;
+}
+
+/// Tolerance of every fingerprint quantity computed on a GPU against the CPU (the issue's 1e-4;
+/// lavapipe natively gives ≤ 3.3e-9).
+const GPU_TOLERANCE = 1e-4;
+
+/// The demo's and the GPT-2 fixture's exported fingerprints on the CPU (the GPU tests' reference).
+const cpuExports = {};
+await test('backend=cpu in a link computes on the CPU and says so', async () => {
+  const p = await context.newPage();
+  watch(p);
+  await p.goto(origin + '/#model=demo&backend=cpu');
+  await p.waitForSelector('#head-grid .cell', { timeout: 60000 });
+  expect((await p.textContent('#model-backend')).trim() === 'Grams on CPU', 'the page names the CPU');
+  expect(await p.locator('#backend-note').count() === 0, 'no note when the CPU was asked for');
+  expect(await p.inputValue('#backend-choice') === 'cpu', 'the setting shows the link');
+  cpuExports.demo = JSON.parse((await download(p, '#export-json')).bytes.toString());
+  expect(cpuExports.demo.backend.name === 'cpu', `JSON backend ${JSON.stringify(cpuExports.demo.backend)}`);
+  await p.setInputFiles('#file-input', ['config.json', 'tokenizer.json', 'model.safetensors'].map((f) => path.join(fixtures, 'gpt2', f)));
+  await p.waitForFunction(() => /gpt2 · 2 layers/.test(document.querySelector('#model-info')?.textContent ?? ''), null, { timeout: 60000 });
+  cpuExports.gpt2 = JSON.parse((await download(p, '#export-json')).bytes.toString());
+  expect(/backend=cpu/.test(p.url()), `the link keeps the backend: ${p.url()}`);
+  await p.close();
+});
+
+await test("backend=gpu runs on SwiftShader's WebGPU and matches the CPU", async () => {
+  // A second browser with WebGPU on SwiftShader (a software adapter, so only a forced `gpu`
+  // takes it; see /work/shared/spec/toolchain.md for the flags).
+  const args = CHROMIUM_ARGS.filter((a) => a !== '--disable-gpu').concat(['--enable-unsafe-webgpu', '--use-webgpu-adapter=swiftshader']);
+  const gpuBrowser = await chromium.launch({ executablePath: chromiumPath, args });
+  try {
+    const gpuContext = await gpuBrowser.newContext({ viewport: { width: 1280, height: 900 }, acceptDownloads: true, serviceWorkers: 'block' });
+    const p = await gpuContext.newPage();
+    watch(p);
+    gpuContext.on('request', (r) => requests.push(r.url()));
+    await p.goto(origin + '/#model=demo&backend=gpu');
+    await p.waitForSelector('#head-grid .cell', { timeout: 90000 });
+    const label = (await p.textContent('#model-backend')).trim();
+    expect(/^Grams on WebGPU — .*swiftshader/.test(label), `the page names WebGPU and the adapter: ${label}`);
+    expect(await p.locator('#backend-note').count() === 0, 'no fallback note');
+    const demo = JSON.parse((await download(p, '#export-json')).bytes.toString());
+    expect(demo.backend.name === 'gpu' && /swiftshader.*\(WebGPU\)/.test(demo.backend.adapter), `JSON backend ${JSON.stringify(demo.backend)}`);
+    const worstDemo = compareFingerprints(demo.folded, cpuExports.demo.folded, GPU_TOLERANCE);
+    await shot('webgpu-swiftshader', false, p);
+    // A GPT-2 fixture through the file input (the GPU device is kept between loads).
+    await p.setInputFiles('#file-input', ['config.json', 'tokenizer.json', 'model.safetensors'].map((f) => path.join(fixtures, 'gpt2', f)));
+    await p.waitForFunction(() => /gpt2 · 2 layers/.test(document.querySelector('#model-info')?.textContent ?? ''), null, { timeout: 60000 });
+    const gpt2 = JSON.parse((await download(p, '#export-json')).bytes.toString());
+    expect(gpt2.backend.name === 'gpu', `GPT-2 JSON backend ${JSON.stringify(gpt2.backend)}`);
+    const worstGpt2 = compareFingerprints(gpt2.folded, cpuExports.gpt2.folded, GPU_TOLERANCE);
+    console.log(`     WebGPU (SwiftShader) vs CPU, worst relative difference: demo ${worstDemo.toExponential(2)}, gpt2 ${worstGpt2.toExponential(2)}`);
+  } finally {
+    await gpuBrowser.close();
+  }
+});
+
+await test('backend=gpu without WebGPU falls back to the CPU with a note', async () => {
+  const p = await context.newPage();
+  watch(p);
+  await p.goto(origin + '/#model=demo&backend=gpu');
+  await p.waitForSelector('#head-grid .cell', { timeout: 60000 });
+  expect((await p.textContent('#model-backend')).trim() === 'Grams on CPU', 'the CPU computed');
+  const note = (await p.textContent('#backend-note')).trim();
+  expect(/no usable GPU .*computed on the CPU/.test(note), `the note: ${note}`);
+  const json = JSON.parse((await download(p, '#export-json')).bytes.toString());
+  expect(json.backend.name === 'cpu' && json.backend.note === note, `JSON backend ${JSON.stringify(json.backend)}`);
+  expect(JSON.stringify(json.folded.heads) === JSON.stringify(cpuExports.demo.folded.heads), 'the CPU numbers, exactly');
+  await shot('gpu-fallback-note', false, p);
+  await p.close();
+});
+
 await test('nothing leaves the page origin and nothing went wrong', async () => {
   const foreign = requests.filter((u) => !u.startsWith(origin) && !u.startsWith('data:') && !u.startsWith('blob:'));
   expect(foreign.length === 0, `foreign requests: ${foreign.join(', ')}`);
