@@ -67,6 +67,22 @@ pub fn fold_reading_transposed(norm: &Norm, kind: NormKind, w: &mut DMatrix<f64>
 /// its Grams were within 2e-7 relative, but an embedding with a common direction (as trained
 /// ones have) makes `A^T A = W_V^T G_E W_V` ill-conditioned, and κ of the token-space OV circuit
 /// came out up to 3% off. In f64 the same comparison agrees to ~1e-10.
+/// Vocabulary rows per Gram segment: the unit of work the tab's pool hands a worker (and the
+/// order of the sums everywhere, so every path gives the same bits). 4096 rows of GPT-2's
+/// width are ~6 GFLOP, far more than passing the 768 x 768 result between workers.
+pub const SEGMENT_ROWS: usize = 4096;
+
+/// How many segments a vocabulary's Grams are summed from (at least one).
+pub fn segments(vocab: usize) -> usize {
+    vocab.div_ceil(SEGMENT_ROWS).max(1)
+}
+
+/// The vocabulary rows of one segment.
+pub fn segment_rows(vocab: usize, segment: usize) -> std::ops::Range<usize> {
+    (segment * SEGMENT_ROWS).min(vocab)..((segment + 1) * SEGMENT_ROWS).min(vocab)
+}
+
+#[derive(Clone)]
 pub struct Grams {
     pub embed: DMatrix<f64>,
     /// `W_U W_E`; empty when tied (then it equals `embed`).
@@ -100,6 +116,10 @@ impl Grams {
     /// time (from memory or by byte range: the same blocks either way, so the same sums in the
     /// same order) and never held whole. `each(rows done, vocabulary)` follows every block (the
     /// tab shows it); a GPU that fails restarts the count on the CPU.
+    ///
+    /// The sum is taken as the tab's worker pool takes it: each segment of [`SEGMENT_ROWS`]
+    /// vocabulary rows summed from zero, then the segments added in order ([`Grams::add`]). So
+    /// the pool, whichever worker computed which segment, gives these same bits.
     pub fn stream_with_progress(
         model: &(impl Weights + ?Sized),
         backend: &mut Backend,
@@ -109,14 +129,8 @@ impl Grams {
         let tied = model.tied();
         let mut grams = backend.with_fallback(|backend| {
             let mut grams = Grams::zeros(d_model, tied);
-            let block = backend.block_rows(d_model);
-            for start in (0..vocab).step_by(block) {
-                let rows = start..(start + block).min(vocab);
-                let embed = model.embedding_rows(rows.clone())?;
-                // W_U's columns for these tokens, as rows (W_U^T's rows, as the files hold them).
-                let unembed = if tied { None } else { Some(model.unembedding_rows(rows.clone())?) };
-                grams.add_block(backend, &embed, unembed.as_ref())?;
-                each(rows.end, vocab);
+            for segment in 0..segments(vocab) {
+                grams.add(&Grams::segment_with_progress(model, backend, segment, each)?)?;
             }
             Ok(grams)
         })?;
@@ -124,7 +138,80 @@ impl Grams {
         Ok(grams)
     }
 
-    fn zeros(d_model: usize, tied: bool) -> Grams {
+    /// One segment's share of the Grams (`segment` < [`segments`]), summed from zero: what one
+    /// worker of the tab's pool computes; [`Grams::add`] the segments in order for the Grams.
+    pub fn segment(model: &(impl Weights + ?Sized), backend: &mut Backend, segment: usize) -> Result<Grams> {
+        let mut part = backend.with_fallback(|backend| Grams::segment_with_progress(model, backend, segment, &mut |_, _| {}))?;
+        part.backend = backend.info();
+        Ok(part)
+    }
+
+    fn segment_with_progress(
+        model: &(impl Weights + ?Sized),
+        backend: &mut Backend,
+        segment: usize,
+        each: &mut dyn FnMut(usize, usize),
+    ) -> Result<Grams> {
+        let (vocab, d_model) = (model.config().vocab, model.config().d_model);
+        let rows = segment_rows(vocab, segment);
+        let mut part = Grams::zeros(d_model, model.tied());
+        let block = backend.block_rows(d_model).min(SEGMENT_ROWS);
+        for start in rows.clone().step_by(block) {
+            let rows = start..(start + block).min(rows.end);
+            let embed = model.embedding_rows(rows.clone())?;
+            // W_U's columns for these tokens, as rows (W_U^T's rows, as the files hold them).
+            let unembed = if part.tied { None } else { Some(model.unembedding_rows(rows.clone())?) };
+            part.add_block(backend, &embed, unembed.as_ref())?;
+            each(rows.end, vocab);
+        }
+        Ok(part)
+    }
+
+    /// Adds another segment's Grams, entry by entry (the order of the additions is the caller's:
+    /// segment by segment, in order, gives [`Grams::stream_with_progress`]'s bits).
+    pub fn add(&mut self, part: &Grams) -> Result<()> {
+        if part.tied != self.tied || part.embed.shape() != self.embed.shape() || part.cross.shape() != self.cross.shape() {
+            return Err(crate::Error::Invalid("Gram segments of different models cannot be added".into()));
+        }
+        self.embed += &part.embed;
+        self.cross += &part.cross;
+        self.unembed += &part.unembed;
+        Ok(())
+    }
+
+    /// Every entry, in order: `embed`, `cross`, `unembed` (column-major); what passes between the
+    /// tab's workers, beside the shape in [`Grams::from_values`].
+    pub fn values(&self) -> Vec<f64> {
+        [&self.embed, &self.cross, &self.unembed].iter().flat_map(|m| m.as_slice().iter().copied()).collect()
+    }
+
+    /// The Grams whose [`Grams::values`] these are.
+    pub fn from_values(d_model: usize, tied: bool, values: &[f64]) -> Result<Grams> {
+        let square = d_model * d_model;
+        let expected = if tied { square } else { 3 * square };
+        if values.len() != expected {
+            return Err(crate::Error::Invalid(format!(
+                "{} Gram entries for width {d_model} ({}): expected {expected}",
+                values.len(),
+                if tied { "tied" } else { "untied" }
+            )));
+        }
+        let mut grams = Grams::zeros(d_model, tied);
+        grams.embed.as_mut_slice().copy_from_slice(&values[..square]);
+        if !tied {
+            grams.cross.as_mut_slice().copy_from_slice(&values[square..2 * square]);
+            grams.unembed.as_mut_slice().copy_from_slice(&values[2 * square..]);
+        }
+        Ok(grams)
+    }
+
+    /// Bytes the f64 entries take.
+    pub fn bytes(&self) -> u64 {
+        8 * (self.embed.len() + self.cross.len() + self.unembed.len()) as u64
+    }
+
+    /// All-zero Grams (the start of a sum).
+    pub fn zeros(d_model: usize, tied: bool) -> Grams {
         let (cross, unembed) = match tied {
             true => (DMatrix::zeros(0, 0), DMatrix::zeros(0, 0)),
             false => (DMatrix::zeros(d_model, d_model), DMatrix::zeros(d_model, d_model)),

@@ -187,24 +187,41 @@ pub fn fingerprint_layers(
     mode: Mode,
     each: &mut dyn FnMut(&HeadFingerprint, usize, usize),
 ) -> Result<ModelFingerprint> {
-    // The handle holds the files, which are not shared across threads; the workers get only
-    // what a head's weights need.
-    let (config, ln_final) = (&model.config, &model.ln_final);
+    let config = &model.config;
     let total = config.layers * config.heads;
     let mut heads = Vec::with_capacity(total);
     for l in 0..config.layers {
-        let layer = model.layer(l, LoadParts::Circuits)?;
-        let ids: Vec<HeadId> = (0..config.heads).map(|h| HeadId::new(l, h)).collect();
-        for head in fingerprint_heads(&ids, &|id| {
-            let weights = HeadWeights::new(config, &layer, ln_final, id.head, mode);
-            fingerprint_head_weights(&weights, grams, id)
-        }) {
+        for head in fingerprint_layer(model, grams, mode, l)? {
             heads.push(head);
             each(heads.last().expect("just pushed"), heads.len(), total);
         }
     }
-    let summary = ModelSummary::from_config(config, model.parameter_count);
-    Ok(ModelFingerprint { model: summary, mode: mode.name().into(), backend: grams.backend.clone(), heads })
+    Ok(assemble_fingerprint(&model.config, model.parameter_count, grams, mode, heads))
+}
+
+/// The heads of one layer, in order: the layer's attention read, its heads fingerprinted
+/// (threaded on native) and the layer dropped. The tab's pool hands each worker layers this way.
+pub fn fingerprint_layer(model: &ModelStream, grams: &Grams, mode: Mode, layer: usize) -> Result<Vec<HeadFingerprint>> {
+    let (config, ln_final) = (&model.config, &model.ln_final);
+    let weights = model.layer(layer, LoadParts::Circuits)?;
+    let ids: Vec<HeadId> = (0..config.heads).map(|h| HeadId::new(layer, h)).collect();
+    Ok(fingerprint_heads(&ids, &|id| {
+        let head = HeadWeights::new(config, &weights, ln_final, id.head, mode);
+        fingerprint_head_weights(&head, grams, id)
+    }))
+}
+
+/// A model's fingerprint from its heads in order (the layer-by-layer path and the tab's pool
+/// assemble it the same way).
+pub fn assemble_fingerprint(
+    config: &ModelConfig,
+    parameters: u64,
+    grams: &Grams,
+    mode: Mode,
+    heads: Vec<HeadFingerprint>,
+) -> ModelFingerprint {
+    let summary = ModelSummary::from_config(config, parameters);
+    ModelFingerprint { model: summary, mode: mode.name().into(), backend: grams.backend.clone(), heads }
 }
 
 /// `fingerprint(id)` of every head in `ids`, in order: split across all cores where there are
