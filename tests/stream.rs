@@ -8,12 +8,12 @@ use headprint::Error;
 use std::rc::Rc;
 
 use headprint::analysis::circuits::{Grams, SEGMENT_ROWS};
-use headprint::worker::pool::{GramSum, LayerHeads};
-use headprint::worker::protocol::{GramsData, Reply, Request, Role};
-use headprint::worker::session::Session;
 use headprint::analysis::{Mode, fingerprint_model, fingerprint_stream};
 use headprint::model::{LoadParts, Model, ModelStream, Weights};
 use headprint::weights::{ByteSource, MemorySource, ModelFiles, SafetensorsFile};
+use headprint::worker::pool::{GramSum, LayerHeads};
+use headprint::worker::protocol::{GramsData, Reply, Request, Role};
+use headprint::worker::session::Session;
 use safetensors::Dtype;
 use safetensors::tensor::TensorView;
 
@@ -356,7 +356,8 @@ fn the_worker_pool_gives_the_bits_of_one_worker_whichever_worker_computes_which_
     let mut alone = Session::new(|| 0.0);
     let load = Request::Load { model: 1, names: names(), analyse: true, prepend_bos: true };
     let Reply::Analysed(analysis) = trip(&mut alone, load, files()) else { panic!("the model loads") };
-    let Reply::Fingerprint { fingerprint: raw, .. } = trip(&mut alone, Request::Fingerprint { model: 1, mode: Mode::Raw }, vec![])
+    let Reply::Fingerprint { fingerprint: raw, .. } =
+        trip(&mut alone, Request::Fingerprint { model: 1, mode: Mode::Raw }, vec![])
     else {
         panic!("raw mode answers")
     };
@@ -367,8 +368,8 @@ fn the_worker_pool_gives_the_bits_of_one_worker_whichever_worker_computes_which_
     for (session, role) in pool.iter_mut().zip([Role::Lead, Role::Helper]) {
         opened.push(trip(session, Request::Open { model: 7, names: names(), role }, files()));
     }
-    let Reply::Opened { info, segments, lead_bytes, helper_bytes } = &opened[0] else { panic!("the lead opens") };
-    assert_eq!(*segments, 3);
+    let Reply::Opened { info, tied, segments, lead_bytes, helper_bytes } = &opened[0] else { panic!("the lead opens") };
+    assert_eq!((*segments, *tied), (3, false));
     assert!(helper_bytes < lead_bytes, "a helper holds less than the lead ({helper_bytes} vs {lead_bytes})");
     assert_eq!(serde_json::to_string(info).unwrap(), serde_json::to_string(&analysis.info).unwrap());
     let config = &info.config;
@@ -395,10 +396,12 @@ fn the_worker_pool_gives_the_bits_of_one_worker_whichever_worker_computes_which_
         let mut heads = LayerHeads::new(config.layers);
         for layer in (0..config.layers).rev() {
             let request = Request::FingerprintLayer { model: 7, mode, layer };
-            let Reply::Heads(got) = trip(&mut pool[layer % 2], request, vec![]) else { panic!("layer {layer} answers") };
+            let Reply::Heads(got) = trip(&mut pool[layer % 2], request, vec![]) else {
+                panic!("layer {layer} answers")
+            };
             heads.add(layer, got).unwrap();
         }
-        let pooled = heads.finish(config, info.parameters, &grams, mode).unwrap();
+        let pooled = heads.finish(config, info.parameters, &grams.backend, mode).unwrap();
         assert_eq!(serde_json::to_string(&pooled).unwrap(), serde_json::to_string(single).unwrap(), "{}", mode.name());
     }
     // A part the model does not have is refused by name, and a repeated segment by the sum.

@@ -141,7 +141,8 @@ impl Grams {
     /// One segment's share of the Grams (`segment` < [`segments`]), summed from zero: what one
     /// worker of the tab's pool computes; [`Grams::add`] the segments in order for the Grams.
     pub fn segment(model: &(impl Weights + ?Sized), backend: &mut Backend, segment: usize) -> Result<Grams> {
-        let mut part = backend.with_fallback(|backend| Grams::segment_with_progress(model, backend, segment, &mut |_, _| {}))?;
+        let mut part =
+            backend.with_fallback(|backend| Grams::segment_with_progress(model, backend, segment, &mut |_, _| {}))?;
         part.backend = backend.info();
         Ok(part)
     }
@@ -170,7 +171,10 @@ impl Grams {
     /// Adds another segment's Grams, entry by entry (the order of the additions is the caller's:
     /// segment by segment, in order, gives [`Grams::stream_with_progress`]'s bits).
     pub fn add(&mut self, part: &Grams) -> Result<()> {
-        if part.tied != self.tied || part.embed.shape() != self.embed.shape() || part.cross.shape() != self.cross.shape() {
+        if part.tied != self.tied
+            || part.embed.shape() != self.embed.shape()
+            || part.cross.shape() != self.cross.shape()
+        {
             return Err(crate::Error::Invalid("Gram segments of different models cannot be added".into()));
         }
         self.embed += &part.embed;

@@ -196,7 +196,7 @@ pub fn fingerprint_layers(
             each(heads.last().expect("just pushed"), heads.len(), total);
         }
     }
-    Ok(assemble_fingerprint(&model.config, model.parameter_count, grams, mode, heads))
+    Ok(assemble_fingerprint(&model.config, model.parameter_count, &grams.backend, mode, heads))
 }
 
 /// The heads of one layer, in order: the layer's attention read, its heads fingerprinted
@@ -216,12 +216,12 @@ pub fn fingerprint_layer(model: &ModelStream, grams: &Grams, mode: Mode, layer: 
 pub fn assemble_fingerprint(
     config: &ModelConfig,
     parameters: u64,
-    grams: &Grams,
+    backend: &BackendInfo,
     mode: Mode,
     heads: Vec<HeadFingerprint>,
 ) -> ModelFingerprint {
     let summary = ModelSummary::from_config(config, parameters);
-    ModelFingerprint { model: summary, mode: mode.name().into(), backend: grams.backend.clone(), heads }
+    ModelFingerprint { model: summary, mode: mode.name().into(), backend: backend.clone(), heads }
 }
 
 /// `fingerprint(id)` of every head in `ids`, in order: split across all cores where there are

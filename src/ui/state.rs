@@ -262,7 +262,7 @@ pub struct Ctx {
     /// Heads fingerprinted so far while the first model loads (the grid fills as they come).
     pub preview: RwSignal<Option<Preview>>,
     /// The worker's wasm memory (bytes; the peak so far).
-    pub worker_memory: RwSignal<f64>,
+    pub worker_memory: RwSignal<client::Memory>,
     /// The last load's error, shown until the next successful load.
     pub error: RwSignal<Option<String>>,
     /// The suite in the probes view (built-in or loaded).
@@ -294,7 +294,7 @@ impl Default for Ctx {
             hashing: RwSignal::new(None),
             running: RwSignal::new(Vec::new()),
             preview: RwSignal::new(None),
-            worker_memory: RwSignal::new(0.0),
+            worker_memory: RwSignal::new(client::Memory::default()),
             error: RwSignal::new(None),
             suite: RwSignal::new(Suite::builtin("bracket").expect("built-in suite")),
             prompt: RwSignal::new(DEFAULT_PROMPT.to_string()),

@@ -1,5 +1,6 @@
 //! The worker's browser glue: takes messages `{id, json, files}`, hands the request to the
-//! `Session`, posts back `{id, kind: "progress" | "reply", json, memory}`. Files are read by
+//! `Session`, posts back `{id, kind: "progress" | "reply", json, memory, payload?}` (the
+//! pool's Gram entries travel as a `Float64Array` beside the JSON, both ways). Files are read by
 //! byte range with `FileReaderSync` (workers only), one tensor at a time, never whole.
 
 use std::cell::{Cell, RefCell};
@@ -71,6 +72,12 @@ fn memory_bytes() -> f64 {
 }
 
 fn post(id: f64, kind: &str, json: &str) {
+    post_with(id, kind, json, None);
+}
+
+/// Posts a message; a payload (Gram entries) travels as a `Float64Array` whose buffer is moved,
+/// not copied, to the page.
+fn post_with(id: f64, kind: &str, json: &str, payload: Option<Vec<f64>>) {
     let message = js_sys::Object::new();
     for (key, value) in [
         ("id", JsValue::from_f64(id)),
@@ -80,7 +87,18 @@ fn post(id: f64, kind: &str, json: &str) {
     ] {
         let _ = js_sys::Reflect::set(&message, &JsValue::from_str(key), &value);
     }
-    let _ = scope().post_message(&message);
+    match payload {
+        Some(values) => {
+            let array = js_sys::Float64Array::from(values.as_slice());
+            drop(values);
+            let _ = js_sys::Reflect::set(&message, &JsValue::from_str("payload"), &array);
+            let transfer = js_sys::Array::of1(&array.buffer());
+            let _ = scope().post_message_with_transfer(&message, &transfer);
+        }
+        None => {
+            let _ = scope().post_message(&message);
+        }
+    }
 }
 
 /// Posts progress at most every `PROGRESS_INTERVAL_MS`; finished heads wait for the next post.
@@ -119,8 +137,14 @@ pub fn worker_main() {
         let json = field(&data, "json").as_string().unwrap_or_default();
         let blobs: Vec<web_sys::Blob> =
             js_sys::Array::from(&field(&data, "files")).iter().filter_map(|b| b.dyn_into().ok()).collect();
+        let mut payload = None;
         let result = match serde_json::from_str::<Request>(&json) {
-            Ok(request) => {
+            Ok(mut request) => {
+                if let (Some(slot), Ok(array)) =
+                    (request.payload_mut(), field(&data, "payload").dyn_into::<js_sys::Float64Array>())
+                {
+                    *slot = array.to_vec();
+                }
                 let names = match &request {
                     Request::Load { names, .. } | Request::Hash { names } => names.clone(),
                     _ => Vec::new(),
@@ -140,13 +164,17 @@ pub fn worker_main() {
                         Box::new(source) as Box<dyn ByteSource>
                     })
                     .collect();
-                session.borrow_mut().handle(request, files, reporter(id)).map_err(|e| e.to_string())
+                let mut reply = session.borrow_mut().handle(request, files, reporter(id)).map_err(|e| e.to_string());
+                if let Ok(reply) = &mut reply {
+                    payload = reply.payload_mut().map(std::mem::take);
+                }
+                reply
             }
             Err(e) => Err(format!("the worker did not understand the request: {e}")),
         };
         let json = serde_json::to_string(&result)
             .unwrap_or_else(|e| format!("{{\"Err\":\"the worker could not encode its reply: {e}\"}}"));
-        post(id, "reply", &json);
+        post_with(id, "reply", &json, payload);
     });
     scope().set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     on_message.forget();

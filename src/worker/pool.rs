@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use crate::analysis::circuits::Grams;
 use crate::analysis::fingerprint::assemble_fingerprint;
 use crate::analysis::{HeadFingerprint, Mode, ModelFingerprint};
+use crate::backend::BackendInfo;
 use crate::model::ModelConfig;
 use crate::{Error, Result};
 
@@ -70,12 +71,18 @@ impl LayerHeads {
     }
 
     /// The fingerprint, heads in order, once every layer is in.
-    pub fn finish(self, config: &ModelConfig, parameters: u64, grams: &Grams, mode: Mode) -> Result<ModelFingerprint> {
+    pub fn finish(
+        self,
+        config: &ModelConfig,
+        parameters: u64,
+        backend: &BackendInfo,
+        mode: Mode,
+    ) -> Result<ModelFingerprint> {
         let missing = self.layers.iter().filter(|l| l.is_none()).count();
         if missing > 0 {
             return Err(Error::Invalid(format!("{missing} layers' heads did not come back")));
         }
         let heads = self.layers.into_iter().flatten().flatten().collect();
-        Ok(assemble_fingerprint(config, parameters, grams, mode, heads))
+        Ok(assemble_fingerprint(config, parameters, backend, mode, heads))
     }
 }

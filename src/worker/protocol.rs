@@ -228,6 +228,7 @@ pub enum Reply {
     /// and `helper_bytes` are the estimated peaks of the lead and of each helper.
     Opened {
         info: Box<ModelInfo>,
+        tied: bool,
         segments: usize,
         lead_bytes: u64,
         helper_bytes: u64,

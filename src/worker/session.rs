@@ -373,7 +373,8 @@ impl Session {
                 let info = Box::new(held.info());
                 let segments = segments(held.config.vocab);
                 self.models.insert(model, held);
-                Ok(Reply::Opened { info, segments, lead_bytes: opening.lead_bytes, helper_bytes: opening.helper_bytes })
+                let (tied, lead_bytes, helper_bytes) = (opening.tied, opening.lead_bytes, opening.helper_bytes);
+                Ok(Reply::Opened { info, tied, segments, lead_bytes, helper_bytes })
             }
             Request::GramSegment { model, segment } => {
                 let held = self.held(model)?;
@@ -387,7 +388,11 @@ impl Session {
                 let grams = grams.grams()?;
                 let held = self.models.get_mut(&model).ok_or_else(|| not_loaded(model))?;
                 if grams.embed.nrows() != held.config.d_model {
-                    return Err(Error::Invalid(format!("Grams of width {} for a model of width {}", grams.embed.nrows(), held.config.d_model)));
+                    return Err(Error::Invalid(format!(
+                        "Grams of width {} for a model of width {}",
+                        grams.embed.nrows(),
+                        held.config.d_model
+                    )));
                 }
                 held.grams = Some(grams);
                 Ok(Reply::Done)
