@@ -3,7 +3,7 @@
 //! center_unembed=False`) or raw. The three d_model x d_model Gram matrices of the embedding
 //! and unembedding are computed once per model; every head then costs O(d_model² · d_head).
 
-use nalgebra::DMatrix;
+use nalgebra::{DMatrix, DMatrixView};
 
 use super::HeadId;
 use super::spectrum::Factored;
@@ -329,8 +329,12 @@ impl HeadWeights {
     /// W_E is never folded (as in TransformerLens); W_Q and W_K are folded in folded mode.
     pub fn qk_token(&self, grams: &Grams) -> Factored {
         let (w, embed) = (self, &grams.embed);
-        let embed_q = embed * &w.w_q;
-        let embed_k = embed * &w.w_k;
+        self.qk_token_with((embed * &w.w_q).as_view(), (embed * &w.w_k).as_view())
+    }
+
+    /// `qk_token` from `G_E W_Q` and `G_E W_K` (computed for a whole layer by [`LayerProducts`]).
+    pub fn qk_token_with(&self, embed_q: DMatrixView<f64>, embed_k: DMatrixView<f64>) -> Factored {
+        let w = self;
         Factored {
             small: w.w_k.tr_mul(&embed_q),
             gram_left: w.w_q.tr_mul(&embed_q),
@@ -350,15 +354,91 @@ impl HeadWeights {
     pub fn ov_token(&self, grams: &Grams) -> Factored {
         let w = self;
         let embed_v = &grams.embed * &w.w_v;
-        let o_hat = &w.w_o_unembed;
+        let o_hat_t = w.w_o_unembed.transpose();
         let (cross_v, unembed_o) = match grams.tied {
-            true => (None, &grams.embed * o_hat.transpose()),
-            false => (Some(&grams.cross * &w.w_v), &grams.unembed * o_hat.transpose()),
+            true => (None, &grams.embed * o_hat_t),
+            false => (Some(&grams.cross * &w.w_v), &grams.unembed * o_hat_t),
         };
+        self.ov_token_with(embed_v.as_view(), cross_v.as_ref().map(|c| c.as_view()), unembed_o.as_view())
+    }
+
+    /// `ov_token` from `G_E W_V`, `C W_V` (untied only) and `G_U Ô^T` (`G_E Ô^T` tied), computed
+    /// for a whole layer by [`LayerProducts`].
+    pub fn ov_token_with(
+        &self,
+        embed_v: DMatrixView<f64>,
+        cross_v: Option<DMatrixView<f64>>,
+        unembed_o: DMatrixView<f64>,
+    ) -> Factored {
+        let (w, o_hat) = (self, &self.w_o_unembed);
         Factored {
-            small: o_hat * cross_v.as_ref().unwrap_or(&embed_v),
+            small: o_hat * cross_v.unwrap_or(embed_v),
             gram_left: w.w_v.tr_mul(&embed_v),
             gram_right: o_hat * unembed_o,
         }
+    }
+}
+
+/// The vocabulary-Gram products of every head of one layer, as one large product per kind
+/// instead of one per head: `G_E W_Q` for all query heads, `G_E W_K`, `G_E W_V` (and `C W_V`
+/// untied) once per key/value head (grouped-query heads share them), and `G_U Ô^T` for all
+/// heads. The same entries as the per-head products (each is a dot product of the same row and
+/// column, summed in the same order), at a fraction of the calls; on native the large products
+/// run on every core.
+pub struct LayerProducts {
+    d_head: usize,
+    group: usize,
+    embed_q: DMatrix<f64>,
+    embed_k: DMatrix<f64>,
+    embed_v: DMatrix<f64>,
+    cross_v: Option<DMatrix<f64>>,
+    unembed_o: DMatrix<f64>,
+}
+
+impl LayerProducts {
+    /// `heads` are the layer's heads in order, all of them.
+    pub fn new(config: &ModelConfig, heads: &[HeadWeights], grams: &Grams) -> LayerProducts {
+        let (d_model, d_head) = (config.d_model, config.d_head);
+        let group = (config.heads / config.kv_heads.max(1)).max(1);
+        let stack = |chosen: &[&HeadWeights], pick: &dyn Fn(&HeadWeights) -> DMatrix<f64>| {
+            let mut stacked = DMatrix::zeros(d_model, chosen.len() * d_head);
+            for (i, w) in chosen.iter().enumerate() {
+                stacked.columns_mut(i * d_head, d_head).copy_from(&pick(w));
+            }
+            stacked
+        };
+        let all: Vec<&HeadWeights> = heads.iter().collect();
+        // The first head of each group carries its key/value head's weights.
+        let shared: Vec<&HeadWeights> = heads.iter().step_by(group).collect();
+        let q = stack(&all, &|w| w.w_q.clone());
+        let k = stack(&shared, &|w| w.w_k.clone());
+        let v = stack(&shared, &|w| w.w_v.clone());
+        let o = stack(&all, &|w| w.w_o_unembed.transpose());
+        let unembed = if grams.tied { &grams.embed } else { &grams.unembed };
+        LayerProducts {
+            d_head,
+            group,
+            embed_q: &grams.embed * q,
+            embed_k: &grams.embed * k,
+            embed_v: &grams.embed * &v,
+            cross_v: (!grams.tied).then(|| &grams.cross * &v),
+            unembed_o: unembed * o,
+        }
+    }
+
+    /// Head `head`'s token-space QK circuit.
+    pub fn qk_token(&self, w: &HeadWeights, head: usize) -> Factored {
+        let kv = head / self.group;
+        w.qk_token_with(self.embed_q.columns(head * self.d_head, self.d_head), self.embed_k.columns(kv * self.d_head, self.d_head))
+    }
+
+    /// Head `head`'s token-space OV circuit.
+    pub fn ov_token(&self, w: &HeadWeights, head: usize) -> Factored {
+        let (kv, d) = (head / self.group, self.d_head);
+        w.ov_token_with(
+            self.embed_v.columns(kv * d, d),
+            self.cross_v.as_ref().map(|c| c.columns(kv * d, d)),
+            self.unembed_o.columns(head * d, d),
+        )
     }
 }

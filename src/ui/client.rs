@@ -418,7 +418,9 @@ pub fn restart(reason: &str) {
     if let Some((model, files)) = shown {
         wasm_bindgen_futures::spawn_local(async move {
             let names = files.iter().map(|(name, _)| name.clone()).collect();
+            // A reload cancelled in turn is reloaded by the restart that cancelled it.
             if let Err(e) = pool::open(model, names, files, false).await
+                && e != CANCELLED
                 && let Some(hooks) = hooks()
             {
                 (hooks.on_trouble)(format!("The fresh workers could not load the shown model again: {e}"));
