@@ -5,10 +5,16 @@ mod common;
 
 use common::{FAMILIES, fixture};
 use headprint::Error;
-use headprint::analysis::circuits::Grams;
+use std::rc::Rc;
+
+use headprint::analysis::circuits::{Grams, SEGMENT_ROWS};
 use headprint::analysis::{Mode, fingerprint_model, fingerprint_stream};
+use headprint::backend::BackendChoice;
 use headprint::model::{LoadParts, Model, ModelStream, Weights};
 use headprint::weights::{ByteSource, MemorySource, ModelFiles, SafetensorsFile};
+use headprint::worker::pool::{GramSum, LayerHeads};
+use headprint::worker::protocol::{GramsData, Reply, Request, Role};
+use headprint::worker::session::Session;
 use safetensors::Dtype;
 use safetensors::tensor::TensorView;
 
@@ -167,10 +173,14 @@ fn the_streamed_embedding_rows_are_the_loaded_ones() {
 /// 1024 rows, the last one partial): embedding stored as bf16, unembedding as f16, so the
 /// streamed blocks cross block boundaries in both half-precision formats.
 fn gptchar_with_large_vocabulary() -> Vec<u8> {
+    gptchar_with_vocabulary(2600)
+}
+
+/// The gptchar fixture with its vocabulary grown to `vocab` tokens (see above).
+fn gptchar_with_vocabulary(vocab: usize) -> Vec<u8> {
     let bytes = std::fs::read(fixture("gptchar/model.safetensors")).unwrap();
     let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     let d_model = file.tensor("token_embedding_table.weight").unwrap().shape()[1];
-    let vocab = 2600;
     // A fixed, irregular pattern with a common direction, as trained embeddings have.
     let value = |i: usize, salt: usize| ((i * 7919 + salt * 104_729) % 2003) as f32 / 1001.5 - 1.0 + 0.25;
     let embedding: Vec<u8> =
@@ -317,4 +327,90 @@ fn the_streamed_ov_token_view_is_the_loaded_one() {
             assert_eq!(streamed.bytes(), 4 * (2 * vocab * d_head + 2 * vocab), "{name}: bytes held");
         }
     }
+}
+
+/// A request and its reply as the page and a worker pass them: JSON both ways, the Grams'
+/// entries beside it (as the host moves them in a `Float64Array`).
+fn trip(session: &mut Session, mut request: Request, files: Vec<Box<dyn ByteSource>>) -> Reply {
+    let payload = request.payload_mut().map(std::mem::take);
+    let mut request: Request = serde_json::from_str(&serde_json::to_string(&request).unwrap()).unwrap();
+    if let (Some(slot), Some(values)) = (request.payload_mut(), payload) {
+        *slot = values;
+    }
+    let mut reply = session.handle(request, files, Rc::new(|_| {})).unwrap();
+    let payload = reply.payload_mut().map(std::mem::take);
+    let mut reply: Reply = serde_json::from_str(&serde_json::to_string(&reply).unwrap()).unwrap();
+    if let (Some(slot), Some(values)) = (reply.payload_mut(), payload) {
+        *slot = values;
+    }
+    reply
+}
+
+#[test]
+fn the_worker_pool_gives_the_bits_of_one_worker_whichever_worker_computes_which_part() {
+    let vocab = 2 * SEGMENT_ROWS + 1808; // three segments, the last one partial
+    let bytes = gptchar_with_vocabulary(vocab);
+    let files = || vec![Box::new(MemorySource::new("model.safetensors", bytes.clone())) as Box<dyn ByteSource>];
+    let names = || vec!["model.safetensors".to_string()];
+
+    // One worker: the load the page asked for before the pool, and raw mode on request.
+    let mut alone = Session::new(|| 0.0);
+    let load =
+        Request::Load { model: 1, names: names(), analyse: true, prepend_bos: true, backend: BackendChoice::Cpu };
+    let Reply::Analysed(analysis) = trip(&mut alone, load, files()) else { panic!("the model loads") };
+    let Reply::Fingerprint { fingerprint: raw, .. } =
+        trip(&mut alone, Request::Fingerprint { model: 1, mode: Mode::Raw }, vec![])
+    else {
+        panic!("raw mode answers")
+    };
+
+    // A pool of two: segments and layers split unevenly, the parts coming back out of order.
+    let mut pool = [Session::new(|| 0.0), Session::new(|| 0.0)];
+    let mut opened = Vec::new();
+    for (session, role) in pool.iter_mut().zip([Role::Lead, Role::Helper]) {
+        opened.push(trip(session, Request::Open { model: 7, names: names(), role }, files()));
+    }
+    let Reply::Opened { info, tied, segments, lead_bytes, helper_bytes } = &opened[0] else { panic!("the lead opens") };
+    assert_eq!((*segments, *tied), (3, false));
+    assert!(helper_bytes < lead_bytes, "a helper holds less than the lead ({helper_bytes} vs {lead_bytes})");
+    assert_eq!(serde_json::to_string(info).unwrap(), serde_json::to_string(&analysis.info).unwrap());
+    let config = &info.config;
+    let mut sum = GramSum::new(config.d_model, false, *segments);
+    for (worker, segment) in [(1, 2), (0, 1), (1, 0)] {
+        let Reply::GramSegment { segment: got, grams } =
+            trip(&mut pool[worker], Request::GramSegment { model: 7, segment }, vec![])
+        else {
+            panic!("segment {segment} answers")
+        };
+        assert_eq!(got, segment);
+        sum.add(segment, grams.grams().unwrap()).unwrap();
+    }
+    let grams = sum.finish().unwrap();
+    // The page's sum is the one worker's sum, bit for bit.
+    let stream_files = ModelFiles::from_named(vec![("model.safetensors".into(), files().remove(0))]).unwrap();
+    let whole = Grams::stream(&ModelStream::open(&stream_files).unwrap()).unwrap();
+    assert_eq!((&grams.embed, &grams.cross, &grams.unembed), (&whole.embed, &whole.cross, &whole.unembed));
+    for session in pool.iter_mut() {
+        let set = Request::SetGrams { model: 7, grams: GramsData::of(&grams) };
+        assert!(matches!(trip(session, set, vec![]), Reply::Done));
+    }
+    for (mode, single) in [(Mode::Folded, &analysis.folded), (Mode::Raw, &*raw)] {
+        let mut heads = LayerHeads::new(config.layers);
+        for layer in (0..config.layers).rev() {
+            let request = Request::FingerprintLayer { model: 7, mode, layer };
+            let Reply::Heads(got) = trip(&mut pool[layer % 2], request, vec![]) else {
+                panic!("layer {layer} answers")
+            };
+            heads.add(layer, got).unwrap();
+        }
+        let pooled = heads.finish(config, info.parameters, &grams.backend, mode).unwrap();
+        assert_eq!(serde_json::to_string(&pooled).unwrap(), serde_json::to_string(single).unwrap(), "{}", mode.name());
+    }
+    // A part the model does not have is refused by name, and a repeated segment by the sum.
+    let bad = Request::GramSegment { model: 7, segment: 3 };
+    let answer = pool[1].handle(bad, vec![], Rc::new(|_| {})).map(|_| ()).unwrap_err().to_string();
+    assert!(answer.contains("no Gram segment 3"), "{answer}");
+    let mut twice = GramSum::new(config.d_model, false, 3);
+    twice.add(0, Grams::zeros(config.d_model, false)).unwrap();
+    assert!(twice.add(0, Grams::zeros(config.d_model, false)).is_err());
 }

@@ -6,10 +6,10 @@ use serde::ser::SerializeStruct;
 use serde::{Deserialize, Serialize};
 
 use super::HeadId;
-use super::circuits::{Circuits, Grams, HeadWeights, Mode};
+use super::circuits::{Circuits, Grams, HeadWeights, LayerProducts, Mode};
 use super::spectrum::Fingerprint;
 use crate::backend::{Backend, BackendInfo};
-use crate::model::{LoadParts, Model, ModelConfig, ModelStream, Weights};
+use crate::model::{Layer, LoadParts, Model, ModelConfig, ModelStream, Norm, Weights};
 use crate::{Error, Result};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -142,24 +142,53 @@ pub fn fingerprint_head(circuits: &Circuits, id: HeadId) -> HeadFingerprint {
 
 /// The four fingerprints of a head from its weights (however they were read) and the Grams.
 fn fingerprint_head_weights(weights: &HeadWeights, grams: &Grams, id: HeadId) -> HeadFingerprint {
+    fingerprint_circuits(id, weights, weights.qk_token(grams), weights.ov_token(grams))
+}
+
+fn fingerprint_circuits(
+    id: HeadId,
+    weights: &HeadWeights,
+    qk_token: super::Factored,
+    ov: super::Factored,
+) -> HeadFingerprint {
     let spectrum = |factored: super::Factored| factored.fingerprint().unwrap_or_else(Fingerprint::failed);
     HeadFingerprint {
         layer: id.layer,
         head: id.head,
         qk: spectrum(weights.qk()),
-        qk_token: spectrum(weights.qk_token(grams)),
-        ov: spectrum(weights.ov_token(grams)),
+        qk_token: spectrum(qk_token),
+        ov: spectrum(ov),
         ov_residual: spectrum(weights.ov_residual()),
     }
+}
+
+/// Every head of one layer: the heads' weights, the layer's Gram products as a few large
+/// products ([`LayerProducts`]), then each head's four spectra (threaded on native).
+fn fingerprint_layer_heads(
+    config: &ModelConfig,
+    layer: &Layer,
+    ln_final: &Norm,
+    grams: &Grams,
+    mode: Mode,
+    index: usize,
+) -> Vec<HeadFingerprint> {
+    let weights: Vec<HeadWeights> =
+        (0..config.heads).map(|h| HeadWeights::new(config, layer, ln_final, h, mode)).collect();
+    let products = LayerProducts::new(config, &weights, grams);
+    let ids: Vec<HeadId> = (0..config.heads).map(|h| HeadId::new(index, h)).collect();
+    fingerprint_heads(&ids, &|id| {
+        let w = &weights[id.head];
+        fingerprint_circuits(id, w, products.qk_token(w, id.head), products.ov_token(w, id.head))
+    })
 }
 
 /// Fingerprints every head of a held model, on all cores where there are threads (native), else
 /// in turn; the Grams on the CPU.
 pub fn fingerprint_model(model: &Model, mode: Mode) -> Result<ModelFingerprint> {
     let grams = Grams::compute(model);
-    let circuits = Circuits::new(model, &grams, mode);
-    let ids: Vec<HeadId> = HeadId::all(&model.config).collect();
-    let heads = fingerprint_heads(&ids, &|id| fingerprint_head(&circuits, id));
+    let heads = (model.layers.iter().enumerate())
+        .flat_map(|(l, layer)| fingerprint_layer_heads(&model.config, layer, &model.ln_final, &grams, mode, l))
+        .collect();
     let backend = grams.backend.clone();
     Ok(ModelFingerprint { model: ModelSummary::of(model), mode: mode.name().into(), backend, heads })
 }
@@ -187,24 +216,36 @@ pub fn fingerprint_layers(
     mode: Mode,
     each: &mut dyn FnMut(&HeadFingerprint, usize, usize),
 ) -> Result<ModelFingerprint> {
-    // The handle holds the files, which are not shared across threads; the workers get only
-    // what a head's weights need.
-    let (config, ln_final) = (&model.config, &model.ln_final);
+    let config = &model.config;
     let total = config.layers * config.heads;
     let mut heads = Vec::with_capacity(total);
     for l in 0..config.layers {
-        let layer = model.layer(l, LoadParts::Circuits)?;
-        let ids: Vec<HeadId> = (0..config.heads).map(|h| HeadId::new(l, h)).collect();
-        for head in fingerprint_heads(&ids, &|id| {
-            let weights = HeadWeights::new(config, &layer, ln_final, id.head, mode);
-            fingerprint_head_weights(&weights, grams, id)
-        }) {
+        for head in fingerprint_layer(model, grams, mode, l)? {
             heads.push(head);
             each(heads.last().expect("just pushed"), heads.len(), total);
         }
     }
-    let summary = ModelSummary::from_config(config, model.parameter_count);
-    Ok(ModelFingerprint { model: summary, mode: mode.name().into(), backend: grams.backend.clone(), heads })
+    Ok(assemble_fingerprint(&model.config, model.parameter_count, &grams.backend, mode, heads))
+}
+
+/// The heads of one layer, in order: the layer's attention read, its heads fingerprinted
+/// (threaded on native) and the layer dropped. The tab's pool hands each worker layers this way.
+pub fn fingerprint_layer(model: &ModelStream, grams: &Grams, mode: Mode, layer: usize) -> Result<Vec<HeadFingerprint>> {
+    let weights = model.layer(layer, LoadParts::Circuits)?;
+    Ok(fingerprint_layer_heads(&model.config, &weights, &model.ln_final, grams, mode, layer))
+}
+
+/// A model's fingerprint from its heads in order (the layer-by-layer path and the tab's pool
+/// assemble it the same way).
+pub fn assemble_fingerprint(
+    config: &ModelConfig,
+    parameters: u64,
+    backend: &BackendInfo,
+    mode: Mode,
+    heads: Vec<HeadFingerprint>,
+) -> ModelFingerprint {
+    let summary = ModelSummary::from_config(config, parameters);
+    ModelFingerprint { model: summary, mode: mode.name().into(), backend: backend.clone(), heads }
 }
 
 /// `fingerprint(id)` of every head in `ids`, in order: split across all cores where there are

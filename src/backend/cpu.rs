@@ -14,8 +14,24 @@ pub fn add_product(a: &DMatrix<f32>, b: &DMatrix<f32>, acc: &mut DMatrix<f64>) {
     acc.gemm(1.0, &a.map(f64::from).transpose(), &b.map(f64::from), 1.0);
 }
 
-/// `acc += A^T A`.
+/// Columns of `A^T A` computed per product in [`add_gram`].
+const SYRK_PANEL: usize = 128;
+
+/// `acc += A^T A`, as a SYRK: only the lower triangle is computed (a panel of columns at a
+/// time, each from the diagonal down: 58% of the full product's work at GPT-2's width), then
+/// mirrored, so `acc` stays exactly symmetric.
 pub fn add_gram(a: &DMatrix<f32>, acc: &mut DMatrix<f64>) {
     let a = a.map(f64::from);
-    acc.gemm(1.0, &a.transpose(), &a, 1.0);
+    let a_t = a.transpose();
+    let n = a.ncols();
+    for start in (0..n).step_by(SYRK_PANEL) {
+        let width = SYRK_PANEL.min(n - start);
+        let below = n - start;
+        acc.view_mut((start, start), (below, width)).gemm(1.0, &a_t.rows(start, below), &a.columns(start, width), 1.0);
+    }
+    for j in 1..n {
+        for i in 0..j {
+            acc[(i, j)] = acc[(j, i)];
+        }
+    }
 }

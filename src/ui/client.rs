@@ -1,6 +1,7 @@
-//! The page's side of the analysis worker: starts it, sends requests and awaits their replies,
-//! routes progress, and replaces the worker after a cancel or a crash, loading again the model
-//! the page shows (its results stay on the page; only the worker's copy is rebuilt).
+//! The page's side of the analysis workers: starts the pool (`pool.rs` splits a load's work
+//! across it), sends requests and awaits their replies, routes progress and memory reports,
+//! and replaces every worker after a cancel or a crash, loading again the model the page shows
+//! (its results stay on the page; only the workers' copies are rebuilt).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -10,6 +11,8 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
+use super::pool;
+use crate::backend::BackendChoice;
 use crate::worker::protocol::{ModelId, Progress, Reply, Request};
 use crate::worker::{field, js_message};
 
@@ -22,8 +25,8 @@ const WORKER_URL: &str = "worker.js";
 /// What the page wants to hear from the worker.
 pub struct Hooks {
     pub on_progress: Box<dyn Fn(Progress)>,
-    /// The worker's wasm memory in bytes (it only grows: the peak so far).
-    pub on_memory: Box<dyn Fn(f64)>,
+    /// The workers' wasm memory (each only grows: the peaks so far).
+    pub on_memory: Box<dyn Fn(Memory)>,
     /// A restarted worker could not load the shown model again, or stopped.
     pub on_trouble: Box<dyn Fn(String)>,
     /// The hashing worker's progress; `None` when it has ended (answered or cancelled).
@@ -37,6 +40,8 @@ struct Running {
     worker: web_sys::Worker,
     /// Request id -> the promise its caller awaits.
     pending: HashMap<u64, Waiting>,
+    /// The worker's wasm memory in bytes, as it last reported it (the peak: it only grows).
+    memory: f64,
     _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
     _on_error: Closure<dyn FnMut(web_sys::Event)>,
 }
@@ -44,19 +49,57 @@ struct Running {
 struct Waiting {
     resolve: js_sys::Function,
     reject: js_sys::Function,
-    /// Whether the page shows this request's progress (a restart's reload is silent).
+    /// Whether the page shows this request's progress (a restart's reload is silent, and the
+    /// pool reports its parts itself).
     shows_progress: bool,
 }
 
 #[derive(Default)]
 struct Client {
-    running: Option<Running>,
+    /// The pool's workers; the first is the lead, which holds the models for every request.
+    workers: Vec<Running>,
     next_id: u64,
     hooks: Option<Rc<Hooks>>,
     /// The model the page shows: what a fresh worker must load again.
-    shown: Option<(ModelId, Files)>,
+    /// The model the page shows, its files and the backend its Grams were asked of.
+    shown: Option<(ModelId, Files, BackendChoice)>,
     /// Worker failures since the last answer: a worker that cannot start is not restarted forever.
     failures: u32,
+    /// Counts the pool's stops: work begun before a stop never reaches the fresh workers.
+    generation: u64,
+    /// The hashing worker's peak wasm memory (it stays shown after the worker ends).
+    hashing_memory: f64,
+}
+
+/// The memory the page reports: each analysis worker's and the hashing worker's wasm memory.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Memory {
+    pub workers: Vec<f64>,
+    pub hashing: f64,
+}
+
+impl Memory {
+    pub fn total(&self) -> f64 {
+        self.workers.iter().sum::<f64>() + self.hashing
+    }
+
+    /// "Analysis workers' memory: 123 MB (2 workers: 100 MB, 3 MB; hashing worker 20 MB)."
+    pub fn describe(&self) -> Option<String> {
+        let mb = |bytes: f64| format!("{:.0} MB", bytes / 1e6);
+        let workers: Vec<String> = self.workers.iter().filter(|b| **b > 0.0).map(|b| mb(*b)).collect();
+        if workers.is_empty() && self.hashing == 0.0 {
+            return None;
+        }
+        let hashing = match self.hashing {
+            0.0 => String::new(),
+            bytes => format!("; share-link hashing worker {}", mb(bytes)),
+        };
+        let count = match workers.len() {
+            1 => "1 worker".to_string(),
+            n => format!("{n} workers"),
+        };
+        Some(format!("Analysis workers' memory: {} ({count}: {}{hashing}).", mb(self.total()), workers.join(", ")))
+    }
 }
 
 /// Failures in a row after which the page stops restarting the worker.
@@ -81,39 +124,73 @@ fn hooks() -> Option<Rc<Hooks>> {
     CLIENT.with_borrow(|c| c.hooks.clone())
 }
 
+/// Shows progress the pool computed from its parts.
+pub(super) fn report(progress: Progress) {
+    if let Some(hooks) = hooks() {
+        (hooks.on_progress)(progress);
+    }
+}
+
+fn report_memory() {
+    let memory = CLIENT
+        .with_borrow(|c| Memory { workers: c.workers.iter().map(|r| r.memory).collect(), hashing: c.hashing_memory });
+    if let Some(hooks) = hooks() {
+        (hooks.on_memory)(memory);
+    }
+}
+
 /// Remembers the files of the model the page now shows (to load again after a restart).
-pub fn set_shown(model: ModelId, files: Files) {
-    CLIENT.with_borrow_mut(|c| c.shown = Some((model, files)));
+pub fn set_shown(model: ModelId, files: Files, backend: BackendChoice) {
+    CLIENT.with_borrow_mut(|c| c.shown = Some((model, files, backend)));
 }
 
 /// The shown model's files (to analyse it again, e.g. on another backend).
 pub fn shown_files() -> Option<Files> {
-    CLIENT.with_borrow(|c| c.shown.as_ref().map(|(_, files)| files.clone()))
+    CLIENT.with_borrow(|c| c.shown.as_ref().map(|(_, files, _)| files.clone()))
 }
 
-fn on_message(event: web_sys::MessageEvent) {
+/// How many workers the pool may run: one per logical core (`navigator.hardwareConcurrency`),
+/// at least two. Each model's share may be fewer (see `worker::session::pool_workers`).
+pub fn pool_size() -> usize {
+    // Read by name: web-sys's `Navigator` binding is not worth a feature for one number.
+    let navigator = field(&js_sys::global(), "navigator");
+    let cores = field(&navigator, "hardwareConcurrency").as_f64().unwrap_or(0.0);
+    (cores as usize).max(2)
+}
+
+/// The pool's current generation: `send_to` refuses work of an older one (it was cancelled).
+pub(super) fn generation() -> u64 {
+    CLIENT.with_borrow(|c| c.generation)
+}
+
+fn on_message(index: usize, event: web_sys::MessageEvent) {
     let data = event.data();
     let id = field(&data, "id").as_f64().unwrap_or(-1.0) as u64;
-    let json = field(&data, "json").as_string().unwrap_or_default();
-    let hooks = hooks();
-    if let (Some(hooks), Some(memory)) = (&hooks, field(&data, "memory").as_f64()) {
-        (hooks.on_memory)(memory);
+    if let Some(memory) = field(&data, "memory").as_f64() {
+        CLIENT.with_borrow_mut(|c| {
+            if let Some(running) = c.workers.get_mut(index) {
+                running.memory = memory;
+            }
+        });
+        report_memory();
     }
     match field(&data, "kind").as_string().as_deref() {
         Some("progress") => {
-            let shown = CLIENT
-                .with_borrow(|c| c.running.as_ref().and_then(|r| r.pending.get(&id)).is_some_and(|w| w.shows_progress));
-            if let (true, Some(hooks), Ok(progress)) = (shown, &hooks, serde_json::from_str::<Progress>(&json)) {
-                (hooks.on_progress)(progress);
+            let shown = CLIENT.with_borrow(|c| {
+                c.workers.get(index).and_then(|r| r.pending.get(&id)).is_some_and(|w| w.shows_progress)
+            });
+            let json = field(&data, "json").as_string().unwrap_or_default();
+            if let (true, Ok(progress)) = (shown, serde_json::from_str::<Progress>(&json)) {
+                report(progress);
             }
         }
         Some("reply") => {
             let waiting = CLIENT.with_borrow_mut(|c| {
                 c.failures = 0;
-                c.running.as_mut().and_then(|r| r.pending.remove(&id))
+                c.workers.get_mut(index).and_then(|r| r.pending.remove(&id))
             });
             if let Some(waiting) = waiting {
-                let _ = waiting.resolve.call1(&JsValue::NULL, &JsValue::from_str(&json));
+                let _ = waiting.resolve.call1(&JsValue::NULL, &data);
             }
         }
         _ => {}
@@ -133,19 +210,35 @@ fn new_worker() -> Result<web_sys::Worker, String> {
     Ok(worker)
 }
 
-/// Posts one request, with its files as `Blob`s (structured clone: their bytes are not copied).
-fn post_request(worker: &web_sys::Worker, id: u64, json: &str, files: &Files) -> Result<(), String> {
+/// Posts one request, with its files as `Blob`s (structured clone: their bytes are not copied)
+/// and its payload, if any, as a `Float64Array` moved to the worker.
+fn post_request(
+    worker: &web_sys::Worker,
+    id: u64,
+    json: &str,
+    files: &Files,
+    payload: Option<Vec<f64>>,
+) -> Result<(), String> {
     let blobs: js_sys::Array = files.iter().map(|(_, blob)| JsValue::from(blob)).collect();
     let message = js_sys::Object::new();
     let _ = js_sys::Reflect::set(&message, &"id".into(), &JsValue::from_f64(id as f64));
     let _ = js_sys::Reflect::set(&message, &"json".into(), &JsValue::from_str(json));
     let _ = js_sys::Reflect::set(&message, &"files".into(), &blobs);
-    worker.post_message(&message).map_err(|e| js_message(&e))
+    match payload {
+        Some(values) => {
+            let array = js_sys::Float64Array::from(values.as_slice());
+            let _ = js_sys::Reflect::set(&message, &"payload".into(), &array);
+            worker.post_message_with_transfer(&message, &js_sys::Array::of1(&array.buffer()))
+        }
+        None => worker.post_message(&message),
+    }
+    .map_err(|e| js_message(&e))
 }
 
-fn spawn() -> Result<Running, String> {
+fn spawn(index: usize) -> Result<Running, String> {
     let worker = new_worker()?;
-    let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(on_message);
+    let on_message =
+        Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| on_message(index, event));
     let on_error = Closure::<dyn FnMut(web_sys::Event)>::new(|event: web_sys::Event| {
         let detail = event.dyn_ref::<web_sys::ErrorEvent>().map(|e| e.message()).unwrap_or_default();
         let failures = CLIENT.with_borrow_mut(|c| {
@@ -153,55 +246,87 @@ fn spawn() -> Result<Running, String> {
             c.failures
         });
         if failures < MAX_FAILURES {
-            restart(&format!("the analysis worker stopped ({detail}); it was restarted"));
+            restart(&format!("an analysis worker stopped ({detail}); the workers were restarted"));
         } else {
             stop(&format!("the analysis worker cannot run in this browser ({detail})"));
         }
     });
     worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
-    Ok(Running { worker, pending: HashMap::new(), _on_message: on_message, _on_error: on_error })
+    Ok(Running { worker, pending: HashMap::new(), memory: 0.0, _on_message: on_message, _on_error: on_error })
 }
 
-/// Starts the worker now, so its start overlaps other work (the demo model's download).
+/// Starts workers until the pool has `count` (the lead first).
+fn ensure_workers(c: &mut Client, count: usize) -> Result<(), String> {
+    while c.workers.len() < count {
+        let running = spawn(c.workers.len())?;
+        c.workers.push(running);
+    }
+    Ok(())
+}
+
+/// Starts the pool now, so its start overlaps other work (the demo model's download).
 pub fn warm_up() {
-    CLIENT.with_borrow_mut(|c| {
-        if c.running.is_none() {
-            // On failure `request` tries again and reports it.
-            c.running = spawn().ok();
-        }
-    });
+    // On failure `send_to` tries again and reports it.
+    CLIENT.with_borrow_mut(|c| ensure_workers(c, pool_size()).ok());
 }
 
-/// Sends one request (with the files of a `Load`) and waits for the worker's answer.
+/// Sends one request (with the files of a `Load`) and waits for the answer. Loads and
+/// fingerprints are split across the pool (`pool.rs`), a `Forget` goes to every worker, and
+/// everything else to the lead, which holds the models.
 pub async fn request(request: &Request, files: &Files) -> Result<Reply, String> {
-    send(request, files, true).await
+    match request.clone() {
+        Request::Load { model, names, analyse: true, prepend_bos, backend } => {
+            pool::analyse(model, names, files.clone(), prepend_bos, backend).await
+        }
+        Request::Load { model, names, analyse: false, backend, .. } => {
+            pool::open(model, names, files.clone(), false, backend).await.map(|_| Reply::Loaded)
+        }
+        Request::Fingerprint { model, mode } => pool::fingerprint(model, mode).await,
+        Request::Forget { model } => pool::forget(model).await,
+        request => send_to(0, request, files, true, generation()).await,
+    }
 }
 
-async fn send(request: &Request, files: &Files, shows_progress: bool) -> Result<Reply, String> {
-    let json = serde_json::to_string(request).map_err(|e| e.to_string())?;
+/// Sends one request to worker `index` of the pool (starting it if needed) and waits for its
+/// answer; fails with [`CANCELLED`] when the pool was stopped since `generation`.
+pub(super) async fn send_to(
+    index: usize,
+    mut request: Request,
+    files: &Files,
+    shows_progress: bool,
+    generation: u64,
+) -> Result<Reply, String> {
+    let payload = request.payload_mut().map(std::mem::take);
+    let json = serde_json::to_string(&request).map_err(|e| e.to_string())?;
     let promise = CLIENT.with_borrow_mut(|c| -> Result<js_sys::Promise, String> {
-        if c.running.is_none() {
-            c.running = Some(spawn()?);
+        if c.generation != generation {
+            return Err(CANCELLED.into());
         }
+        ensure_workers(c, index + 1)?;
         c.next_id += 1;
         let id = c.next_id;
-        let running = c.running.as_mut().expect("just started");
+        let running = &mut c.workers[index];
         let mut handlers = None;
         let promise = js_sys::Promise::new(&mut |resolve, reject| handlers = Some((resolve, reject)));
         let (resolve, reject) = handlers.expect("the promise executor runs at once");
         running.pending.insert(id, Waiting { resolve, reject, shows_progress });
-        post_request(&running.worker, id, &json, files)?;
+        post_request(&running.worker, id, &json, files, payload)?;
         Ok(promise)
     })?;
     let answer = JsFuture::from(promise).await.map_err(|e| js_message(&e))?;
-    read_reply(answer)
+    read_reply(&answer)
 }
 
-fn read_reply(answer: JsValue) -> Result<Reply, String> {
-    let json = answer.as_string().ok_or("the worker sent no text")?;
-    serde_json::from_str::<Result<Reply, String>>(&json)
-        .map_err(|e| format!("unreadable reply from the worker: {e}"))?
+/// A worker's reply message: its JSON, and the payload beside it.
+fn read_reply(data: &JsValue) -> Result<Reply, String> {
+    let json = field(data, "json").as_string().ok_or("the worker sent no text")?;
+    let mut reply = serde_json::from_str::<Result<Reply, String>>(&json)
+        .map_err(|e| format!("unreadable reply from the worker: {e}"))??;
+    if let (Some(slot), Ok(array)) = (reply.payload_mut(), field(data, "payload").dyn_into::<js_sys::Float64Array>()) {
+        *slot = array.to_vec();
+    }
+    Ok(reply)
 }
 
 /// The files' SHA-256 (a share link's identity of local files), computed in a worker of its own
@@ -216,9 +341,13 @@ pub async fn identify(files: &Files) -> Result<String, String> {
     let (resolve, reject) = handlers.expect("the promise executor runs at once");
     let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
         let data = event.data();
+        if let Some(memory) = field(&data, "memory").as_f64() {
+            CLIENT.with_borrow_mut(|c| c.hashing_memory = c.hashing_memory.max(memory));
+            report_memory();
+        }
         match field(&data, "kind").as_string().as_deref() {
             Some("reply") => {
-                let _ = resolve.call1(&JsValue::NULL, &field(&data, "json"));
+                let _ = resolve.call1(&JsValue::NULL, &data);
             }
             Some("progress") => {
                 let progress = field(&data, "json").as_string().and_then(|j| serde_json::from_str(&j).ok());
@@ -240,7 +369,7 @@ pub async fn identify(files: &Files) -> Result<String, String> {
     // One hashing worker at a time: a newer load's hash replaces (cancels) an older one.
     cancel_hashing();
     HASHING.with_borrow_mut(|h| *h = Some(Hashing { worker: worker.clone(), reject }));
-    let answer = match post_request(&worker, 1, &json, files) {
+    let answer = match post_request(&worker, 1, &json, files, None) {
         Ok(()) => JsFuture::from(promise).await.map_err(|e| js_message(&e)),
         Err(e) => Err(e),
     };
@@ -254,7 +383,7 @@ pub async fn identify(files: &Files) -> Result<String, String> {
         (hooks.on_hashing)(None);
     }
     drop((on_message, on_error));
-    match read_reply(answer?)? {
+    match read_reply(&answer?)? {
         Reply::Hashed { sha256 } => Ok(sha256),
         _ => Err("the hashing worker gave an unexpected answer".into()),
     }
@@ -268,35 +397,40 @@ pub fn cancel_hashing() {
     }
 }
 
-/// Stops the worker at once and fails every waiting request with `reason`.
+/// Stops every worker of the pool at once and fails every waiting request with `reason`.
 fn stop(reason: &str) {
-    if let Some(old) = CLIENT.with_borrow_mut(|c| c.running.take()) {
-        let Running { worker, pending, _on_message, _on_error } = old;
+    let stopped = CLIENT.with_borrow_mut(|c| {
+        c.generation += 1;
+        std::mem::take(&mut c.workers)
+    });
+    for Running { worker, pending, _on_message, _on_error, .. } in stopped {
         worker.terminate();
         for waiting in pending.into_values() {
             let _ = waiting.reject.call1(&JsValue::NULL, &JsValue::from_str(reason));
         }
-        // `stop` may run inside the worker's own error handler: free its closures afterwards.
+        // `stop` may run inside a worker's own error handler: free its closures afterwards.
         wasm_bindgen_futures::spawn_local(async move { drop((_on_message, _on_error)) });
     }
+    report_memory();
     if let Some(hooks) = hooks().filter(|_| reason != CANCELLED) {
         (hooks.on_trouble)(format!("The analysis stopped: {reason}."));
     }
 }
 
-/// Stops the worker at once (whatever it is doing), fails every waiting request with `reason`,
-/// and starts a fresh one that loads the shown model again.
+/// Stops the pool at once (whatever it is doing), fails every waiting request with `reason`,
+/// and starts fresh workers that load the shown model again.
 pub fn restart(reason: &str) {
     stop(reason);
     let shown = CLIENT.with_borrow(|c| c.shown.clone());
-    if let Some((model, files)) = shown {
+    if let Some((model, files, backend)) = shown {
         wasm_bindgen_futures::spawn_local(async move {
             let names = files.iter().map(|(name, _)| name.clone()).collect();
-            let reload = Request::Load { model, names, analyse: false, prepend_bos: true, backend: Default::default() };
-            if let Err(e) = send(&reload, &files, false).await
+            // A reload cancelled in turn is reloaded by the restart that cancelled it.
+            if let Err(e) = pool::open(model, names, files, false, backend).await
+                && e != CANCELLED
                 && let Some(hooks) = hooks()
             {
-                (hooks.on_trouble)(format!("The fresh worker could not load the shown model again: {e}"));
+                (hooks.on_trouble)(format!("The fresh workers could not load the shown model again: {e}"));
             }
         });
     }

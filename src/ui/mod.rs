@@ -13,6 +13,7 @@ mod head;
 mod link;
 mod overview;
 mod pick;
+mod pool;
 mod print;
 mod probes;
 mod requested;
@@ -232,10 +233,7 @@ fn App() -> impl IntoView {
             <footer>
                 "Everything runs in this tab; no file leaves your computer. Drop model files anywhere on the page. "
                 <span id="worker-memory">
-                    {move || {
-                        let bytes = ctx.worker_memory.get();
-                        (bytes > 0.0).then(|| format!("Analysis worker memory: {:.0} MB.", bytes / 1e6))
-                    }}
+                    {move || ctx.worker_memory.with(client::Memory::describe)}
                 </span>
             </footer>
         </div>

@@ -266,7 +266,7 @@ pub struct Ctx {
     /// Heads fingerprinted so far while the first model loads (the grid fills as they come).
     pub preview: RwSignal<Option<Preview>>,
     /// The worker's wasm memory (bytes; the peak so far).
-    pub worker_memory: RwSignal<f64>,
+    pub worker_memory: RwSignal<client::Memory>,
     /// The last load's error, shown until the next successful load.
     pub error: RwSignal<Option<String>>,
     /// The suite in the probes view (built-in or loaded).
@@ -300,7 +300,7 @@ impl Default for Ctx {
             hashing: RwSignal::new(None),
             running: RwSignal::new(Vec::new()),
             preview: RwSignal::new(None),
-            worker_memory: RwSignal::new(0.0),
+            worker_memory: RwSignal::new(client::Memory::default()),
             error: RwSignal::new(None),
             suite: RwSignal::new(Suite::builtin("bracket").expect("built-in suite")),
             prompt: RwSignal::new(DEFAULT_PROMPT.to_string()),
@@ -420,7 +420,7 @@ fn show(ctx: Ctx, loaded: Loaded, files: Files) {
             let _ = client::request(&Request::Forget { model: previous.id }, &Vec::new()).await;
         });
     }
-    client::set_shown(loaded.id, files);
+    client::set_shown(loaded.id, files, loaded.backend_asked);
     let row = loaded.comparison(Sequence::UniformRandom);
     ctx.compared.update(|rows| rows.push(row));
     ctx.head.set(head);

@@ -1,5 +1,6 @@
 //! The worker's browser glue: takes messages `{id, json, files}`, hands the request to the
-//! `Session`, posts back `{id, kind: "progress" | "reply", json, memory}`. Files are read by
+//! `Session`, posts back `{id, kind: "progress" | "reply", json, memory, payload?}` (the
+//! pool's Gram entries travel as a `Float64Array` beside the JSON, both ways). Files are read by
 //! byte range with `FileReaderSync` (workers only), one tensor at a time, never whole.
 //!
 //! Requests are answered one at a time, in the order they came: a load whose Grams are on the
@@ -77,6 +78,12 @@ fn memory_bytes() -> f64 {
 }
 
 fn post(id: f64, kind: &str, json: &str) {
+    post_with(id, kind, json, None);
+}
+
+/// Posts a message; a payload (Gram entries) travels as a `Float64Array` whose buffer is moved,
+/// not copied, to the page.
+fn post_with(id: f64, kind: &str, json: &str, payload: Option<Vec<f64>>) {
     let message = js_sys::Object::new();
     for (key, value) in [
         ("id", JsValue::from_f64(id)),
@@ -86,7 +93,18 @@ fn post(id: f64, kind: &str, json: &str) {
     ] {
         let _ = js_sys::Reflect::set(&message, &JsValue::from_str(key), &value);
     }
-    let _ = scope().post_message(&message);
+    match payload {
+        Some(values) => {
+            let array = js_sys::Float64Array::from(values.as_slice());
+            drop(values);
+            let _ = js_sys::Reflect::set(&message, &JsValue::from_str("payload"), &array);
+            let transfer = js_sys::Array::of1(&array.buffer());
+            let _ = scope().post_message_with_transfer(&message, &transfer);
+        }
+        None => {
+            let _ = scope().post_message(&message);
+        }
+    }
 }
 
 /// Posts progress at most every `PROGRESS_INTERVAL_MS`; finished heads wait for the next post.
@@ -119,6 +137,8 @@ struct Message {
     id: f64,
     json: String,
     blobs: Vec<web_sys::Blob>,
+    /// Gram entries beside the JSON (a `Float64Array`), for the requests that carry them.
+    payload: JsValue,
 }
 
 /// Messages not yet answered, and the answering task when it waits for one.
@@ -143,12 +163,17 @@ async fn next(inbox: &RefCell<Inbox>) -> Message {
     .await
 }
 
-/// Answers one message: the request's reply (or its error) as JSON.
-async fn answer(session: &mut Session, Message { id, json, blobs }: Message) -> String {
+/// Answers one message: the request's reply (or its error) as JSON, and the reply's Gram
+/// entries when it carries some.
+async fn answer(session: &mut Session, Message { id, json, blobs, payload }: Message) -> (String, Option<Vec<f64>>) {
+    let mut entries = None;
     let result = match serde_json::from_str::<Request>(&json) {
-        Ok(request) => {
+        Ok(mut request) => {
+            if let (Some(slot), Ok(array)) = (request.payload_mut(), payload.dyn_into::<js_sys::Float64Array>()) {
+                *slot = array.to_vec();
+            }
             let names = match &request {
-                Request::Load { names, .. } | Request::Hash { names } => names.clone(),
+                Request::Load { names, .. } | Request::Open { names, .. } | Request::Hash { names } => names.clone(),
                 _ => Vec::new(),
             };
             let files = blobs
@@ -166,12 +191,17 @@ async fn answer(session: &mut Session, Message { id, json, blobs }: Message) -> 
                     Box::new(source) as Box<dyn ByteSource>
                 })
                 .collect();
-            session.answer(request, files, reporter(id)).await.map_err(|e| e.to_string())
+            let mut reply = session.answer(request, files, reporter(id)).await.map_err(|e| e.to_string());
+            if let Ok(reply) = &mut reply {
+                entries = reply.payload_mut().map(std::mem::take);
+            }
+            reply
         }
         Err(e) => Err(format!("the worker did not understand the request: {e}")),
     };
-    serde_json::to_string(&result)
-        .unwrap_or_else(|e| format!("{{\"Err\":\"the worker could not encode its reply: {e}\"}}"))
+    let json = serde_json::to_string(&result)
+        .unwrap_or_else(|e| format!("{{\"Err\":\"the worker could not encode its reply: {e}\"}}"));
+    (json, entries)
 }
 
 /// Starts answering the page's messages (called by `worker.js` once the wasm is ready).
@@ -186,6 +216,7 @@ pub fn worker_main() {
             id: field(&data, "id").as_f64().unwrap_or(-1.0),
             json: field(&data, "json").as_string().unwrap_or_default(),
             blobs: js_sys::Array::from(&field(&data, "files")).iter().filter_map(|b| b.dyn_into().ok()).collect(),
+            payload: field(&data, "payload"),
         };
         let mut inbox = arrived.borrow_mut();
         inbox.waiting.push_back(message);
@@ -201,8 +232,8 @@ pub fn worker_main() {
         loop {
             let message = next(&inbox).await;
             let id = message.id;
-            let json = answer(&mut session, message).await;
-            post(id, "reply", &json);
+            let (json, entries) = answer(&mut session, message).await;
+            post_with(id, "reply", &json, entries);
         }
     });
 }

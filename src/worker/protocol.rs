@@ -4,8 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::analysis::circuits::Grams;
 use crate::analysis::{HeadFingerprint, HeadId, Mode, ModelFingerprint};
-use crate::backend::BackendChoice;
+use crate::backend::{BackendChoice, BackendInfo};
 use crate::model::ModelConfig;
 use crate::probes::Suite;
 use crate::probes::induction::InductionReport;
@@ -37,6 +38,19 @@ pub enum Request {
     Fingerprint { model: ModelId, mode: Mode },
     /// Drops a model the page no longer shows.
     Forget { model: ModelId },
+    /// Pool: reads the files sent alongside as model `model` without computing anything large:
+    /// header, config, tokenizer, and the check that this worker's share fits its memory (the
+    /// lead holds the model for every later request, a helper only for the pool's parts).
+    Open { model: ModelId, names: Vec<String>, role: Role },
+    /// Pool: the whole Grams of a model the lead holds, on a GPU that `backend` (`Gpu` or
+    /// `Auto`) finds; answered `NoGpu` when it finds none.
+    GpuGrams { model: ModelId, backend: BackendChoice },
+    /// Pool: one segment of the Grams (`analysis::circuits::segments`), summed from zero.
+    GramSegment { model: ModelId, segment: usize },
+    /// Pool: the model's Grams, summed by the page from every segment in order.
+    SetGrams { model: ModelId, grams: GramsData },
+    /// Pool: one layer's heads, with the Grams set before.
+    FingerprintLayer { model: ModelId, mode: Mode, layer: usize },
     /// The induction probe on other repeated sequences, with or without the model's BOS.
     Induction { model: ModelId, sequence: ProbeSequence, prepend_bos: bool },
     /// The tokens with the largest self-copy logits, raw and normalised.
@@ -52,6 +66,60 @@ pub enum Request {
     Pattern { model: ModelId, head: HeadId, text: String, prepend_bos: bool },
     /// A suite's verdict table for one head (each prompt after the model's BOS with `prepend_bos`).
     Verdicts { model: ModelId, head: HeadId, suite: Suite, prepend_bos: bool },
+}
+
+/// What a worker of the pool does with a model it opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    /// Holds the model for every request (probes, token views) and takes a share of the parts.
+    Lead,
+    /// Only takes a share of the parts (Gram segments, layers' heads).
+    Helper,
+}
+
+/// Grams passing between the page and a worker. The entries travel beside the JSON as a
+/// `Float64Array` (the host moves them), never as text: their bits arrive unchanged and
+/// nothing is parsed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GramsData {
+    pub d_model: usize,
+    pub tied: bool,
+    pub backend: BackendInfo,
+    #[serde(skip)]
+    pub values: Vec<f64>,
+}
+
+impl GramsData {
+    pub fn of(grams: &Grams) -> GramsData {
+        let d_model = grams.embed.nrows();
+        GramsData { d_model, tied: grams.tied, backend: grams.backend.clone(), values: grams.values() }
+    }
+
+    pub fn grams(&self) -> crate::Result<Grams> {
+        let mut grams = Grams::from_values(self.d_model, self.tied, &self.values)?;
+        grams.backend = self.backend.clone();
+        Ok(grams)
+    }
+}
+
+impl Request {
+    /// The entries that travel beside this request's JSON, if it carries any.
+    pub fn payload_mut(&mut self) -> Option<&mut Vec<f64>> {
+        match self {
+            Request::SetGrams { grams, .. } => Some(&mut grams.values),
+            _ => None,
+        }
+    }
+}
+
+impl Reply {
+    /// The entries that travel beside this reply's JSON, if it carries any.
+    pub fn payload_mut(&mut self) -> Option<&mut Vec<f64>> {
+        match self {
+            Reply::GramSegment { grams, .. } | Reply::Grams { grams } => Some(&mut grams.values),
+            _ => None,
+        }
+    }
 }
 
 /// The first copies of the induction probe's repeated sequences (spec section 4): `count`
@@ -180,6 +248,28 @@ pub enum Reply {
         values: Vec<Vec<f64>>,
     },
     Verdicts(Vec<VerdictRow>),
+    /// Pool: the model is open. `segments` is how many Gram segments to ask for; `lead_bytes`
+    /// and `helper_bytes` are the estimated peaks of the lead and of each helper.
+    Opened {
+        info: Box<ModelInfo>,
+        tied: bool,
+        segments: usize,
+        lead_bytes: u64,
+        helper_bytes: u64,
+    },
+    GramSegment {
+        segment: usize,
+        grams: GramsData,
+    },
+    Heads(Vec<HeadFingerprint>),
+    /// Pool: a model's whole Grams (from a GPU).
+    Grams {
+        grams: GramsData,
+    },
+    /// Pool: no GPU for the Grams; `backend` is the CPU with the reason as its note.
+    NoGpu {
+        backend: BackendInfo,
+    },
 }
 
 /// How far a long request has come: `done` of `total` units of `stage`.

@@ -8,10 +8,11 @@ use std::rc::Rc;
 use sha2::{Digest, Sha256};
 
 use super::protocol::{
-    Analysis, InductionRun, ModelId, ModelInfo, Pattern, ProbeSequence, Progress, Reply, Request, Scored, Timing,
+    Analysis, GramsData, InductionRun, ModelId, ModelInfo, Pattern, ProbeSequence, Progress, Reply, Request, Role,
+    Scored, Timing,
 };
-use crate::analysis::circuits::Grams;
-use crate::analysis::fingerprint::fingerprint_layers;
+use crate::analysis::circuits::{Grams, segments};
+use crate::analysis::fingerprint::{fingerprint_layer, fingerprint_layers};
 use crate::analysis::ov_logits::{MatrixTokens, bottom_k, top_k};
 use crate::analysis::{HeadId, Mode, ModelFingerprint, OvTokenLogits};
 use crate::backend::{Backend, BackendChoice, block_on};
@@ -57,8 +58,11 @@ struct Held {
     files: ModelFiles,
     config: ModelConfig,
     tokenizer: Tokenizer,
-    grams: Grams,
+    /// None between a pool's `Open` and its `SetGrams`.
+    grams: Option<Grams>,
     bos: Option<Bos>,
+    parameters: u64,
+    facts: Vec<(String, String)>,
 }
 
 impl Held {
@@ -72,7 +76,7 @@ impl Held {
     /// counts it (8 times its JSON, which the files keep too). The weight files are browser
     /// `File`s, outside wasm memory.
     fn resident_bytes(&self) -> u64 {
-        let grams = 8 * (self.grams.embed.len() + self.grams.cross.len() + self.grams.unembed.len()) as u64;
+        let grams = self.grams.as_ref().map_or(0, Grams::bytes);
         grams + 8 * self.files.tokenizer_json.as_ref().map_or(0, |t| t.len() as u64)
     }
 
@@ -85,6 +89,19 @@ impl Held {
         HeadId::parse(&head.to_string(), &self.config)
     }
 
+    fn grams(&self) -> Result<&Grams> {
+        self.grams.as_ref().ok_or_else(|| Error::Io("the model's Grams are not computed yet in this worker".into()))
+    }
+
+    fn info(&self) -> ModelInfo {
+        ModelInfo {
+            config: self.config.clone(),
+            parameters: self.parameters,
+            facts: self.facts.clone(),
+            bos: self.bos.clone(),
+        }
+    }
+
     fn scored(&self, values: &[f64], ids: Vec<usize>) -> Vec<Scored> {
         ids.into_iter().map(|i| (self.tokenizer.token_text(i), values[i])).collect()
     }
@@ -92,11 +109,11 @@ impl Held {
     /// Every head in one mode, a layer read at a time, reporting each head as its layer is done
     /// (and the stage before the first layer is read).
     fn fingerprint(&self, mode: Mode, report: &Reporter) -> Result<ModelFingerprint> {
-        let stage = format!("Fingerprinting heads ({})", mode.name());
+        let stage = fingerprint_stage(mode);
         let heads = (self.config.layers * self.config.heads) as u64;
         let grid = Some((self.config.layers, self.config.heads));
         report(Progress { stage: stage.clone(), done: 0, total: heads, grid, heads: Vec::new() });
-        fingerprint_layers(&self.stream()?, &self.grams, mode, &mut |head, done, _| {
+        fingerprint_layers(&self.stream()?, self.grams()?, mode, &mut |head, done, _| {
             let heads_done = vec![head.clone()];
             report(Progress { stage: stage.clone(), done: done as u64, total: heads, grid, heads: heads_done });
         })
@@ -135,7 +152,7 @@ impl Held {
     }
 }
 
-const PROBE_STAGE: &str = "Running the induction probe (layer by layer)";
+pub const PROBE_STAGE: &str = "Running the induction probe (layer by layer)";
 
 /// What the analysis worker lets one load need at its peak: wasm32's memory ends at 4 GiB, and
 /// a quarter of that is left for what the estimate does not count (the allocator's
@@ -145,29 +162,75 @@ pub const WORKER_BUDGET_BYTES: u64 = 3 << 30;
 const BASE_BYTES: u64 = 64 << 20;
 
 /// The analysis worker's peak while it loads, fingerprints and probes a model, estimated from
-/// its header and config alone (nothing large is read to know it). Each term is the most that
-/// step holds at once, in f32 or f64 as the code keeps it:
-/// - the Grams (f64: one d_model² matrix tied, three untied) and one block of vocabulary rows;
-/// - one layer with its MLP (the forward pass) in f32, plus converting its largest matrix: the
-///   decoded f32, the matrix and its transpose (12 bytes an element);
-/// - the induction probe's sequences (BOS + 2 x 50 tokens): every head's pattern and every
-///   position's logits (positions x vocabulary, f32);
-/// - the tokenizer, at 8 times its JSON.
+/// its header and config alone (nothing large is read to know it): what it holds throughout
+/// plus the largest of what its stages hold one at a time, in f32 or f64 as the code keeps it.
+/// Held: the Grams (f64: one d_model² matrix tied, three untied) and the tokenizer, at 8 times
+/// its JSON. Stages:
+/// - the Gram stage: one segment's Grams (summed from zero, then added) and one block of
+///   vocabulary rows;
+/// - the probe: one layer with its MLP (the forward pass) in f32, plus converting its largest
+///   matrix: the decoded f32, the matrix and its transpose (12 bytes an element), and the
+///   induction probe's sequences (BOS + 2 x 50 tokens): every head's pattern and every
+///   position's logits (positions x vocabulary, f32).
 pub fn estimated_peak_bytes(config: &ModelConfig, tied: bool, tokenizer_json: u64) -> u64 {
-    let ModelConfig { layers, heads, kv_heads, d_model, d_head, d_mlp, vocab, .. } = *config;
-    let [layers, heads, kv_heads, d_model, d_head, d_mlp, vocab] =
-        [layers, heads, kv_heads, d_model, d_head, d_mlp, vocab].map(|v| v as u64);
-    let grams = 8 * d_model * d_model * if tied { 1 } else { 3 };
-    let gram_block = 1024 * d_model * (4 + 8 + 8) * if tied { 1 } else { 2 };
-    let (d_q, d_kv) = (heads * d_head, kv_heads * d_head);
-    let gated = config.activation == crate::model::Activation::Silu;
-    let attention = d_model * (d_q + 2 * d_kv) + d_q * d_model;
-    let mlp = d_model * d_mlp * if gated { 3 } else { 2 };
-    let largest = (d_model * d_mlp).max(d_model * (d_q + 2 * d_kv)).max(d_q * d_model);
-    let layer = 4 * (attention + mlp) + 12 * largest;
+    let sizes = Sizes::of(config, tied);
     let positions = (2 * INDUCTION_LEN + 1) as u64;
+    let [layers, heads, vocab] = [config.layers, config.heads, config.vocab].map(|v| v as u64);
     let probe = DEFAULT_SEQUENCES as u64 * 4 * (layers * heads * positions * positions + positions * vocab);
-    BASE_BYTES + grams + gram_block + layer + probe + 8 * tokenizer_json
+    let stages = (sizes.grams + sizes.gram_block).max(sizes.layer + probe);
+    BASE_BYTES + sizes.grams + stages + 8 * tokenizer_json
+}
+
+/// A helper of the tab's pool: it holds the Grams and the tokenizer, computes Gram segments
+/// (one segment's Grams, a block of rows, and the segment's entries copied out to the page)
+/// and reads one layer's attention at a time (no MLP, no probe).
+pub fn estimated_helper_bytes(config: &ModelConfig, tied: bool, tokenizer_json: u64) -> u64 {
+    let sizes = Sizes::of(config, tied);
+    let stages = (2 * sizes.grams + sizes.gram_block).max(sizes.attention);
+    BASE_BYTES + sizes.grams + stages + 8 * tokenizer_json
+}
+
+/// How many workers the pool uses for a model: up to `hardware` (at least 2), as many as fit
+/// [`POOL_BUDGET_BYTES`] together (the lead and its helpers), and never fewer than the lead.
+pub fn pool_workers(hardware: usize, lead_bytes: u64, helper_bytes: u64) -> usize {
+    let room = POOL_BUDGET_BYTES.saturating_sub(lead_bytes);
+    let helpers = room / helper_bytes.max(1);
+    1 + (hardware.max(2) - 1).min(helpers as usize)
+}
+
+/// What every worker of the pool may need together (each also stays within its own
+/// [`WORKER_BUDGET_BYTES`]): the pool does not multiply a large model's memory by the cores.
+pub const POOL_BUDGET_BYTES: u64 = 4 << 30;
+
+/// The sizes the estimates add up, in bytes.
+struct Sizes {
+    grams: u64,
+    gram_block: u64,
+    /// One layer with its MLP, read for the forward pass.
+    layer: u64,
+    /// One layer's attention, read for its heads' fingerprints.
+    attention: u64,
+}
+
+impl Sizes {
+    fn of(config: &ModelConfig, tied: bool) -> Sizes {
+        let ModelConfig { heads, kv_heads, d_model, d_head, d_mlp, .. } = *config;
+        let [heads, kv_heads, d_model, d_head, d_mlp] = [heads, kv_heads, d_model, d_head, d_mlp].map(|v| v as u64);
+        let grams = 8 * d_model * d_model * if tied { 1 } else { 3 };
+        let gram_block = 1024 * d_model * (4 + 8 + 8) * if tied { 1 } else { 2 };
+        let (d_q, d_kv) = (heads * d_head, kv_heads * d_head);
+        let gated = config.activation == crate::model::Activation::Silu;
+        let attention = d_model * (d_q + 2 * d_kv) + d_q * d_model;
+        let mlp = d_model * d_mlp * if gated { 3 } else { 2 };
+        let largest_attention = (d_model * (d_q + 2 * d_kv)).max(d_q * d_model);
+        let largest = (d_model * d_mlp).max(largest_attention);
+        Sizes {
+            grams,
+            gram_block,
+            layer: 4 * (attention + mlp) + 12 * largest,
+            attention: 4 * attention + 12 * largest_attention,
+        }
+    }
 }
 
 fn gigabytes(bytes: u64) -> String {
@@ -203,7 +266,22 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn held_in(models: &HashMap<ModelId, Held>, model: ModelId) -> Result<&Held> {
-    models.get(&model).ok_or_else(|| Error::Io(format!("model {model} is not loaded in the worker")))
+    models.get(&model).ok_or_else(|| not_loaded(model))
+}
+
+fn not_loaded(model: ModelId) -> Error {
+    Error::Io(format!("model {model} is not loaded in the worker"))
+}
+
+/// The backend for `choice`: the one `kept` if it is the same choice and still what was asked
+/// for (a GPU that fell back to the CPU, or an `auto` that found none, is tried anew).
+async fn kept_backend(kept: &mut Option<(BackendChoice, Backend)>, choice: BackendChoice) -> &mut Backend {
+    let keep =
+        matches!(kept, Some((was, backend)) if *was == choice && (backend.is_gpu() || choice == BackendChoice::Cpu));
+    if !keep {
+        *kept = Some((choice, Backend::open_or_cpu(choice).await));
+    }
+    &mut kept.as_mut().expect("just filled").1
 }
 
 /// What a `Load` asks for besides reading the files.
@@ -229,20 +307,6 @@ impl Session {
         Session { models: HashMap::new(), logits: None, clock, backend: None }
     }
 
-    /// The backend for `choice`: the one kept if it is the same choice and still what was
-    /// asked for (a GPU that fell back to the CPU, or an `auto` that found none, is tried anew).
-    async fn backend(&mut self, choice: BackendChoice) -> &mut Backend {
-        let keep = matches!(&self.backend, Some((kept, backend)) if *kept == choice && (backend.is_gpu() || choice == BackendChoice::Cpu));
-        if !keep {
-            self.backend = None;
-        }
-        let (_, backend) = match self.backend.take() {
-            Some(kept) => self.backend.insert(kept),
-            None => self.backend.insert((choice, Backend::open_or_cpu(choice).await)),
-        };
-        backend
-    }
-
     /// Models currently held (the page keeps at most the shown one and the one loading).
     pub fn models_held(&self) -> usize {
         self.models.len()
@@ -265,13 +329,32 @@ impl Session {
             Request::Load { model, names, analyse, prepend_bos, backend } => {
                 self.load(model, names, files, Loading { analyse, prepend_bos, backend }, report).await
             }
+            Request::GpuGrams { model, backend } => self.gpu_grams(model, backend, report).await,
             other => self.answer_now(other, files, report),
         }
     }
 
+    /// Pool: the Grams of a model the lead holds, on the GPU `choice` finds; `NoGpu` (with
+    /// the reason) when it finds none, so the page splits them across the pool's CPUs instead.
+    async fn gpu_grams(&mut self, model: ModelId, choice: BackendChoice, report: Reporter) -> Result<Reply> {
+        let backend = kept_backend(&mut self.backend, choice).await;
+        if !backend.is_gpu() {
+            return Ok(Reply::NoGpu { backend: backend.info() });
+        }
+        let stream = held_in(&self.models, model)?.stream()?;
+        let stage = gram_stage(stream.tied());
+        report(Progress::new(stage, 0, stream.config().vocab as u64));
+        let grams =
+            Grams::gather(&stream, backend, &mut |done, vocab| report(Progress::new(stage, done as u64, vocab as u64)))
+                .await?;
+        Ok(Reply::Grams { grams: GramsData::of(&grams) })
+    }
+
     fn answer_now(&mut self, request: Request, files: Vec<Box<dyn ByteSource>>, report: Reporter) -> Result<Reply> {
         match request {
-            Request::Load { .. } => Err(Error::Invalid("a load is answered by `answer`".into())),
+            Request::Load { .. } | Request::GpuGrams { .. } => {
+                Err(Error::Invalid("a load and the GPU's Grams are answered by `answer`".into()))
+            }
             Request::Hash { names } => {
                 if names.len() != files.len() {
                     return Err(Error::Io(format!("{} file names for {} files", names.len(), files.len())));
@@ -347,6 +430,42 @@ impl Session {
                     marks: induction_cells(&ids),
                 }))
             }
+            Request::Open { model, names, role } => {
+                let (held, opening) = self.open(names, files, role)?;
+                let info = Box::new(held.info());
+                let segments = segments(held.config.vocab);
+                self.models.insert(model, held);
+                let (tied, lead_bytes, helper_bytes) = (opening.tied, opening.lead_bytes, opening.helper_bytes);
+                Ok(Reply::Opened { info, tied, segments, lead_bytes, helper_bytes })
+            }
+            Request::GramSegment { model, segment } => {
+                let held = self.held(model)?;
+                if segment >= segments(held.config.vocab) {
+                    return Err(Error::Invalid(format!("no Gram segment {segment} in this model")));
+                }
+                let grams = Grams::segment(&held.stream()?, &mut Backend::cpu(), segment)?;
+                Ok(Reply::GramSegment { segment, grams: GramsData::of(&grams) })
+            }
+            Request::SetGrams { model, grams } => {
+                let grams = grams.grams()?;
+                let held = self.models.get_mut(&model).ok_or_else(|| not_loaded(model))?;
+                if grams.embed.nrows() != held.config.d_model {
+                    return Err(Error::Invalid(format!(
+                        "Grams of width {} for a model of width {}",
+                        grams.embed.nrows(),
+                        held.config.d_model
+                    )));
+                }
+                held.grams = Some(grams);
+                Ok(Reply::Done)
+            }
+            Request::FingerprintLayer { model, mode, layer } => {
+                let held = self.held(model)?;
+                if layer >= held.config.layers {
+                    return Err(Error::Invalid(format!("no layer {layer} in this model")));
+                }
+                Ok(Reply::Heads(fingerprint_layer(&held.stream()?, held.grams()?, mode, layer)?))
+            }
             Request::Verdicts { model, head, suite, prepend_bos } => {
                 let held = self.held(model)?;
                 let bos = held.bos(prepend_bos);
@@ -371,28 +490,20 @@ impl Session {
         Ok((held, &self.logits.as_ref().expect("just filled").1))
     }
 
-    async fn load(
-        &mut self,
-        id: ModelId,
-        names: Vec<String>,
-        files: Vec<Box<dyn ByteSource>>,
-        Loading { analyse, prepend_bos, backend }: Loading,
-        report: Reporter,
-    ) -> Result<Reply> {
+    /// Reads a model's files: header, config, tokenizer and BOS, after checking that this
+    /// worker's share of it fits beside the models it holds. Nothing large is read.
+    fn open(&self, names: Vec<String>, files: Vec<Box<dyn ByteSource>>, role: Role) -> Result<(Held, Opening)> {
         if names.len() != files.len() {
             return Err(Error::Io(format!("{} file names for {} files", names.len(), files.len())));
         }
-        let clock = self.clock;
-        let mut timings = Vec::new();
-        let timed = |step: &str, since: f64| Timing { step: step.into(), ms: clock() - since };
         let named: Vec<(String, Box<dyn ByteSource>)> = names.into_iter().zip(files).collect();
-
-        let started = clock();
         let files = ModelFiles::from_named(named)?;
-        let (config, parameters, facts, tokenizer, bos, grams) = {
+        let (config, parameters, facts, tokenizer, bos, opening) = {
             let model = ModelStream::open(&files)?;
             let tokenizer_bytes = files.tokenizer_json.as_ref().map_or(0, |t| t.len() as u64);
-            let need = estimated_peak_bytes(&model.config, model.tied(), tokenizer_bytes);
+            let lead_bytes = estimated_peak_bytes(&model.config, model.tied(), tokenizer_bytes);
+            let helper_bytes = estimated_helper_bytes(&model.config, model.tied(), tokenizer_bytes);
+            let need = if role == Role::Lead { lead_bytes } else { helper_bytes };
             // The model shown stays held while this one loads (the page keeps both).
             // So does the OV token view cached for the page (vocab x d_head sides: 100 MB on Pythia-1B).
             let cached = self.logits.as_ref().map_or(0, |(_, logits)| logits.bytes());
@@ -402,25 +513,39 @@ impl Session {
             }
             let tokenizer = Tokenizer::for_model(&model, files.tokenizer_json.as_deref())?;
             let bos = choose_bos(&model, &tokenizer);
-            timings.push(timed("load", started));
-
-            let started = clock();
-            let stage = if model.tied() {
-                "Computing the embedding Grams (reading W_E)"
-            } else {
-                "Computing the embedding Grams (reading W_E and W_U)"
-            };
-            // Named before the first block is read, so the busy line never shows the stage before.
-            report(Progress::new(stage, 0, model.config.vocab as u64));
-            let backend = self.backend(backend).await;
-            let grams = Grams::gather(&model, backend, &mut |done, vocab| {
-                report(Progress::new(stage, done as u64, vocab as u64))
-            })
-            .await?;
-            timings.push(timed("gram", started));
-            (model.config.clone(), model.parameter_count, model.facts().to_vec(), tokenizer, bos, grams)
+            let opening = Opening { tied: model.tied(), lead_bytes, helper_bytes };
+            (model.config.clone(), model.parameter_count, model.facts().to_vec(), tokenizer, bos, opening)
         };
-        let held = Held { files, config, tokenizer, grams, bos };
+        Ok((Held { files, config, tokenizer, grams: None, bos, parameters, facts }, opening))
+    }
+
+    async fn load(
+        &mut self,
+        id: ModelId,
+        names: Vec<String>,
+        files: Vec<Box<dyn ByteSource>>,
+        Loading { analyse, prepend_bos, backend }: Loading,
+        report: Reporter,
+    ) -> Result<Reply> {
+        let clock = self.clock;
+        let mut timings = Vec::new();
+        let timed = |step: &str, since: f64| Timing { step: step.into(), ms: clock() - since };
+
+        let started = clock();
+        let (mut held, opening) = self.open(names, files, Role::Lead)?;
+        timings.push(timed("load", started));
+
+        let started = clock();
+        let stage = gram_stage(opening.tied);
+        // Named before the first block is read, so the busy line never shows the stage before.
+        report(Progress::new(stage, 0, held.config.vocab as u64));
+        let backend = kept_backend(&mut self.backend, backend).await;
+        let grams = Grams::gather(&held.stream()?, backend, &mut |done, vocab| {
+            report(Progress::new(stage, done as u64, vocab as u64))
+        })
+        .await?;
+        timings.push(timed("gram", started));
+        held.grams = Some(grams);
         if !analyse {
             self.models.insert(id, held);
             return Ok(Reply::Loaded);
@@ -436,10 +561,31 @@ impl Session {
         let induction = held.induction(&default_sequence(&held.config), prepend_bos, &report);
         timings.push(timed("induction probe", started));
 
-        let info = ModelInfo { config: held.config.clone(), parameters, facts, bos: held.bos.clone() };
+        let info = held.info();
         self.models.insert(id, held);
         Ok(Reply::Analysed(Box::new(Analysis { info, folded, induction, timings })))
     }
+}
+
+/// What opening a model tells the pool besides the model itself.
+struct Opening {
+    tied: bool,
+    lead_bytes: u64,
+    helper_bytes: u64,
+}
+
+/// The busy line while the Grams are computed (the page's pool names the stage the same way).
+pub fn gram_stage(tied: bool) -> &'static str {
+    if tied {
+        "Computing the embedding Grams (reading W_E)"
+    } else {
+        "Computing the embedding Grams (reading W_E and W_U)"
+    }
+}
+
+/// The busy line while heads are fingerprinted.
+pub fn fingerprint_stage(mode: Mode) -> String {
+    format!("Fingerprinting heads ({})", mode.name())
 }
 
 /// The one-line refusal of a model the worker cannot hold, with the numbers.

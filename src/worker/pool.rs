@@ -1,0 +1,88 @@
+//! The arithmetic of the tab's worker pool, as plain Rust (the page's side, which sends the
+//! parts to the workers, is `src/ui/pool.rs`). The pool splits the two large stages of a load:
+//! the Grams into segments of vocabulary rows and the fingerprint into layers. Whatever worker
+//! computed which part, and in whatever order the parts come back, the results are the bits of
+//! one worker doing it all: each segment is summed from zero and the segments are added in
+//! order ([`GramSum`]), as `Grams::stream_with_progress` adds them; each head is computed alone.
+
+use std::collections::BTreeMap;
+
+use crate::analysis::circuits::Grams;
+use crate::analysis::fingerprint::assemble_fingerprint;
+use crate::analysis::{HeadFingerprint, Mode, ModelFingerprint};
+use crate::backend::BackendInfo;
+use crate::model::ModelConfig;
+use crate::{Error, Result};
+
+/// The Grams of a model summed from its segments as they arrive, in segment order.
+pub struct GramSum {
+    total: Grams,
+    segments: usize,
+    /// The next segment to add; later ones wait.
+    next: usize,
+    waiting: BTreeMap<usize, Grams>,
+}
+
+impl GramSum {
+    pub fn new(d_model: usize, tied: bool, segments: usize) -> GramSum {
+        GramSum { total: Grams::zeros(d_model, tied), segments, next: 0, waiting: BTreeMap::new() }
+    }
+
+    /// Takes segment `segment`'s Grams; adds every segment that is now next in order.
+    pub fn add(&mut self, segment: usize, part: Grams) -> Result<()> {
+        if segment >= self.segments || segment < self.next || self.waiting.contains_key(&segment) {
+            return Err(Error::Invalid(format!("Gram segment {segment} came twice or does not exist")));
+        }
+        self.waiting.insert(segment, part);
+        while let Some(part) = self.waiting.remove(&self.next) {
+            self.total.add(&part)?;
+            self.next += 1;
+        }
+        Ok(())
+    }
+
+    /// The Grams, once every segment is in.
+    pub fn finish(self) -> Result<Grams> {
+        match self.next == self.segments {
+            true => Ok(self.total),
+            false => Err(Error::Invalid(format!("{} of {} Gram segments came back", self.next, self.segments))),
+        }
+    }
+}
+
+/// A model's heads collected a layer at a time, in any order.
+pub struct LayerHeads {
+    layers: Vec<Option<Vec<HeadFingerprint>>>,
+}
+
+impl LayerHeads {
+    pub fn new(layers: usize) -> LayerHeads {
+        LayerHeads { layers: vec![None; layers] }
+    }
+
+    pub fn add(&mut self, layer: usize, heads: Vec<HeadFingerprint>) -> Result<()> {
+        match self.layers.get_mut(layer) {
+            Some(slot @ None) => {
+                *slot = Some(heads);
+                Ok(())
+            }
+            _ => Err(Error::Invalid(format!("layer {layer}'s heads came twice or the layer does not exist"))),
+        }
+    }
+
+    /// The fingerprint, heads in order, once every layer is in.
+    pub fn finish(
+        self,
+        config: &ModelConfig,
+        parameters: u64,
+        backend: &BackendInfo,
+        mode: Mode,
+    ) -> Result<ModelFingerprint> {
+        let missing = self.layers.iter().filter(|l| l.is_none()).count();
+        if missing > 0 {
+            return Err(Error::Invalid(format!("{missing} layers' heads did not come back")));
+        }
+        let heads = self.layers.into_iter().flatten().flatten().collect();
+        Ok(assemble_fingerprint(config, parameters, backend, mode, heads))
+    }
+}
