@@ -9,7 +9,7 @@
 #
 # scripts/bench_gpu.sh --tab [DIST]: the same comparison in the page instead (tests/e2e/bench_gpu.mjs):
 # the Gram stage on WebGPU (SwiftShader, Chromium's software adapter) against the tab's CPU path,
-# on a GPT-2-Small-shaped embedding (VOCAB=, D= to change it), with FLOP and FLOP/s. Needs a
+# on GPT-2 Small's width and 8192 tokens (VOCAB=, D= to change them), with FLOP and FLOP/s. Needs a
 # built dist/ (scripts/e2e.sh) and no checkpoint.
 set -euo pipefail
 cd "$(dirname "$0")/.."
