@@ -429,7 +429,10 @@ impl LayerProducts {
     /// Head `head`'s token-space QK circuit.
     pub fn qk_token(&self, w: &HeadWeights, head: usize) -> Factored {
         let kv = head / self.group;
-        w.qk_token_with(self.embed_q.columns(head * self.d_head, self.d_head), self.embed_k.columns(kv * self.d_head, self.d_head))
+        w.qk_token_with(
+            self.embed_q.columns(head * self.d_head, self.d_head),
+            self.embed_k.columns(kv * self.d_head, self.d_head),
+        )
     }
 
     /// Head `head`'s token-space OV circuit.

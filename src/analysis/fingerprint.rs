@@ -145,7 +145,12 @@ fn fingerprint_head_weights(weights: &HeadWeights, grams: &Grams, id: HeadId) ->
     fingerprint_circuits(id, weights, weights.qk_token(grams), weights.ov_token(grams))
 }
 
-fn fingerprint_circuits(id: HeadId, weights: &HeadWeights, qk_token: super::Factored, ov: super::Factored) -> HeadFingerprint {
+fn fingerprint_circuits(
+    id: HeadId,
+    weights: &HeadWeights,
+    qk_token: super::Factored,
+    ov: super::Factored,
+) -> HeadFingerprint {
     let spectrum = |factored: super::Factored| factored.fingerprint().unwrap_or_else(Fingerprint::failed);
     HeadFingerprint {
         layer: id.layer,
@@ -167,7 +172,8 @@ fn fingerprint_layer_heads(
     mode: Mode,
     index: usize,
 ) -> Vec<HeadFingerprint> {
-    let weights: Vec<HeadWeights> = (0..config.heads).map(|h| HeadWeights::new(config, layer, ln_final, h, mode)).collect();
+    let weights: Vec<HeadWeights> =
+        (0..config.heads).map(|h| HeadWeights::new(config, layer, ln_final, h, mode)).collect();
     let products = LayerProducts::new(config, &weights, grams);
     let ids: Vec<HeadId> = (0..config.heads).map(|h| HeadId::new(index, h)).collect();
     fingerprint_heads(&ids, &|id| {

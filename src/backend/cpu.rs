@@ -27,12 +27,7 @@ pub fn add_gram(a: &DMatrix<f32>, acc: &mut DMatrix<f64>) {
     for start in (0..n).step_by(SYRK_PANEL) {
         let width = SYRK_PANEL.min(n - start);
         let below = n - start;
-        acc.view_mut((start, start), (below, width)).gemm(
-            1.0,
-            &a_t.rows(start, below),
-            &a.columns(start, width),
-            1.0,
-        );
+        acc.view_mut((start, start), (below, width)).gemm(1.0, &a_t.rows(start, below), &a.columns(start, width), 1.0);
     }
     for j in 1..n {
         for i in 0..j {
