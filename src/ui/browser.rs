@@ -48,13 +48,19 @@ pub fn file_list(list: Option<web_sys::FileList>) -> Vec<web_sys::File> {
 /// Offers a blob as a file download (a `blob:` URL; nothing leaves the page).
 fn download_blob(file_name: &str, blob: &web_sys::Blob) -> Result<(), String> {
     let url = web_sys::Url::create_object_url_with_blob(blob).map_err(|e| js_message(&e))?;
+    let offered = download_url(file_name, &url);
+    let _ = web_sys::Url::revoke_object_url(&url);
+    offered
+}
+
+/// Offers what a page-local URL (`blob:` or `data:`) holds as a file download.
+pub fn download_url(file_name: &str, url: &str) -> Result<(), String> {
     let document = web_sys::window().and_then(|w| w.document()).ok_or("no document")?;
     let anchor: web_sys::HtmlAnchorElement =
         document.create_element("a").map_err(|e| js_message(&e))?.dyn_into().map_err(|_| "not an anchor")?;
-    anchor.set_href(&url);
+    anchor.set_href(url);
     anchor.set_download(file_name);
     anchor.click();
-    let _ = web_sys::Url::revoke_object_url(&url);
     Ok(())
 }
 

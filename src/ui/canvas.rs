@@ -15,7 +15,7 @@ use plotters::prelude::*;
 use plotters_canvas::CanvasBackend;
 use wasm_bindgen::{Clamped, JsCast};
 
-use super::browser::download_text;
+use super::browser::{download_text, download_url};
 use super::export::stem;
 use super::state::Ctx;
 use crate::figures::colour::Scale;
@@ -214,13 +214,7 @@ fn download_png(file_name: &str, m: &DenseMatrix) -> Result<(), String> {
     let canvas = new_canvas()?;
     paint(&canvas, m, PNG_SCALE.max(device_pixel_ratio()), Render::Canvas)?;
     let data_url = canvas.to_data_url_with_type("image/png").map_err(|e| js_message(&e))?;
-    let document = web_sys::window().and_then(|w| w.document()).ok_or("no document")?;
-    let anchor: web_sys::HtmlAnchorElement =
-        document.create_element("a").map_err(|e| js_message(&e))?.dyn_into().map_err(|_| "not an anchor")?;
-    anchor.set_href(&data_url);
-    anchor.set_download(file_name);
-    anchor.click();
-    Ok(())
+    download_url(file_name, &data_url)
 }
 
 /// A dense chart on a canvas with its hover tooltip, keyboard navigation (arrow keys move a

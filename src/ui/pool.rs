@@ -170,107 +170,100 @@ pub struct OpenModel {
     timings: Vec<Timing>,
 }
 
-/// The Grams from every segment, asked for by whichever worker is free, summed in order.
-async fn grams(run: Run, config: &ModelConfig, tied: bool, segments: usize) -> Result<Grams, String> {
-    struct Sum {
+/// Hands parts `0..parts` out to whichever worker is free: `ask(part)` is a part's request,
+/// `take(part, reply)` keeps its answer (parts come back in any order). The first error (a
+/// cancel is one) is the result, and no worker takes another part after it.
+async fn share_out(
+    run: Run,
+    parts: usize,
+    ask: impl Fn(usize) -> Request + 'static,
+    take: impl FnMut(usize, Reply) -> Result<(), String> + 'static,
+) -> Result<(), String> {
+    struct Queue {
         next: usize,
-        rows_done: usize,
         failed: bool,
-        sum: GramSum,
     }
-    let vocab = config.vocab;
-    let stage = gram_stage(tied);
-    run.report(Progress::new(stage, 0, vocab as u64));
-    let state = Rc::new(RefCell::new(Sum {
-        next: 0,
-        rows_done: 0,
-        failed: false,
-        sum: GramSum::new(config.d_model, tied, segments),
-    }));
-    let model = run.model;
+    let queue = Rc::new(RefCell::new(Queue { next: 0, failed: false }));
+    let (ask, take) = (Rc::new(ask), Rc::new(RefCell::new(take)));
     on_every_worker(run.workers, |w| {
-        let state = state.clone();
+        let (queue, ask, take) = (queue.clone(), ask.clone(), take.clone());
         async move {
             loop {
-                let segment = {
-                    let mut s = state.borrow_mut();
-                    if s.failed || s.next >= segments {
+                let part = {
+                    let mut q = queue.borrow_mut();
+                    if q.failed || q.next >= parts {
                         return Ok(());
                     }
-                    s.next += 1;
-                    s.next - 1
+                    q.next += 1;
+                    q.next - 1
                 };
-                let reply = run.send(w, Request::GramSegment { model, segment }, &Vec::new()).await;
-                let part = match reply {
-                    Ok(Reply::GramSegment { grams, .. }) => grams.grams().map_err(|e| e.to_string()),
-                    Ok(_) => Err(unexpected("a Gram segment")),
+                let kept = match run.send(w, ask(part), &Vec::new()).await {
+                    Ok(reply) => (take.borrow_mut())(part, reply),
                     Err(e) => Err(e),
                 };
-                let mut s = state.borrow_mut();
-                if let Err(e) = part.and_then(|part| s.sum.add(segment, part).map_err(|e| e.to_string())) {
-                    s.failed = true;
+                if let Err(e) = kept {
+                    queue.borrow_mut().failed = true;
                     return Err(e);
                 }
-                s.rows_done += segment_rows(vocab, segment).len();
-                run.report(Progress::new(stage, s.rows_done as u64, vocab as u64));
             }
         }
     })
+    .await
+}
+
+/// The Grams from every segment, asked for by whichever worker is free, summed in order.
+async fn grams(run: Run, config: &ModelConfig, tied: bool, segments: usize) -> Result<Grams, String> {
+    let (vocab, model, stage) = (config.vocab, run.model, gram_stage(tied));
+    run.report(Progress::new(stage, 0, vocab as u64));
+    let sum = Rc::new(RefCell::new((GramSum::new(config.d_model, tied, segments), 0)));
+    let adding = sum.clone();
+    share_out(
+        run,
+        segments,
+        move |segment| Request::GramSegment { model, segment },
+        move |segment, reply| {
+            let Reply::GramSegment { grams, .. } = reply else {
+                return Err(unexpected("a Gram segment"));
+            };
+            let (sum, rows_done) = &mut *adding.borrow_mut();
+            sum.add(segment, grams.grams().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+            *rows_done += segment_rows(vocab, segment).len();
+            run.report(Progress::new(stage, *rows_done as u64, vocab as u64));
+            Ok(())
+        },
+    )
     .await?;
-    let sum = Rc::try_unwrap(state).map_err(|_| "the Gram sum is still shared".to_string())?.into_inner().sum;
+    let (sum, _) = Rc::try_unwrap(sum).map_err(|_| "the Gram sum is still shared".to_string())?.into_inner();
     sum.finish().map_err(|e| e.to_string())
 }
 
 /// Every head in one mode, a layer at a time from whichever worker is free; each layer's heads
 /// fill the grid as they come.
 async fn heads(run: Run, pooled: &Pooled, mode: Mode) -> Result<ModelFingerprint, String> {
-    struct Collect {
-        next: usize,
-        done: usize,
-        failed: bool,
-        heads: LayerHeads,
-    }
     let config = &pooled.config;
-    let (layers, per_layer) = (config.layers, config.heads);
+    let (layers, per_layer, model) = (config.layers, config.heads, run.model);
     let stage = fingerprint_stage(mode);
     let total = (layers * per_layer) as u64;
     let grid = Some((layers, per_layer));
     run.report(Progress { stage: stage.clone(), done: 0, total, grid, heads: Vec::new() });
-    let state = Rc::new(RefCell::new(Collect { next: 0, done: 0, failed: false, heads: LayerHeads::new(layers) }));
-    let model = run.model;
-    on_every_worker(run.workers, |w| {
-        let (state, stage) = (state.clone(), stage.clone());
-        async move {
-            loop {
-                let layer = {
-                    let mut s = state.borrow_mut();
-                    if s.failed || s.next >= layers {
-                        return Ok(());
-                    }
-                    s.next += 1;
-                    s.next - 1
-                };
-                let reply = run.send(w, Request::FingerprintLayer { model, mode, layer }, &Vec::new()).await;
-                let mut s = state.borrow_mut();
-                let heads = match reply {
-                    Ok(Reply::Heads(heads)) => heads,
-                    Ok(_) => Err(unexpected("a layer's heads"))?,
-                    Err(e) => {
-                        s.failed = true;
-                        return Err(e);
-                    }
-                };
-                s.done += heads.len();
-                run.report(Progress { stage: stage.clone(), done: s.done as u64, total, grid, heads: heads.clone() });
-                if let Err(e) = s.heads.add(layer, heads) {
-                    s.failed = true;
-                    return Err(e.to_string());
-                }
-            }
-        }
-    })
+    let collected = Rc::new(RefCell::new((LayerHeads::new(layers), 0)));
+    let collecting = collected.clone();
+    share_out(
+        run,
+        layers,
+        move |layer| Request::FingerprintLayer { model, mode, layer },
+        move |layer, reply| {
+            let Reply::Heads(heads) = reply else {
+                return Err(unexpected("a layer's heads"));
+            };
+            let (collected, done) = &mut *collecting.borrow_mut();
+            *done += heads.len();
+            run.report(Progress { stage: stage.clone(), done: *done as u64, total, grid, heads: heads.clone() });
+            collected.add(layer, heads).map_err(|e| e.to_string())
+        },
+    )
     .await?;
-    let collected = Rc::try_unwrap(state).map_err(|_| "the heads are still shared".to_string())?.into_inner().heads;
+    let (collected, _) = Rc::try_unwrap(collected).map_err(|_| "the heads are still shared".to_string())?.into_inner();
     collected.finish(config, pooled.parameters, &pooled.backend, mode).map_err(|e| e.to_string())
 }
 
