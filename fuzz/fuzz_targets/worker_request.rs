@@ -1,10 +1,12 @@
 //! Any text as a message from the page to the worker, answered by a session holding the
-//! character fixture as model 1 (a load is given the fixture's bytes).
+//! character fixture as model 1 (a load or a pool's open is given the fixture's bytes). The fuzz
+//! build has no GPU backend, so a GPU choice ends on the CPU with a note.
 #![no_main]
 
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use headprint::backend::BackendChoice;
 use headprint::weights::{ByteSource, MemorySource};
 use headprint::worker::protocol::Request;
 use headprint::worker::session::Session;
@@ -29,11 +31,12 @@ fuzz_target!(|data: &[u8]| {
                 names: vec!["gptchar.safetensors".into()],
                 analyse: false,
                 prepend_bos: true,
+                backend: BackendChoice::Cpu,
             };
             session.handle(load, files(), Rc::new(|_| {})).unwrap();
         }
         let given = match request {
-            Request::Load { .. } | Request::Hash { .. } => files(),
+            Request::Load { .. } | Request::Open { .. } | Request::Hash { .. } => files(),
             _ => Vec::new(),
         };
         if let Ok(reply) = session.handle(request, given, Rc::new(|_| {})) {
