@@ -1,7 +1,8 @@
 //! The GPU backend: `A^T B` and `A^T A` of row blocks by the WGSL kernels in products.wgsl,
 //! through wgpu: natively on Vulkan, Metal or DX12, in the browser on WebGPU (wgpu's `webgpu`
 //! feature; the same kernels, compiled by the browser). Each product is one dispatch over a
-//! whole block (as many rows as a storage binding holds); its result comes back as two f32
+//! whole block (as many rows as a storage binding holds, and at most the 4096 rows of one
+//! of the Grams' segments, see `analysis::circuits::SEGMENT_ROWS`); its result comes back as two f32
 //! parts (see products.wgsl for why), added in f64, and the caller sums the blocks in f64.
 //!
 //! Reading a result back is awaited: natively the device is waited for first, so the future is
