@@ -13,7 +13,7 @@ use headprint::compare::ComparisonRow;
 use headprint::probes::Suite;
 use headprint::weights::{ByteSource, MemorySource};
 use headprint::worker::protocol::{ProbeSequence, Progress, Reply, Request};
-use headprint::worker::session::{Reporter, Session};
+use headprint::worker::session::{POOL_BUDGET_BYTES, Reporter, Session, pool_workers};
 
 fn clock() -> f64 {
     0.0
@@ -656,4 +656,22 @@ fn ov_matrix_matches_the_reference_circuit() {
         ask(&mut session, Request::OvMatrix { model: 7, mode: Mode::Folded, head, top: Some(3) }, vec![]),
         Ok(Reply::OvMatrix { .. })
     ));
+}
+
+/// The pool's size: one worker per core (at least 2), cut to what the 4 GiB pool budget holds
+/// beside the lead, and never below the lead alone.
+#[test]
+fn the_pool_uses_every_core_that_its_memory_budget_allows() {
+    const MB: u64 = 1 << 20;
+    // Small models: every core, and at least two workers on one- or two-core machines.
+    assert_eq!(pool_workers(8, 100 * MB, 50 * MB), 8);
+    assert_eq!(pool_workers(1, 100 * MB, 50 * MB), 2);
+    assert_eq!(pool_workers(0, 100 * MB, 50 * MB), 2);
+    // A large lead: exactly 3 GiB left is room for three helpers of 1 GiB (four workers, not
+    // sixteen); a byte less, for two.
+    assert_eq!(pool_workers(16, POOL_BUDGET_BYTES - 3 * 1024 * MB, 1024 * MB), 4);
+    assert_eq!(pool_workers(16, POOL_BUDGET_BYTES - 3 * 1024 * MB + 1, 1024 * MB), 3);
+    // No room for a helper, or a lead past the pool's budget (its own check refuses it): the lead alone.
+    assert_eq!(pool_workers(8, POOL_BUDGET_BYTES - MB, 2 * MB), 1);
+    assert_eq!(pool_workers(8, POOL_BUDGET_BYTES + MB, MB), 1);
 }
