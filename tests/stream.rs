@@ -329,19 +329,19 @@ fn the_streamed_ov_token_view_is_the_loaded_one() {
     }
 }
 
-/// A request and its reply as the page and a worker pass them: JSON both ways, the Grams'
-/// entries beside it (as the host moves them in a `Float64Array`).
+/// A request and its reply as the page and a worker pass them: JSON both ways, the large
+/// matrices beside it (as the host moves them in a `Float64Array`).
 fn trip(session: &mut Session, mut request: Request, files: Vec<Box<dyn ByteSource>>) -> Reply {
-    let payload = request.payload_mut().map(std::mem::take);
+    let payload = request.take_payload();
     let mut request: Request = serde_json::from_str(&serde_json::to_string(&request).unwrap()).unwrap();
-    if let (Some(slot), Some(values)) = (request.payload_mut(), payload) {
-        *slot = values;
+    if let Some(values) = payload {
+        request.put_payload(values);
     }
     let mut reply = session.handle(request, files, Rc::new(|_| {})).unwrap();
-    let payload = reply.payload_mut().map(std::mem::take);
+    let payload = reply.take_payload();
     let mut reply: Reply = serde_json::from_str(&serde_json::to_string(&reply).unwrap()).unwrap();
-    if let (Some(slot), Some(values)) = (reply.payload_mut(), payload) {
-        *slot = values;
+    if let Some(values) = payload {
+        reply.put_payload(values).unwrap();
     }
     reply
 }

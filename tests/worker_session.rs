@@ -39,8 +39,14 @@ fn ask_reporting(
     report: Reporter,
 ) -> Result<Reply, String> {
     let request: Request = serde_json::from_str(&serde_json::to_string(&request).unwrap()).unwrap();
-    let answer = session.handle(request, files, report).map_err(|e| e.to_string());
-    serde_json::from_str(&serde_json::to_string(&answer).unwrap()).unwrap()
+    let mut answer = session.handle(request, files, report).map_err(|e| e.to_string());
+    // Large matrices travel beside the JSON, as the worker's host moves them.
+    let payload = answer.as_mut().ok().and_then(Reply::take_payload);
+    let mut answer: Result<Reply, String> = serde_json::from_str(&serde_json::to_string(&answer).unwrap()).unwrap();
+    if let (Ok(reply), Some(values)) = (&mut answer, payload) {
+        reply.put_payload(values).unwrap();
+    }
+    answer
 }
 
 fn load(session: &mut Session, id: u64, name: &str, contents: Vec<u8>) -> Result<Reply, String> {

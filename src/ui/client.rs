@@ -297,7 +297,7 @@ pub(super) async fn send_to(
     shows_progress: bool,
     generation: u64,
 ) -> Result<Reply, String> {
-    let payload = request.payload_mut().map(std::mem::take);
+    let payload = request.take_payload();
     let json = serde_json::to_string(&request).map_err(|e| e.to_string())?;
     let promise = CLIENT.with_borrow_mut(|c| -> Result<js_sys::Promise, String> {
         if c.generation != generation {
@@ -323,8 +323,8 @@ fn read_reply(data: &JsValue) -> Result<Reply, String> {
     let json = field(data, "json").as_string().ok_or("the worker sent no text")?;
     let mut reply = serde_json::from_str::<Result<Reply, String>>(&json)
         .map_err(|e| format!("unreadable reply from the worker: {e}"))??;
-    if let (Some(slot), Ok(array)) = (reply.payload_mut(), field(data, "payload").dyn_into::<js_sys::Float64Array>()) {
-        *slot = array.to_vec();
+    if let Ok(array) = field(data, "payload").dyn_into::<js_sys::Float64Array>() {
+        reply.put_payload(array.to_vec()).map_err(|e| format!("unreadable reply from the worker: {e}"))?;
     }
     Ok(reply)
 }

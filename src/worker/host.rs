@@ -1,6 +1,7 @@
 //! The worker's browser glue: takes messages `{id, json, files}`, hands the request to the
-//! `Session`, posts back `{id, kind: "progress" | "reply", json, memory, payload?}` (the
-//! pool's Gram entries travel as a `Float64Array` beside the JSON, both ways). Files are read by
+//! `Session`, posts back `{id, kind: "progress" | "reply", json, memory, payload?}` (large
+//! matrices, the pool's Grams, patterns and OV matrices, travel as a `Float64Array` beside the
+//! JSON, moved, both ways). Files are read by
 //! byte range with `FileReaderSync` (workers only), one tensor at a time, never whole.
 //!
 //! Requests are answered one at a time, in the order they came: a load whose Grams are on the
@@ -169,8 +170,8 @@ async fn answer(session: &mut Session, Message { id, json, blobs, payload }: Mes
     let mut entries = None;
     let result = match serde_json::from_str::<Request>(&json) {
         Ok(mut request) => {
-            if let (Some(slot), Ok(array)) = (request.payload_mut(), payload.dyn_into::<js_sys::Float64Array>()) {
-                *slot = array.to_vec();
+            if let Ok(array) = payload.dyn_into::<js_sys::Float64Array>() {
+                request.put_payload(array.to_vec());
             }
             let names = match &request {
                 Request::Load { names, .. } | Request::Open { names, .. } | Request::Hash { names } => names.clone(),
@@ -193,7 +194,7 @@ async fn answer(session: &mut Session, Message { id, json, blobs, payload }: Mes
                 .collect();
             let mut reply = session.answer(request, files, reporter(id)).await.map_err(|e| e.to_string());
             if let Ok(reply) = &mut reply {
-                entries = reply.payload_mut().map(std::mem::take);
+                entries = reply.take_payload();
             }
             reply
         }

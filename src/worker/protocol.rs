@@ -103,23 +103,56 @@ impl GramsData {
 }
 
 impl Request {
-    /// The entries that travel beside this request's JSON, if it carries any.
-    pub fn payload_mut(&mut self) -> Option<&mut Vec<f64>> {
+    /// Takes out the numbers that travel beside this request's JSON (a moved `Float64Array`,
+    /// never text), if it carries any: the Grams' entries.
+    pub fn take_payload(&mut self) -> Option<Vec<f64>> {
         match self {
-            Request::SetGrams { grams, .. } => Some(&mut grams.values),
+            Request::SetGrams { grams, .. } => Some(std::mem::take(&mut grams.values)),
             _ => None,
+        }
+    }
+
+    /// Puts back what [`Request::take_payload`] took, once the JSON is read.
+    pub fn put_payload(&mut self, values: Vec<f64>) {
+        if let Request::SetGrams { grams, .. } = self {
+            grams.values = values;
         }
     }
 }
 
 impl Reply {
-    /// The entries that travel beside this reply's JSON, if it carries any.
-    pub fn payload_mut(&mut self) -> Option<&mut Vec<f64>> {
+    /// Takes out the numbers that travel beside this reply's JSON (a moved `Float64Array`,
+    /// never text), if it carries any: the Grams' entries, an attention pattern's or an OV
+    /// matrix's rows. As JSON numbers a 512-token pattern's 262k weights cost the page's main
+    /// thread over 150 ms to copy and parse (README "Dense views"); moved, they cost a copy.
+    pub fn take_payload(&mut self) -> Option<Vec<f64>> {
         match self {
-            Reply::GramSegment { grams, .. } | Reply::Grams { grams } => Some(&mut grams.values),
+            Reply::GramSegment { grams, .. } | Reply::Grams { grams } => Some(std::mem::take(&mut grams.values)),
+            Reply::Pattern(pattern) => Some(std::mem::take(&mut pattern.rows).into_iter().flatten().collect()),
+            Reply::OvMatrix { values, .. } => Some(std::mem::take(values).into_iter().flatten().collect()),
             _ => None,
         }
     }
+
+    /// Puts back what [`Reply::take_payload`] took, once the JSON is read (the matrices' sides
+    /// are their token counts).
+    pub fn put_payload(&mut self, values: Vec<f64>) -> crate::Result<()> {
+        match self {
+            Reply::GramSegment { grams, .. } | Reply::Grams { grams } => grams.values = values,
+            Reply::Pattern(pattern) => pattern.rows = square(values, pattern.tokens.len())?,
+            Reply::OvMatrix { tokens, values: rows, .. } => *rows = square(values, tokens.len())?,
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// `values` as the rows of an n x n matrix.
+fn square(values: Vec<f64>, n: usize) -> crate::Result<Vec<Vec<f64>>> {
+    if values.len() != n * n {
+        return Err(crate::Error::Invalid(format!("{} numbers came for a {n} x {n} matrix", values.len())));
+    }
+    Ok(values.chunks(n.max(1)).map(<[f64]>::to_vec).collect())
 }
 
 /// The first copies of the induction probe's repeated sequences (spec section 4): `count`
@@ -202,9 +235,9 @@ pub type Scored = (String, f64);
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Pattern {
     pub tokens: Vec<String>,
-    /// `rows[query][key]`, causal. On the wire: the f32 weights of keys 0..=query, packed (see
-    /// [`packed`]); keys after the query are 0.
-    #[serde(with = "packed::causal_f32")]
+    /// `rows[query][key]`, causal (keys after the query are 0). Travels beside the JSON (see
+    /// [`Reply::take_payload`]).
+    #[serde(skip)]
     pub rows: Vec<Vec<f64>>,
     /// Induction cells (query, key).
     pub marks: Vec<(usize, usize)>,
@@ -244,7 +277,8 @@ pub enum Reply {
     OvMatrix {
         tokens: Vec<String>,
         ids: Vec<usize>,
-        #[serde(with = "packed::square_f64")]
+        /// Travels beside the JSON (see [`Reply::take_payload`]).
+        #[serde(skip)]
         values: Vec<Vec<f64>>,
     },
     Verdicts(Vec<VerdictRow>),
@@ -289,88 +323,5 @@ pub struct Progress {
 impl Progress {
     pub fn new(stage: impl Into<String>, done: u64, total: u64) -> Self {
         Progress { stage: stage.into(), done, total, grid: None, heads: Vec::new() }
-    }
-}
-
-/// Large matrices in replies travel as the base64 of their little-endian bytes rather than JSON
-/// numbers: a 512-token pattern is 131k weights, and the page's main thread would spend over
-/// 150 ms copying and parsing them as text (README "Dense views"). Both forms are exact: the
-/// pattern's weights are f32 from the forward pass, the OV matrix's entries f64.
-pub mod packed {
-    use base64::Engine;
-    use base64::engine::general_purpose::STANDARD;
-    use serde::{Deserialize, Deserializer, Serialize, Serializer, de::Error};
-
-    #[derive(Serialize, Deserialize)]
-    struct Packed {
-        /// Rows (and columns) of the matrix.
-        n: usize,
-        bytes: String,
-    }
-
-    fn decode<'de, D: Deserializer<'de>>(deserializer: D, width: usize) -> Result<(usize, Vec<u8>), D::Error> {
-        let packed = Packed::deserialize(deserializer)?;
-        let bytes = STANDARD.decode(packed.bytes.as_bytes()).map_err(D::Error::custom)?;
-        if bytes.len() % width != 0 {
-            return Err(D::Error::custom("a packed matrix's bytes are not whole numbers"));
-        }
-        Ok((packed.n, bytes))
-    }
-
-    /// A causal square matrix: row q's entries 0..=q as f32 (later entries must be 0 and are
-    /// left out); read back as n x n f64 with zeros after the diagonal.
-    pub mod causal_f32 {
-        use super::*;
-
-        pub fn serialize<S: Serializer>(rows: &[Vec<f64>], serializer: S) -> Result<S::Ok, S::Error> {
-            let mut bytes = Vec::with_capacity(2 * rows.len() * (rows.len() + 1));
-            for (q, row) in rows.iter().enumerate() {
-                for k in 0..=q {
-                    bytes.extend_from_slice(&(row.get(k).copied().unwrap_or(0.0) as f32).to_le_bytes());
-                }
-            }
-            Packed { n: rows.len(), bytes: STANDARD.encode(bytes) }.serialize(serializer)
-        }
-
-        pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Vec<f64>>, D::Error> {
-            let (n, bytes) = decode(deserializer, 4)?;
-            if n.checked_mul(n + 1).map(|c| c / 2 * 4) != Some(bytes.len()) {
-                return Err(D::Error::custom("a packed pattern's size does not match its rows"));
-            }
-            let mut values = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64);
-            Ok((0..n)
-                .map(|q| {
-                    let mut row: Vec<f64> = values.by_ref().take(q + 1).collect();
-                    row.resize(n, 0.0);
-                    row
-                })
-                .collect())
-        }
-    }
-
-    /// A square matrix of f64, row by row.
-    pub mod square_f64 {
-        use super::*;
-
-        pub fn serialize<S: Serializer>(rows: &[Vec<f64>], serializer: S) -> Result<S::Ok, S::Error> {
-            let n = rows.len();
-            if rows.iter().any(|r| r.len() != n) {
-                return Err(serde::ser::Error::custom("the matrix is not square"));
-            }
-            let bytes: Vec<u8> = rows.iter().flatten().flat_map(|v| v.to_le_bytes()).collect();
-            Packed { n, bytes: STANDARD.encode(bytes) }.serialize(serializer)
-        }
-
-        pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Vec<f64>>, D::Error> {
-            let (n, bytes) = decode(deserializer, 8)?;
-            if n.checked_mul(n).map(|c| c * 8) != Some(bytes.len()) {
-                return Err(D::Error::custom("a packed matrix's size does not match its rows"));
-            }
-            let values: Vec<f64> = bytes
-                .chunks_exact(8)
-                .map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
-                .collect();
-            Ok(values.chunks(n.max(1)).map(<[f64]>::to_vec).collect())
-        }
     }
 }
