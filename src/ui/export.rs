@@ -25,7 +25,7 @@ pub fn results_json(loaded: &Loaded) -> Result<String, String> {
         "sha256": loaded.sha256(),
         "config": loaded.info.config,
         "parameters": loaded.info.parameters,
-        // What computed the Gram matrices (the tab computes on the CPU so far).
+        // What computed the Gram matrices: the CPU, or WebGPU naming its adapter (as the CLI records it).
         "backend": loaded.folded.backend,
         "folded": loaded.folded,
         // null until raw mode has been shown (the worker computes it on demand).
