@@ -6,7 +6,7 @@ use serde::ser::SerializeStruct;
 use serde::{Deserialize, Serialize};
 
 use super::HeadId;
-use super::circuits::{Circuits, Grams, HeadWeights, LayerProducts, Mode};
+use super::circuits::{Grams, HeadWeights, LayerProducts, Mode};
 use super::spectrum::Fingerprint;
 use crate::backend::{Backend, BackendInfo};
 use crate::model::{Layer, LoadParts, Model, ModelConfig, ModelStream, Norm, Weights};
@@ -136,15 +136,6 @@ impl<'de> Deserialize<'de> for Fingerprint {
 }
 
 /// The four fingerprints of one head; a circuit that cannot be read carries its error.
-pub fn fingerprint_head(circuits: &Circuits, id: HeadId) -> HeadFingerprint {
-    fingerprint_head_weights(&circuits.head_weights(id), circuits.grams(), id)
-}
-
-/// The four fingerprints of a head from its weights (however they were read) and the Grams.
-fn fingerprint_head_weights(weights: &HeadWeights, grams: &Grams, id: HeadId) -> HeadFingerprint {
-    fingerprint_circuits(id, weights, weights.qk_token(grams), weights.ov_token(grams))
-}
-
 fn fingerprint_circuits(
     id: HeadId,
     weights: &HeadWeights,
