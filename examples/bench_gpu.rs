@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use headprint::analysis::circuits::Grams;
+use headprint::analysis::circuits::{Grams, SEGMENT_ROWS};
 use headprint::analysis::{Mode, fingerprint_stream_with};
 use headprint::backend::{Backend, BackendChoice, block_on};
 use headprint::model::{ModelStream, Weights};
@@ -109,7 +109,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 fn grams_of_rows(model: &ModelStream, rows: usize, backend: &mut Backend) -> headprint::Result<()> {
     let d = model.config.d_model;
     let (mut embed, mut cross, mut unembed) = (DMatrix::zeros(d, d), DMatrix::zeros(d, d), DMatrix::zeros(d, d));
-    let block = backend.block_rows(d);
+    let block = backend.block_rows(d).min(SEGMENT_ROWS);
     for first in (0..rows).step_by(block) {
         let range = first..(first + block).min(rows);
         let e = model.embedding_rows(range.clone())?;

@@ -21,16 +21,6 @@ use wgpu::util::DeviceExt;
 const KERNELS: &str = include_str!("products.wgsl");
 /// Output tile of one workgroup (TILE in products.wgsl).
 const TILE: usize = 64;
-/// Most rows per block even when a binding could hold more: keeps one dispatch (and the
-/// time the GPU is busy without a break) to seconds on a slow adapter.
-#[cfg(not(target_arch = "wasm32"))]
-const MAX_BLOCK_ROWS: usize = 32768;
-/// In the browser a block's rows also sit in the worker's wasm memory (W_E's and W_U's at once,
-/// under its 4 GB), and the worker's memory estimate (`estimated_peak_bytes` in session.rs)
-/// counts a CPU block: 1024 rows at 20 bytes an entry. 5120 rows of f32 take the same.
-#[cfg(target_arch = "wasm32")]
-const MAX_BLOCK_ROWS_WASM: usize = 5 * super::cpu::BLOCK_ROWS;
-
 pub struct Gpu {
     device: wgpu::Device,
     queue: wgpu::Queue,
@@ -118,14 +108,13 @@ impl Gpu {
         &self.adapter
     }
 
-    /// Rows of an `n`-column block that fit one storage binding.
+    /// Rows of an `n`-column block that fit one storage binding. The Grams ask for at most one
+    /// segment's 4096 rows at a time (`analysis::circuits::SEGMENT_ROWS`), which also bounds a
+    /// dispatch's time on a slow adapter and, in the browser, the rows held in wasm memory
+    /// (4096 f32 rows take less than the CPU block the worker's memory estimate counts).
     pub fn block_rows(&self, n: usize) -> usize {
         let per_row = 4 * n.max(1) as u64;
-        #[cfg(target_arch = "wasm32")]
-        let most = MAX_BLOCK_ROWS_WASM;
-        #[cfg(not(target_arch = "wasm32"))]
-        let most = MAX_BLOCK_ROWS;
-        ((self.max_binding / per_row) as usize).clamp(1, most)
+        ((self.max_binding / per_row) as usize).max(1)
     }
 
     /// `A^T B` (A rows x m, B rows x n), or `A^T A` when `b` is None, in f32 on the GPU and
