@@ -2,16 +2,29 @@
 //! (threaded on native). Every product is f64 from the f32 weights, so the sums over blocks
 //! are the exact products up to f64 rounding (tests/gram_precision.rs).
 
-use nalgebra::DMatrix;
+use nalgebra::{DMatrix, DMatrixView, DMatrixViewMut};
 
 /// Rows widened to f64 at a time (a few MB).
 pub const BLOCK_ROWS: usize = 1024;
 
+/// `c += a b` in f64: every large f64 product of the analysis goes through here, so that one
+/// place decides how it runs.
+pub fn gemm(mut c: DMatrixViewMut<f64>, a: DMatrixView<f64>, b: DMatrixView<f64>) {
+    // nalgebra's `gemm` goes through matrixmultiply; its `tr_mul` would be a loop of dot
+    // products, 20x slower at vocabulary size.
+    c.gemm(1.0, &a, &b, 1.0);
+}
+
+/// `a b` in f64, through [`gemm`].
+pub fn product(a: DMatrixView<f64>, b: DMatrixView<f64>) -> DMatrix<f64> {
+    let mut c = DMatrix::zeros(a.nrows(), b.ncols());
+    gemm(c.as_view_mut(), a, b);
+    c
+}
+
 /// `acc += A^T B`.
 pub fn add_product(a: &DMatrix<f32>, b: &DMatrix<f32>, acc: &mut DMatrix<f64>) {
-    // `gemm` goes through matrixmultiply; nalgebra's `tr_mul` would be a loop of dot
-    // products, 20x slower at vocabulary size.
-    acc.gemm(1.0, &a.map(f64::from).transpose(), &b.map(f64::from), 1.0);
+    gemm(acc.as_view_mut(), a.map(f64::from).transpose().as_view(), b.map(f64::from).as_view());
 }
 
 /// Columns of `A^T A` computed per product in [`add_gram`].
@@ -27,7 +40,7 @@ pub fn add_gram(a: &DMatrix<f32>, acc: &mut DMatrix<f64>) {
     for start in (0..n).step_by(SYRK_PANEL) {
         let width = SYRK_PANEL.min(n - start);
         let below = n - start;
-        acc.view_mut((start, start), (below, width)).gemm(1.0, &a_t.rows(start, below), &a.columns(start, width), 1.0);
+        gemm(acc.view_mut((start, start), (below, width)), a_t.rows(start, below), a.columns(start, width));
     }
     for j in 1..n {
         for i in 0..j {
