@@ -8,7 +8,7 @@ use nalgebra::{DMatrix, DMatrixView};
 use super::HeadId;
 use super::spectrum::Factored;
 use crate::Result;
-use crate::backend::{Backend, BackendInfo, block_on};
+use crate::backend::{Backend, BackendInfo, block_on, cpu};
 use crate::model::{Layer, Model, ModelConfig, Norm, NormKind, Weights};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -92,6 +92,8 @@ pub struct Grams {
     pub tied: bool,
     /// What computed the products (the fingerprint records it).
     pub backend: BackendInfo,
+    /// The factors of the summed Grams, made when a layer's products first need them.
+    factors: std::sync::OnceLock<GramFactors>,
 }
 
 impl Grams {
@@ -193,6 +195,7 @@ impl Grams {
         self.embed += &part.embed;
         self.cross += &part.cross;
         self.unembed += &part.unembed;
+        self.factors = Default::default();
         Ok(())
     }
 
@@ -222,6 +225,14 @@ impl Grams {
         Ok(grams)
     }
 
+    /// The factors of `embed` and (untied) `unembed` that [`LayerProducts`] multiply with.
+    fn factors(&self) -> &GramFactors {
+        self.factors.get_or_init(|| GramFactors {
+            embed: GramFactor::of(&self.embed),
+            unembed: (!self.tied).then(|| GramFactor::of(&self.unembed)),
+        })
+    }
+
     /// Bytes the f64 entries take.
     pub fn bytes(&self) -> u64 {
         8 * (self.embed.len() + self.cross.len() + self.unembed.len()) as u64
@@ -233,7 +244,8 @@ impl Grams {
             true => (DMatrix::zeros(0, 0), DMatrix::zeros(0, 0)),
             false => (DMatrix::zeros(d_model, d_model), DMatrix::zeros(d_model, d_model)),
         };
-        Grams { embed: DMatrix::zeros(d_model, d_model), cross, unembed, tied, backend: BackendInfo::default() }
+        let embed = DMatrix::zeros(d_model, d_model);
+        Grams { embed, cross, unembed, tied, backend: BackendInfo::default(), factors: Default::default() }
     }
 
     /// Adds one block of token rows: `embed` is W_E's rows (rows x d_model), `unembed` W_U^T's
@@ -337,80 +349,145 @@ impl HeadWeights {
 
     /// QK in residual space: `W_Q W_K^T` (A = W_Q, B = W_K^T).
     pub fn qk(&self) -> Factored {
-        let w = self;
-        Factored { small: w.w_k.tr_mul(&w.w_q), gram_left: w.w_q.tr_mul(&w.w_q), gram_right: w.w_k.tr_mul(&w.w_k) }
+        let (q, k) = (self.w_q.as_view(), self.w_k.as_view());
+        Factored { small: inner(k, q), gram_left: inner(q, q), gram_right: inner(k, k) }
     }
 
     /// QK in token space: `W_E W_Q W_K^T W_E^T` (A = W_E W_Q, B = W_K^T W_E^T), through the
     /// embedding Gram: `B A = W_K^T G_E W_Q`, `A^T A = W_Q^T G_E W_Q`, `B B^T = W_K^T G_E W_K`.
     /// Unlike the residual-space QK it does not depend on the residual basis: tokens fix it.
     /// W_E is never folded (as in TransformerLens); W_Q and W_K are folded in folded mode.
+    /// (A whole layer's heads at once: [`LayerProducts::qk_token`].)
     pub fn qk_token(&self, grams: &Grams) -> Factored {
-        let (w, embed) = (self, &grams.embed);
-        self.qk_token_with((embed * &w.w_q).as_view(), (embed * &w.w_k).as_view())
-    }
-
-    /// `qk_token` from `G_E W_Q` and `G_E W_K` (computed for a whole layer by [`LayerProducts`]).
-    pub fn qk_token_with(&self, embed_q: DMatrixView<f64>, embed_k: DMatrixView<f64>) -> Factored {
-        let w = self;
+        let (q, k) = (self.w_q.as_view(), self.w_k.as_view());
+        let (embed_q, embed_k) = (cpu::product(grams.embed.as_view(), q), cpu::product(grams.embed.as_view(), k));
         Factored {
-            small: w.w_k.tr_mul(&embed_q),
-            gram_left: w.w_q.tr_mul(&embed_q),
-            gram_right: w.w_k.tr_mul(&embed_k),
+            small: inner(k, embed_q.as_view()),
+            gram_left: inner(q, embed_q.as_view()),
+            gram_right: inner(k, embed_k.as_view()),
         }
     }
 
     /// OV in residual space: `W_V W_O` (A = W_V, B = W_O).
     pub fn ov_residual(&self) -> Factored {
         let w = self;
-        Factored { small: &w.w_o * &w.w_v, gram_left: w.w_v.tr_mul(&w.w_v), gram_right: &w.w_o * w.w_o.transpose() }
+        Factored {
+            small: &w.w_o * &w.w_v,
+            gram_left: inner(w.w_v.as_view(), w.w_v.as_view()),
+            gram_right: &w.w_o * w.w_o.transpose(),
+        }
     }
 
     /// OV in token space: `W_E W_V W_O W_U` (A = W_E W_V, B = W_O W_U), through the Grams:
     /// `B A = Ô C W_V`, `A^T A = W_V^T G_E W_V`, `B B^T = Ô G_U Ô^T` with Ô = W_O T.
     /// Two d_model² · d_head products per head when the unembedding is tied, three otherwise.
+    /// (A whole layer's heads at once: [`LayerProducts::ov_token`].)
     pub fn ov_token(&self, grams: &Grams) -> Factored {
-        let w = self;
-        let embed_v = &grams.embed * &w.w_v;
-        let o_hat_t = w.w_o_unembed.transpose();
+        let (v, o_hat) = (self.w_v.as_view(), &self.w_o_unembed);
+        let embed_v = cpu::product(grams.embed.as_view(), v);
+        let o_hat_t = o_hat.transpose();
         let (cross_v, unembed_o) = match grams.tied {
-            true => (None, &grams.embed * o_hat_t),
-            false => (Some(&grams.cross * &w.w_v), &grams.unembed * o_hat_t),
+            true => (None, cpu::product(grams.embed.as_view(), o_hat_t.as_view())),
+            false => {
+                (Some(cpu::product(grams.cross.as_view(), v)), cpu::product(grams.unembed.as_view(), o_hat_t.as_view()))
+            }
         };
-        self.ov_token_with(embed_v.as_view(), cross_v.as_ref().map(|c| c.as_view()), unembed_o.as_view())
-    }
-
-    /// `ov_token` from `G_E W_V`, `C W_V` (untied only) and `G_U Ô^T` (`G_E Ô^T` tied), computed
-    /// for a whole layer by [`LayerProducts`].
-    pub fn ov_token_with(
-        &self,
-        embed_v: DMatrixView<f64>,
-        cross_v: Option<DMatrixView<f64>>,
-        unembed_o: DMatrixView<f64>,
-    ) -> Factored {
-        let (w, o_hat) = (self, &self.w_o_unembed);
         Factored {
-            small: o_hat * cross_v.unwrap_or(embed_v),
-            gram_left: w.w_v.tr_mul(&embed_v),
+            small: o_hat * cross_v.as_ref().unwrap_or(&embed_v),
+            gram_left: inner(v, embed_v.as_view()),
             gram_right: o_hat * unembed_o,
         }
     }
 }
 
+/// A factor `F` of a Gram matrix, `G = F^T F`. With it every head product through the Gram,
+/// `W_a^T G W_b`, is `(F W_a)^T (F W_b)`: a layer's heads need `F X` for their stacked weights
+/// X (d_model x n), which costs half of `G X` when F is triangular, and then only products of
+/// d_head-wide columns. Computed once per set of Grams ([`Grams::factors`]).
+#[derive(Clone)]
+enum GramFactor {
+    /// `F = L^T` (d x d, upper triangular) from the Cholesky factorisation `G = L L^T`.
+    Upper(DMatrix<f64>),
+    /// `F = Λ^½ V^T` (k x d) over the eigenvalues above rounding: a Gram of rank below
+    /// d_model (a vocabulary smaller than the width, as the character model's), which has no
+    /// Cholesky factor and is cheaper this way anyway (k < d).
+    Dense(DMatrix<f64>),
+}
+
+/// Rows of `F X` per product in [`GramFactor::apply`].
+const TRIANGLE_PANEL: usize = 128;
+
+impl GramFactor {
+    fn of(gram: &DMatrix<f64>) -> GramFactor {
+        let matrix = faer::Mat::from_fn(gram.nrows(), gram.ncols(), |i, j| gram[(i, j)]);
+        if let Ok(cholesky) = matrix.llt(faer::Side::Lower) {
+            let lower = cholesky.L();
+            return GramFactor::Upper(DMatrix::from_fn(gram.nrows(), gram.ncols(), |i, j| lower[(j, i)]));
+        }
+        // Semi-definite: keep the eigenvalues above d·ε of the largest (the numerical rank;
+        // what is dropped is below the rounding of G itself).
+        let (values, vectors) = match matrix.self_adjoint_eigen(faer::Side::Lower) {
+            Ok(eigen) => (eigen.S().column_vector().iter().copied().collect::<Vec<f64>>(), eigen.U().to_owned()),
+            // Not even symmetric-eigen converged: the full Gram as its own "factor" is still
+            // exact, only not cheaper (`F X` is then `G X` and the products `X^T G X`).
+            Err(_) => return GramFactor::Dense(gram.clone()),
+        };
+        let largest = values.iter().cloned().fold(0.0, f64::max);
+        let kept: Vec<usize> =
+            (0..values.len()).filter(|&i| values[i] > largest * gram.nrows() as f64 * f64::EPSILON).collect();
+        GramFactor::Dense(DMatrix::from_fn(kept.len(), gram.ncols(), |r, j| {
+            values[kept[r]].sqrt() * vectors[(j, kept[r])]
+        }))
+    }
+
+    /// `F X`.
+    fn apply(&self, x: &DMatrix<f64>) -> DMatrix<f64> {
+        match self {
+            GramFactor::Dense(f) => cpu::product(f.as_view(), x.as_view()),
+            GramFactor::Upper(upper) => {
+                // A row panel of an upper-triangular F is zero left of its diagonal block.
+                let d = upper.nrows();
+                let mut y = DMatrix::zeros(d, x.ncols());
+                for start in (0..d).step_by(TRIANGLE_PANEL) {
+                    let rows = TRIANGLE_PANEL.min(d - start);
+                    cpu::gemm(
+                        y.rows_mut(start, rows),
+                        upper.view((start, start), (rows, d - start)),
+                        x.rows(start, d - start),
+                    );
+                }
+                y
+            }
+        }
+    }
+}
+
+/// The two Gram factors the layers' products use: the embedding's, and the unembedding's when
+/// it is not tied.
+#[derive(Clone)]
+pub struct GramFactors {
+    embed: GramFactor,
+    unembed: Option<GramFactor>,
+}
+
+/// `a^T b` through the blocked product (nalgebra's `tr_mul` is a loop of dot products).
+fn inner(a: DMatrixView<f64>, b: DMatrixView<f64>) -> DMatrix<f64> {
+    cpu::product(a.transpose().as_view(), b)
+}
+
 /// The vocabulary-Gram products of every head of one layer, as one large product per kind
-/// instead of one per head: `G_E W_Q` for all query heads, `G_E W_K`, `G_E W_V` (and `C W_V`
-/// untied) once per key/value head (grouped-query heads share them), and `G_U Ô^T` for all
-/// heads. The same entries as the per-head products (each is a dot product of the same row and
-/// column, summed in the same order), at a fraction of the calls; on native the large products
-/// run on every core.
+/// instead of one per head, through the Grams' factors ([`GramFactor`]): `F_E W_Q` for all
+/// query heads, `F_E W_K`, `F_E W_V` (and `C W_V` untied) once per key/value head
+/// (grouped-query heads share them), and `F_U Ô^T` (`F_E Ô^T` tied) for all heads. Each head's
+/// small products are then inner products of d_head-wide columns of these.
 pub struct LayerProducts {
     d_head: usize,
     group: usize,
-    embed_q: DMatrix<f64>,
-    embed_k: DMatrix<f64>,
-    embed_v: DMatrix<f64>,
+    factor_q: DMatrix<f64>,
+    factor_k: DMatrix<f64>,
+    factor_v: DMatrix<f64>,
     cross_v: Option<DMatrix<f64>>,
-    unembed_o: DMatrix<f64>,
+    factor_o: DMatrix<f64>,
 }
 
 impl LayerProducts {
@@ -432,34 +509,39 @@ impl LayerProducts {
         let k = stack(&shared, &|w| w.w_k.clone());
         let v = stack(&shared, &|w| w.w_v.clone());
         let o = stack(&all, &|w| w.w_o_unembed.transpose());
-        let unembed = if grams.tied { &grams.embed } else { &grams.unembed };
+        let factors = grams.factors();
+        let unembed = factors.unembed.as_ref().unwrap_or(&factors.embed);
         LayerProducts {
             d_head,
             group,
-            embed_q: &grams.embed * q,
-            embed_k: &grams.embed * k,
-            embed_v: &grams.embed * &v,
-            cross_v: (!grams.tied).then(|| &grams.cross * &v),
-            unembed_o: unembed * o,
+            factor_q: factors.embed.apply(&q),
+            factor_k: factors.embed.apply(&k),
+            factor_v: factors.embed.apply(&v),
+            cross_v: (!grams.tied).then(|| cpu::product(grams.cross.as_view(), v.as_view())),
+            factor_o: unembed.apply(&o),
         }
     }
 
-    /// Head `head`'s token-space QK circuit.
-    pub fn qk_token(&self, w: &HeadWeights, head: usize) -> Factored {
-        let kv = head / self.group;
-        w.qk_token_with(
-            self.embed_q.columns(head * self.d_head, self.d_head),
-            self.embed_k.columns(kv * self.d_head, self.d_head),
-        )
+    /// Head `head`'s token-space QK circuit: `B A = W_K^T G_E W_Q`, `A^T A = W_Q^T G_E W_Q`,
+    /// `B B^T = W_K^T G_E W_K` (see [`HeadWeights::qk_token`]).
+    pub fn qk_token(&self, head: usize) -> Factored {
+        let d = self.d_head;
+        let q = self.factor_q.columns(head * d, d);
+        let k = self.factor_k.columns(head / self.group * d, d);
+        Factored { small: inner(k, q), gram_left: inner(q, q), gram_right: inner(k, k) }
     }
 
-    /// Head `head`'s token-space OV circuit.
+    /// Head `head`'s token-space OV circuit: `B A = Ô C W_V` (`Ô G_E W_V` tied),
+    /// `A^T A = W_V^T G_E W_V`, `B B^T = Ô G_U Ô^T` (see [`HeadWeights::ov_token`]).
     pub fn ov_token(&self, w: &HeadWeights, head: usize) -> Factored {
-        let (kv, d) = (head / self.group, self.d_head);
-        w.ov_token_with(
-            self.embed_v.columns(kv * d, d),
-            self.cross_v.as_ref().map(|c| c.columns(kv * d, d)),
-            self.unembed_o.columns(head * d, d),
-        )
+        let d = self.d_head;
+        let kv = head / self.group;
+        let v = self.factor_v.columns(kv * d, d);
+        let o = self.factor_o.columns(head * d, d);
+        let small = match &self.cross_v {
+            Some(cross_v) => &w.w_o_unembed * cross_v.columns(kv * d, d),
+            None => inner(o, v),
+        };
+        Factored { small, gram_left: inner(v, v), gram_right: inner(o, o) }
     }
 }

@@ -169,7 +169,7 @@ fn fingerprint_layer_heads(
     let ids: Vec<HeadId> = (0..config.heads).map(|h| HeadId::new(index, h)).collect();
     fingerprint_heads(&ids, &|id| {
         let w = &weights[id.head];
-        fingerprint_circuits(id, w, products.qk_token(w, id.head), products.ov_token(w, id.head))
+        fingerprint_circuits(id, w, products.qk_token(id.head), products.ov_token(w, id.head))
     })
 }
 

@@ -330,8 +330,8 @@ fn read_reply(data: &JsValue) -> Result<Reply, String> {
 }
 
 /// The files' SHA-256 (a share link's identity of local files), computed in a worker of its own
-/// beside the analysis worker: the first heads never wait for a whole model to be read twice,
-/// and the two run on two cores. The worker ends when it has answered.
+/// once the analysis is shown: the first heads never wait for a whole model to be read twice,
+/// and the hashing takes no core from the analysis pool. The worker ends when it has answered.
 pub async fn identify(files: &Files) -> Result<String, String> {
     let request = Request::Hash { names: files.iter().map(|(name, _)| name.clone()).collect() };
     let json = serde_json::to_string(&request).map_err(|e| e.to_string())?;

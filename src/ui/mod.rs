@@ -335,7 +335,7 @@ fn ModelBar() -> impl IntoView {
                             let hash = match &l.origin {
                                 state::Origin::Local { sha256, .. } => match sha256.get() {
                                     state::Identity::Known(hex) => format!("SHA-256 {}…", &hex[..12.min(hex.len())]),
-                                    state::Identity::Pending => "SHA-256: computing beside the analysis…".into(),
+                                    state::Identity::Pending => "SHA-256: computing…".into(),
                                     state::Identity::Failed(why) => format!("SHA-256 unknown ({why})"),
                                 },
                                 state::Origin::Demo => "the demo model".into(),

@@ -43,7 +43,7 @@ impl Sequence {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Origin {
     Demo,
-    /// Local files: their names and SHA-256, computed beside the load (see `identify_files`).
+    /// Local files: their names and SHA-256, computed once the analysis is shown (see `identify_files`).
     Local {
         name: String,
         sha256: RwSignal<Identity>,
@@ -346,11 +346,10 @@ pub async fn load(ctx: Ctx, label: String, demo: bool, files: Files) {
     let names = files.iter().map(|(name, _)| name.clone()).collect();
     let prepend_bos = ctx.prepend_bos.get_untracked();
     let backend = ctx.backend.get_untracked();
-    // Local files are identified for share links in a second worker while this one analyses.
+    // Local files are identified for share links in a second worker once the analysis is shown:
+    // hashing the whole file beside the analysis took a core from the pool (on two cores the
+    // GPT-2-sized grid came 30% later), and nothing on screen needs the hash before then.
     let identity = RwSignal::new(Identity::Pending);
-    if !demo {
-        leptos::task::spawn_local(identify_files(ctx, files.clone(), identity));
-    }
     let reply = client::request(&Request::Load { model: id, names, analyse: true, prepend_bos, backend }, &files).await;
     match reply {
         Ok(Reply::Analysed(analysis)) => {
@@ -369,6 +368,9 @@ pub async fn load(ctx: Ctx, label: String, demo: bool, files: Files) {
                 timings,
                 backend_asked: backend,
             };
+            if !demo {
+                leptos::task::spawn_local(identify_files(ctx, files.clone(), identity));
+            }
             show(ctx, loaded, files);
         }
         Ok(_) => ctx.error.set(Some(format!("Could not load {label}: the worker gave an unexpected answer"))),

@@ -56,7 +56,7 @@ async function one() {
   await page.waitForFunction(() => /12 layers × 12 heads/.test(document.querySelector('#model-info')?.textContent ?? ''), null, { timeout: 600000 });
   const loadWall = await page.evaluate(() => performance.now() - window.loadStarted);
   const headsWall = await page.evaluate(() => window.headsDone ?? NaN);
-  // The share-link identity comes from a second worker, beside the analysis.
+  // The share-link identity comes from a second worker, once the analysis is shown.
   await page.waitForFunction(() => /SHA-256 [0-9a-f]{12}/.test(document.querySelector('#model-hash')?.textContent ?? ''), null, { timeout: 600000 });
   const hashWall = await page.evaluate(() => performance.now() - window.loadStarted);
   // Raw mode is fingerprinted when first shown.
@@ -90,7 +90,7 @@ const rows = [
   ['GPT-2-Small-shaped: file chosen → every head fingerprinted (folded: the full grid)', median(results.map((r) => r.headsWall))],
   ['GPT-2-Small-shaped: file chosen → overview on screen (read, folded fingerprint, probe)', median(results.map((r) => r.loadWall))],
   ['demo model: app started → every head and the probe done', median(results.map((r) => r.demoReady - r.wasmStarted))],
-  ['GPT-2-Small-shaped: file chosen → SHA-256 of 498 MB shown (a second worker, beside the analysis)', median(results.map((r) => r.hashWall))],
+  ['GPT-2-Small-shaped: file chosen → SHA-256 of 498 MB shown (a second worker, after the analysis)', median(results.map((r) => r.hashWall))],
   ['page: longest frame gap during that load and the raw fingerprint', median(results.map((r) => r.longestFrame))],
 ];
 const memory = Math.max(...results.map((r) => r.memory));
