@@ -208,7 +208,10 @@ fn an_ill_conditioned_diagonalisable_circuit_has_its_analytic_condition() {
 /// A 2x2 Jordan block `[[1, δ], [0, 1]]` (through a random similarity, beside simple
 /// eigenvalues): within the rounding budget (δ ≤ 1e-12) it is the identity on that eigenspace
 /// and gets κ = 1; a larger coupling is never orthonormalised away: κ grows with δ and a strong
-/// coupling is flagged as defective.
+/// coupling is flagged as defective. (δ = 1e-8 is exactly defective too: whether rounding leaves
+/// its κ finite, ~1e4, or flags it depends on how the solver's backward error splits the double
+/// eigenvalue; faer's `eigen` left it finite, the Schur back substitution flags it. Either way
+/// it must not come out near 1.)
 #[test]
 fn a_jordan_coupling_is_not_orthonormalised_away() {
     let mut rng = ChaCha8Rng::seed_from_u64(11);
@@ -226,8 +229,8 @@ fn a_jordan_coupling_is_not_orthonormalised_away() {
     };
     let tiny = kappa_of(1e-12, &mut rng).expect("within rounding of a semisimple eigenvalue");
     assert!((tiny - 1.0).abs() < 1e-6, "δ = 1e-12: κ = {tiny}");
-    let small = kappa_of(1e-8, &mut rng).expect("a weak coupling is finite");
-    assert!(small > 1e2, "δ = 1e-8 must not be orthonormalised away: κ = {small}");
+    let small = kappa_of(1e-8, &mut rng);
+    assert!(small.is_none_or(|k| k > 1e2), "δ = 1e-8 must not be orthonormalised away: κ = {small:?}");
     for delta in [1e-2, 1.0] {
         assert_eq!(kappa_of(delta, &mut rng), None, "δ = {delta}: an exactly defective block");
     }

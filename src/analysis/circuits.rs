@@ -93,7 +93,7 @@ pub struct Grams {
     /// What computed the products (the fingerprint records it).
     pub backend: BackendInfo,
     /// The factors of the summed Grams, made when a layer's products first need them.
-    factors: std::sync::OnceLock<GramFactors>,
+    factors: std::sync::OnceLock<std::result::Result<GramFactors, String>>,
 }
 
 impl Grams {
@@ -226,11 +226,14 @@ impl Grams {
     }
 
     /// The factors of `embed` and (untied) `unembed` that [`LayerProducts`] multiply with.
-    fn factors(&self) -> &GramFactors {
-        self.factors.get_or_init(|| GramFactors {
-            embed: GramFactor::of(&self.embed),
-            unembed: (!self.tied).then(|| GramFactor::of(&self.unembed)),
-        })
+    fn factors(&self) -> std::result::Result<&GramFactors, String> {
+        let factors = self.factors.get_or_init(|| {
+            Ok(GramFactors {
+                embed: GramFactor::of(&self.embed)?,
+                unembed: if self.tied { None } else { Some(GramFactor::of(&self.unembed)?) },
+            })
+        });
+        factors.as_ref().map_err(Clone::clone)
     }
 
     /// Bytes the f64 entries take.
@@ -418,26 +421,25 @@ enum GramFactor {
 const TRIANGLE_PANEL: usize = 128;
 
 impl GramFactor {
-    fn of(gram: &DMatrix<f64>) -> GramFactor {
+    fn of(gram: &DMatrix<f64>) -> std::result::Result<GramFactor, String> {
         let matrix = faer::Mat::from_fn(gram.nrows(), gram.ncols(), |i, j| gram[(i, j)]);
         if let Ok(cholesky) = matrix.llt(faer::Side::Lower) {
             let lower = cholesky.L();
-            return GramFactor::Upper(DMatrix::from_fn(gram.nrows(), gram.ncols(), |i, j| lower[(j, i)]));
+            return Ok(GramFactor::Upper(DMatrix::from_fn(gram.nrows(), gram.ncols(), |i, j| lower[(j, i)])));
         }
         // Semi-definite: keep the eigenvalues above d·ε of the largest (the numerical rank;
         // what is dropped is below the rounding of G itself).
-        let (values, vectors) = match matrix.self_adjoint_eigen(faer::Side::Lower) {
-            Ok(eigen) => (eigen.S().column_vector().iter().copied().collect::<Vec<f64>>(), eigen.U().to_owned()),
-            // Not even symmetric-eigen converged: the full Gram as its own "factor" is still
-            // exact, only not cheaper (`F X` is then `G X` and the products `X^T G X`).
-            Err(_) => return GramFactor::Dense(gram.clone()),
-        };
+        let eigen = matrix
+            .self_adjoint_eigen(faer::Side::Lower)
+            .map_err(|_| "the Gram matrix's eigendecomposition did not converge".to_string())?;
+        let values: Vec<f64> = eigen.S().column_vector().iter().copied().collect();
+        let vectors = eigen.U();
         let largest = values.iter().cloned().fold(0.0, f64::max);
         let kept: Vec<usize> =
             (0..values.len()).filter(|&i| values[i] > largest * gram.nrows() as f64 * f64::EPSILON).collect();
-        GramFactor::Dense(DMatrix::from_fn(kept.len(), gram.ncols(), |r, j| {
+        Ok(GramFactor::Dense(DMatrix::from_fn(kept.len(), gram.ncols(), |r, j| {
             values[kept[r]].sqrt() * vectors[(j, kept[r])]
-        }))
+        })))
     }
 
     /// `F X`.
@@ -491,8 +493,13 @@ pub struct LayerProducts {
 }
 
 impl LayerProducts {
-    /// `heads` are the layer's heads in order, all of them.
-    pub fn new(config: &ModelConfig, heads: &[HeadWeights], grams: &Grams) -> LayerProducts {
+    /// `heads` are the layer's heads in order, all of them. Fails only when a Gram cannot be
+    /// factored (its eigendecomposition did not converge): then no token-space circuit can be read.
+    pub fn new(
+        config: &ModelConfig,
+        heads: &[HeadWeights],
+        grams: &Grams,
+    ) -> std::result::Result<LayerProducts, String> {
         let (d_model, d_head) = (config.d_model, config.d_head);
         let group = (config.heads / config.kv_heads.max(1)).max(1);
         let stack = |chosen: &[&HeadWeights], pick: &dyn Fn(&HeadWeights) -> DMatrix<f64>| {
@@ -509,9 +516,9 @@ impl LayerProducts {
         let k = stack(&shared, &|w| w.w_k.clone());
         let v = stack(&shared, &|w| w.w_v.clone());
         let o = stack(&all, &|w| w.w_o_unembed.transpose());
-        let factors = grams.factors();
+        let factors = grams.factors()?;
         let unembed = factors.unembed.as_ref().unwrap_or(&factors.embed);
-        LayerProducts {
+        Ok(LayerProducts {
             d_head,
             group,
             factor_q: factors.embed.apply(&q),
@@ -519,7 +526,7 @@ impl LayerProducts {
             factor_v: factors.embed.apply(&v),
             cross_v: (!grams.tied).then(|| cpu::product(grams.cross.as_view(), v.as_view())),
             factor_o: unembed.apply(&o),
-        }
+        })
     }
 
     /// Head `head`'s token-space QK circuit: `B A = W_K^T G_E W_Q`, `A^T A = W_Q^T G_E W_Q`,

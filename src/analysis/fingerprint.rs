@@ -139,17 +139,19 @@ impl<'de> Deserialize<'de> for Fingerprint {
 fn fingerprint_circuits(
     id: HeadId,
     weights: &HeadWeights,
-    qk_token: super::Factored,
-    ov: super::Factored,
+    qk_token: std::result::Result<super::Factored, String>,
+    ov: std::result::Result<super::Factored, String>,
 ) -> HeadFingerprint {
-    let spectrum = |factored: super::Factored| factored.fingerprint().unwrap_or_else(Fingerprint::failed);
+    let spectrum = |factored: std::result::Result<super::Factored, String>| {
+        factored.and_then(|f| f.fingerprint()).unwrap_or_else(Fingerprint::failed)
+    };
     HeadFingerprint {
         layer: id.layer,
         head: id.head,
-        qk: spectrum(weights.qk()),
+        qk: spectrum(Ok(weights.qk())),
         qk_token: spectrum(qk_token),
         ov: spectrum(ov),
-        ov_residual: spectrum(weights.ov_residual()),
+        ov_residual: spectrum(Ok(weights.ov_residual())),
     }
 }
 
@@ -169,7 +171,9 @@ fn fingerprint_layer_heads(
     let ids: Vec<HeadId> = (0..config.heads).map(|h| HeadId::new(index, h)).collect();
     fingerprint_heads(&ids, &|id| {
         let w = &weights[id.head];
-        fingerprint_circuits(id, w, products.qk_token(id.head), products.ov_token(w, id.head))
+        let token =
+            |circuit: &dyn Fn(&LayerProducts) -> super::Factored| products.as_ref().map(circuit).map_err(Clone::clone);
+        fingerprint_circuits(id, w, token(&|p| p.qk_token(id.head)), token(&|p| p.ov_token(w, id.head)))
     })
 }
 

@@ -127,9 +127,9 @@ impl Factored {
         let root_pinv = DMatrix::from_fn(r, k, |i, j| u[(i, kept[j])] / values[kept[j]].sqrt());
         let restricted = &root * &self.small * &root_pinv;
 
-        let eigen = to_faer(&restricted).eigen().map_err(|_| "eigendecomposition did not converge".to_string())?;
+        let eigen = Eigen::of(&restricted)?;
         let mut eigenvalues: Vec<Eigenvalue> =
-            eigen.S().column_vector().iter().map(|z: &c64| Eigenvalue { re: z.re, im: z.im }).collect();
+            eigen.values.iter().map(|z: &c64| Eigenvalue { re: z.re, im: z.im }).collect();
         // Directions A sends to zero are zero eigenvalues of B A.
         eigenvalues.resize(r, Eigenvalue { re: 0.0, im: 0.0 });
         eigenvalues.sort_by(|a, b| b.abs().total_cmp(&a.abs()));
@@ -152,7 +152,7 @@ impl Factored {
         Ok(Fingerprint {
             copying_score: eigenvalues.iter().map(|l| l.re).sum::<f64>() / scale,
             imaginary_fraction: eigenvalues.iter().map(|l| l.im.abs()).sum::<f64>() / scale,
-            eigenvector_condition: eigenvector_condition(&restricted, eigen.S().column_vector(), eigen.U())?,
+            eigenvector_condition: eigenvector_condition(&eigen.matrix, &eigen.values, eigen.vectors.as_ref())?,
             departure_from_normality: (frobenius_squared - eigenvalue_energy).max(0.0).sqrt()
                 / frobenius_squared.sqrt(),
             scale,
@@ -160,6 +160,127 @@ impl Factored {
             error: None,
         })
     }
+}
+
+/// The eigenvalues and unit eigenvectors of a real matrix X, the vectors in the basis of
+/// `matrix`: X itself, or its real Schur form T = Qᵀ X Q. An orthogonal change of basis keeps
+/// every quantity read from them (κ of the unit eigenvectors, eigenspace residuals).
+struct Eigen {
+    values: Vec<c64>,
+    vectors: Mat<c64>,
+    matrix: DMatrix<f64>,
+}
+
+impl Eigen {
+    /// Through nalgebra's real Schur form and back substitution on it (as LAPACK's `trevc`):
+    /// measured 2x faster than faer's `eigen` at d_head 64, which matters since every circuit
+    /// has one. faer's is the fallback when the Schur iteration does not converge.
+    fn of(x: &DMatrix<f64>) -> Result<Eigen, String> {
+        let n = x.nrows();
+        if let Some(schur) = nalgebra::linalg::Schur::try_new(x.clone(), f64::EPSILON, SCHUR_SWEEPS * n.max(1)) {
+            let (_, t) = schur.unpack();
+            let (values, vectors) = schur_eigenvectors(&t);
+            return Ok(Eigen { values, vectors, matrix: t });
+        }
+        let eigen = to_faer(x).eigen().map_err(|_| "eigendecomposition did not converge".to_string())?;
+        Ok(Eigen {
+            values: eigen.S().column_vector().iter().copied().collect(),
+            vectors: eigen.U().to_owned(),
+            matrix: x.clone(),
+        })
+    }
+}
+
+/// Iterations per row allowed to nalgebra's Schur iteration before faer's solver is asked.
+const SCHUR_SWEEPS: usize = 100;
+
+/// The eigenvalues of a real Schur form `t` (quasi-upper-triangular: 1 x 1 and 2 x 2 diagonal
+/// blocks) in diagonal order, and a unit eigenvector for each, by back substitution.
+fn schur_eigenvectors(t: &DMatrix<f64>) -> (Vec<c64>, Mat<c64>) {
+    let n = t.nrows();
+    let zero = c64::new(0.0, 0.0);
+    // Where each row's diagonal block starts, and its size.
+    let mut block = vec![(0usize, 1usize); n];
+    let mut values = Vec::with_capacity(n);
+    let mut i = 0;
+    while i < n {
+        if i + 1 < n && t[(i + 1, i)] != 0.0 {
+            let (a, b, c, d) = (t[(i, i)], t[(i, i + 1)], t[(i + 1, i)], t[(i + 1, i + 1)]);
+            let (mean, half) = (0.5 * (a + d), 0.5 * (a - d));
+            let discriminant = half * half + b * c;
+            let root = discriminant.abs().sqrt();
+            if discriminant >= 0.0 {
+                values.extend([c64::new(mean + root, 0.0), c64::new(mean - root, 0.0)]);
+            } else {
+                values.extend([c64::new(mean, root), c64::new(mean, -root)]);
+            }
+            block[i] = (i, 2);
+            block[i + 1] = (i, 2);
+            i += 2;
+        } else {
+            values.push(c64::new(t[(i, i)], 0.0));
+            block[i] = (i, 1);
+            i += 1;
+        }
+    }
+    let largest = t.amax();
+    let mut vectors = Mat::<c64>::zeros(n, n);
+    let mut x = vec![zero; n];
+    for (k, &lambda) in values.iter().enumerate() {
+        x.fill(zero);
+        // A pivot this small is replaced (as trevc does): a repeated eigenvalue makes
+        // `T - λI` singular above its own block.
+        let smallest = (f64::EPSILON * lambda.norm()).max(f64::EPSILON * largest).max(f64::MIN_POSITIVE);
+        let (start, size) = block[k];
+        if size == 1 {
+            x[start] = c64::new(1.0, 0.0);
+        } else {
+            // A null vector of the 2 x 2 block minus λ, from its larger row.
+            let (a, b) = (c64::new(t[(start, start)], 0.0) - lambda, c64::new(t[(start, start + 1)], 0.0));
+            let (c, d) = (c64::new(t[(start + 1, start)], 0.0), c64::new(t[(start + 1, start + 1)], 0.0) - lambda);
+            if a.norm() + b.norm() >= c.norm() + d.norm() {
+                (x[start], x[start + 1]) = (b, -a);
+            } else {
+                (x[start], x[start + 1]) = (d, -c);
+            }
+        }
+        let end = start + size;
+        let residual = |x: &[c64], row: usize| -> c64 { (row + 1..end).fold(zero, |sum, m| sum + x[m] * t[(row, m)]) };
+        let mut row = start;
+        while row > 0 {
+            let (top, rows) = block[row - 1];
+            if rows == 1 {
+                let mut pivot = c64::new(t[(top, top)], 0.0) - lambda;
+                if pivot.norm() < smallest {
+                    pivot = c64::new(smallest, 0.0);
+                }
+                x[top] = -residual(&x, top) / pivot;
+            } else {
+                // The 2 x 2 block's rows: (B - λI) [x_top, x_top+1] = -[r_top, r_top+1].
+                // (x_top and x_top+1 are still zero, so the residuals sum the rows right of them.)
+                let (r_top, r_next) = (residual(&x, top), residual(&x, top + 1));
+                let (a, b) = (c64::new(t[(top, top)], 0.0) - lambda, c64::new(t[(top, top + 1)], 0.0));
+                let (c, d) = (c64::new(t[(top + 1, top)], 0.0), c64::new(t[(top + 1, top + 1)], 0.0) - lambda);
+                let mut determinant = a * d - b * c;
+                if determinant.norm() < smallest * smallest.max(largest) {
+                    determinant = c64::new(smallest * smallest.max(largest), 0.0);
+                }
+                x[top] = (-r_top * d + r_next * b) / determinant;
+                x[top + 1] = (-r_next * a + r_top * c) / determinant;
+            }
+            // Keep the growing vector representable; only its direction matters.
+            let size = x.iter().map(|v| v.norm()).fold(0.0, f64::max);
+            if size > 1e150 {
+                x.iter_mut().for_each(|v| *v *= 1e-150);
+            }
+            row = top;
+        }
+        let norm = x.iter().map(|v| v.norm_sqr()).sum::<f64>().sqrt();
+        for (i, v) in x.iter().enumerate() {
+            vectors[(i, k)] = *v / norm;
+        }
+    }
+    (values, vectors)
 }
 
 fn to_faer(m: &DMatrix<f64>) -> Mat<f64> {
@@ -185,7 +306,7 @@ const NILPOTENT_TOLERANCE: f64 = 1e-7;
 /// replaced by an orthonormal basis of that eigenspace (the identity then has κ = 1).
 fn eigenvector_condition(
     x: &DMatrix<f64>,
-    values: faer::ColRef<'_, c64>,
+    values: &[c64],
     vectors: faer::MatRef<'_, c64>,
 ) -> Result<Option<f64>, String> {
     let (r, n) = (vectors.nrows(), vectors.ncols());

@@ -635,6 +635,9 @@ await test('cancel works at every stage and the shown model stays usable; frames
   console.log(`     long load (${JSON.stringify(shape)}): ${frames.total} ms; stages began at ${JSON.stringify(frames.stages)} ms; longest rAF gap ${frames.gap.toFixed(1)} ms; longest animation frame ${frames.loaf > 0 ? `${frames.loaf.toFixed(1)} ms ${frames.loafScript}` : 'none of 50 ms or more (the API reports only those)'}`);
   expect(frames.gap > 0, 'frames were measured');
   const shown = 'stages.safetensors';
+  // The share link's SHA-256 came after the analysis, and the load waited for none of it.
+  expect(/SHA-256 [0-9a-f]{12}/.test(await page.textContent('#model-hash')), 'the hash is shown once computed');
+  expect(!('Identifying the files' in frames.stages) || frames.stages['Identifying the files'] > frames.stages['Running the induction probe'], `hashing starts after the analysis: ${JSON.stringify(frames.stages)}`);
   await stillUsable(shown);
   // A suite on the shown model: 40 prompts of 200 ids.
   const suite = { name: 'long-suite', prompts: Array.from({ length: 40 }, (_, i) => ({ id: `S${i}`, text: Array.from({ length: 200 }, (_, j) => (i * 31 + j * 7) % 8192).join(',') })) };
@@ -649,7 +652,8 @@ await test('cancel works at every stage and the shown model stays usable; frames
   const other = path.join(tmp, 'other.safetensors');
   fs.copyFileSync(stages, other);
   // (The next test cancels a bigger file while its layers are read and fingerprinted.)
-  for (const stage of ['Identifying the files', 'Computing the embedding Grams', 'Fingerprinting heads', 'Running the induction probe']) {
+  // (The files' SHA-256 is computed after the analysis is shown, so it is no stage of the load.)
+  for (const stage of ['Computing the embedding Grams', 'Fingerprinting heads', 'Running the induction probe']) {
     await dismissError();
     await page.setInputFiles('#file-input', other);
     await cancelAt(stage);
