@@ -34,9 +34,7 @@ impl Mode {
 /// weight, then (LayerNorm only) each column centred over d_model, since LayerNorm's output
 /// has zero mean and so cannot see the mean of a reading weight.
 pub fn fold_reading(norm: &Norm, kind: NormKind, w: &mut DMatrix<f64>) {
-    for (i, mut row) in w.row_iter_mut().enumerate() {
-        row *= norm.weight[i] as f64;
-    }
+    scale_rows(norm, w);
     if kind == NormKind::LayerNorm {
         for mut column in w.column_iter_mut() {
             let mean = column.mean();
@@ -54,8 +52,15 @@ pub fn fold_reading_transposed(norm: &Norm, kind: NormKind, w: &mut DMatrix<f64>
             column.add_scalar_mut(-mean);
         }
     }
-    for (i, mut row) in w.row_iter_mut().enumerate() {
-        row *= norm.weight[i] as f64;
+    scale_rows(norm, w);
+}
+
+/// Row i of `w` times the norm's weight i (column by column: the matrix is column-major).
+fn scale_rows(norm: &Norm, w: &mut DMatrix<f64>) {
+    for mut column in w.column_iter_mut() {
+        for (value, &weight) in column.iter_mut().zip(&norm.weight) {
+            *value *= weight as f64;
+        }
     }
 }
 

@@ -251,7 +251,7 @@ fn schur_eigenvectors(t: &DMatrix<f64>) -> (Vec<c64>, Mat<c64>) {
             let (top, rows) = block[row - 1];
             if rows == 1 {
                 let mut pivot = c64::new(t[(top, top)], 0.0) - lambda;
-                if pivot.norm() < smallest {
+                if pivot.re.abs() + pivot.im.abs() < smallest {
                     pivot = c64::new(smallest, 0.0);
                 }
                 x[top] = -residual(&x, top) / pivot;
@@ -262,15 +262,16 @@ fn schur_eigenvectors(t: &DMatrix<f64>) -> (Vec<c64>, Mat<c64>) {
                 let (a, b) = (c64::new(t[(top, top)], 0.0) - lambda, c64::new(t[(top, top + 1)], 0.0));
                 let (c, d) = (c64::new(t[(top + 1, top)], 0.0), c64::new(t[(top + 1, top + 1)], 0.0) - lambda);
                 let mut determinant = a * d - b * c;
-                if determinant.norm() < smallest * smallest.max(largest) {
+                if determinant.re.abs() + determinant.im.abs() < smallest * smallest.max(largest) {
                     determinant = c64::new(smallest * smallest.max(largest), 0.0);
                 }
                 x[top] = (-r_top * d + r_next * b) / determinant;
                 x[top + 1] = (-r_next * a + r_top * c) / determinant;
             }
-            // Keep the growing vector representable; only its direction matters.
-            let size = x.iter().map(|v| v.norm()).fold(0.0, f64::max);
-            if size > 1e150 {
+            // Keep the growing vector representable; only its direction matters. (|re| + |im|:
+            // a hypot per entry per row was a tenth of the whole fingerprint.)
+            let newest = (top..row).map(|i| x[i].re.abs() + x[i].im.abs()).fold(0.0, f64::max);
+            if newest > 1e150 {
                 x.iter_mut().for_each(|v| *v *= 1e-150);
             }
             row = top;
