@@ -110,7 +110,7 @@ impl DenseMatrix {
         let top = if labelled { text_px(longest(&self.cols), font) } else { 14.0 };
         let axis = if self.row_axis.is_empty() { 0.0 } else { 18.0 };
         // The colour bar's title sits above the cells' top edge, clear of its top label.
-        let clear = BAR_TITLE_GAP + 12.0;
+        let clear = BAR_TITLE_GAP + 14.0;
         let layout = Layout::new((left + 10.0 + axis).ceil(), (top + 10.0).max(clear).ceil(), self.cell, rows, cols);
         let bar_labels = 48.0;
         let width = layout.x + layout.width() + BAR_SPACE + bar_labels;
