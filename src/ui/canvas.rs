@@ -347,25 +347,31 @@ pub fn CanvasMatrix(
                 {tip}
             </div>
         </div>
-        <span class="chart-export" hidden=no_export>
-            <button
-                class="small"
-                data-export="svg"
-                on:click=move |_| {
-                    problem.set(export.svg().and_then(|svg| download_text(&file("svg"), &svg, "image/svg+xml")).err())
+        {(!no_export)
+            .then(|| {
+                view! {
+                    <span class="chart-export">
+                        <button
+                            class="small"
+                            data-export="svg"
+                            on:click=move |_| {
+                                problem.set(export.svg().and_then(|svg| download_text(&file("svg"), &svg, "image/svg+xml")).err())
+                            }
+                        >
+                            "SVG"
+                        </button>
+                        <button
+                            class="small"
+                            data-export="png"
+                            on:click=move |_| problem.set(download_png(&file_png("png"), &export_png).err())
+                        >
+                            "PNG"
+                        </button>
+                    </span>
                 }
-            >
-                "SVG"
-            </button>
-            <button
-                class="small"
-                data-export="png"
-                on:click=move |_| problem.set(download_png(&file_png("png"), &export_png).err())
-            >
-                "PNG"
-            </button>
-            {move || problem.get().map(|e| view! { <span class="error-inline">{e}</span> })}
-        </span>
+            })}
+        // A drawing or export failure, in one line (the preview grid too, which has no buttons).
+        {move || problem.get().map(|e| view! { <span class="error-inline">{e}</span> })}
     }
 }
 

@@ -744,7 +744,7 @@ await test('many heads get the canvas grid: hover gives the exact value, keyboar
     new MutationObserver(() => {
       const canvas = document.querySelector('#preview-grid-canvas');
       if (canvas) { seen.canvas++; seen.shape = `${canvas.dataset.rows}x${canvas.dataset.cols}`; }
-      seen.cells = Math.max(seen.cells, document.querySelectorAll('#preview-grid .cell, #preview-grid button').length);
+      seen.cells = Math.max(seen.cells, document.querySelectorAll('#preview-grid .cell, #preview-grid button, #preview-grid [data-head]').length);
       const note = document.querySelector('#preview-note')?.textContent;
       if (note && seen.notes.at(-1) !== note) seen.notes.push(note);
     }).observe(document.body, { childList: true, subtree: true, characterData: true, attributes: true });
