@@ -8,9 +8,14 @@
 // rectangles on the canvas, the slower way of filling them). For each it records the longest
 // long animation frame (Long Animation Frames API: frames over 50 ms, so 0 means none) and the
 // longest gap between requestAnimationFrame callbacks from the click that shows the view until
-// a second after it appeared, and how long it took to appear.
+// a second after it appeared, how long the click's own handlers ran (Event Timing; 0 when under
+// 16 ms, the API's least threshold) and how long the view took to appear.
+//
+// The machine's load average (1 min) is recorded before and after each view: the frames are
+// only comparable between runs on an equally quiet machine.
 //
 //   scripts/build-page.sh && node scripts/dense_frames.mjs [docs/dense-views-bench.json]
+//   DIST=other/dist node scripts/dense_frames.mjs /tmp/other.json   (another build, e.g. a before)
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -23,7 +28,8 @@ const model = path.join(folder, 'dense.safetensors');
 bigModel(model, { layers: LAYERS, heads: HEADS, d: 64, vocab: 65, context: 128, random: true });
 const long = path.join(folder, 'long.safetensors');
 bigModel(long, { layers: 2, heads: 4, d: 64, vocab: 65, context: TOKENS + 8, random: true });
-const { server, origin } = await serveDist(path.resolve('dist'));
+const { server, origin } = await serveDist(path.resolve(process.env.DIST ?? 'dist'));
+const load = () => Math.round(os.loadavg()[0] * 100) / 100;
 const browser = await launchChromium();
 
 /// Watches frames from now on (the page keeps the records on window).
@@ -34,6 +40,11 @@ const watch = () => {
   requestAnimationFrame(tick);
   new PerformanceObserver((list) => { for (const e of list.getEntries()) window.__loaf.push(e.duration); })
     .observe({ type: 'long-animation-frame' });
+  // The click's own handlers (Event Timing: processingStart..End), long frame or not.
+  window.__click = 0;
+  new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) if (e.name === 'click') window.__click = Math.max(window.__click, e.processingEnd - e.processingStart);
+  }).observe({ type: 'event', durationThreshold: 16 });
 };
 /// Records when `selector` first exists (checked every frame).
 const readyWhen = (selector) => {
@@ -42,15 +53,17 @@ const readyWhen = (selector) => {
 };
 
 async function measure(page, selector, show) {
+  const loadBefore = load();
   await page.evaluate(watch);
   await page.evaluate(readyWhen, selector);
   await show();
   await page.waitForSelector(selector, { timeout: 300000 });
   await page.waitForTimeout(1000);
-  return page.evaluate(() => {
+  const frames = await page.evaluate(() => {
     window.__stop = true;
-    return { longest_frame_ms: Math.round(Math.max(0, ...window.__loaf)), long_frames: window.__loaf.length, longest_raf_gap_ms: Math.round(window.__gap), appeared_ms: Math.round(window.__ready ?? -1) };
+    return { longest_frame_ms: Math.round(Math.max(0, ...window.__loaf)), long_frames: window.__loaf.length, longest_raf_gap_ms: Math.round(window.__gap), click_handlers_ms: Math.round(window.__click), appeared_ms: Math.round(window.__ready ?? -1) };
   });
+  return { ...frames, load_average: [loadBefore, load()] };
 }
 
 const results = [];
@@ -90,6 +103,7 @@ const record = {
   models: [`grid: random gpt.py layout, ${LAYERS} layers x ${HEADS} heads, d_model 64, vocab 65`,
     `heatmap: random gpt.py layout, 2 layers x 4 heads, d_model 64, vocab 65, context ${TOKENS + 8}, a ${TOKENS}-token prompt`],
   target_ms: 50,
+  load_average_note: 'load_average: the 1-minute load average before and after each view (2 cores)',
   results,
 };
 fs.writeFileSync(out, JSON.stringify(record, null, 1) + '\n');

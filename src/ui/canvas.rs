@@ -19,7 +19,7 @@ use super::browser::{download_text, download_url};
 use super::export::stem;
 use super::state::Ctx;
 use crate::figures::colour::Scale;
-use crate::figures::matrix::{BAR_SPACE, Labels, Layout, draw_frame, fill_cells, outline};
+use crate::figures::matrix::{BAR_SPACE, BAR_TITLE_GAP, Labels, Layout, cell_pixels, draw_frame, fill_cells, outline};
 use crate::figures::{Area, DrawResult, MARK, token_label};
 use crate::worker::js_message;
 use crate::worker::protocol::Pattern;
@@ -109,18 +109,24 @@ impl DenseMatrix {
         let left = if labelled { text_px(longest(&self.rows), font) } else { text_px(rows.to_string().len(), 10.0) };
         let top = if labelled { text_px(longest(&self.cols), font) } else { 14.0 };
         let axis = if self.row_axis.is_empty() { 0.0 } else { 18.0 };
-        // The colour bar's title sits above the cells' top edge.
-        let layout = Layout::new((left + 10.0 + axis).ceil(), (top + 10.0).max(20.0).ceil(), self.cell, rows, cols);
+        // The colour bar's title sits above the cells' top edge, clear of its top label.
+        let clear = BAR_TITLE_GAP + 14.0;
+        let layout = Layout::new((left + 10.0 + axis).ceil(), (top + 10.0).max(clear).ceil(), self.cell, rows, cols);
         let bar_labels = 48.0;
         let width = layout.x + layout.width() + BAR_SPACE + bar_labels;
         let height = layout.y + layout.height().max(layout.height().clamp(90.0, 260.0)) + 12.0;
         (layout, width.ceil(), height.ceil())
     }
 
-    /// Labels, colour bar and marks (not the cells).
+    /// Labels and colour bar (not the cells, nor the marks).
     fn draw_frame<DB: DrawingBackend>(&self, area: &Area<DB>, layout: &Layout) -> DrawResult<DB> {
         let labels = Labels { rows: &self.rows, cols: &self.cols, row_axis: &self.row_axis, col_axis: "" };
-        draw_frame(area, layout, &labels, &self.scale)?;
+        draw_frame(area, layout, &labels, &self.scale)
+    }
+
+    /// The marked cells' outlines, one rectangle each (the SVG export; the canvas draws them
+    /// in its pixels).
+    fn draw_marks<DB: DrawingBackend>(&self, area: &Area<DB>, layout: &Layout) -> DrawResult<DB> {
         for &(r, c) in &self.marks {
             if r < layout.rows && c < layout.cols {
                 outline(area, layout, r, c, MARK)?;
@@ -143,6 +149,7 @@ impl DenseMatrix {
             let drawn = area
                 .fill(&WHITE)
                 .and_then(|_| fill_cells(&area, &layout, |r, c| self.colour(r, c)))
+                .and_then(|_| self.draw_marks(&area, &layout))
                 .and_then(|_| self.draw_frame(&area, &layout))
                 .and_then(|_| area.present());
             drawn.map_err(|e| format!("the chart could not be drawn as SVG: {e}"))?;
@@ -177,29 +184,22 @@ pub fn paint(canvas: &web_sys::HtmlCanvasElement, m: &DenseMatrix, factor: f64, 
     context.set_fill_style_str("#ffffff");
     context.fill_rect(0.0, 0.0, width, height);
     let area = CanvasBackend::with_canvas_object(canvas.clone()).ok_or("no 2d canvas")?.into_drawing_area();
-    let (rows, cols) = (layout.rows, layout.cols);
     if mode == Render::CanvasRects {
         fill_cells(&area, &layout, |r, c| m.colour(r, c)).map_err(|e| e.to_string())?;
-    } else if rows > 0 && cols > 0 {
-        // Every device pixel of the cell block coloured in one ImageData, put once (a put
-        // ignores the transform, so this works in device pixels; measured faster than drawing
-        // a one-pixel-per-cell image scaled up, which costs a resampling pass).
-        let (x0, y0) = ((layout.x * factor).round(), (layout.y * factor).round());
-        let (w, h) = ((layout.width() * factor).round() as usize, (layout.height() * factor).round() as usize);
-        // The cell of each device column and row, as `Layout::cell_at` finds it.
-        let col_of: Vec<usize> =
-            (0..w).map(|px| ((((px as f64 + 0.5) / factor) / layout.cell_w) as usize).min(cols - 1)).collect();
-        let mut pixels = vec![0u8; w * h * 4];
-        for (py, line) in pixels.chunks_exact_mut(w * 4).enumerate() {
-            let r = ((((py as f64 + 0.5) / factor) / layout.cell_h) as usize).min(rows - 1);
-            let fills = m.fills.get(r * cols..(r + 1) * cols).unwrap_or(&[]);
-            for (pixel, &c) in line.chunks_exact_mut(4).zip(&col_of) {
-                let [red, green, blue] = fills.get(c).copied().flatten().unwrap_or([255, 255, 255]);
-                pixel.copy_from_slice(&[red, green, blue, 255]);
-            }
-        }
+        m.draw_marks(&area, &layout).map_err(|e| e.to_string())?;
+    } else if layout.rows > 0 && layout.cols > 0 {
+        // Every device pixel of the cell block, the marks' outlines included, in one
+        // ImageData put once (a put ignores the transform, so this works in device pixels;
+        // measured faster than drawing a one-pixel-per-cell image scaled up, which costs a
+        // resampling pass, and than a strokeRect a mark).
+        let fills = &m.fills;
+        let cols = layout.cols;
+        let colour = |r: usize, c: usize| fills.get(r * cols + c).copied().flatten();
+        let [red, green, blue] = [MARK.0, MARK.1, MARK.2];
+        let (w, h, pixels) = cell_pixels(&layout, factor, colour, &m.marks, [red, green, blue]);
         let image = web_sys::ImageData::new_with_u8_clamped_array_and_sh(Clamped(&pixels), w as u32, h as u32)
             .map_err(|e| js_message(&e))?;
+        let (x0, y0) = ((layout.x * factor).round(), (layout.y * factor).round());
         context.put_image_data(&image, x0, y0).map_err(|e| js_message(&e))?;
     }
     m.draw_frame(&area, &layout).map_err(|e| e.to_string())
@@ -219,7 +219,7 @@ fn download_png(file_name: &str, m: &DenseMatrix) -> Result<(), String> {
 
 /// A dense chart on a canvas with its hover tooltip, keyboard navigation (arrow keys move a
 /// focused cell, whose value the tooltip shows; Enter or a click calls `on_open`), and SVG /
-/// PNG export buttons. `id` names the canvas; `focus` is the cell the keyboard starts on and
+/// PNG export buttons (unless `no_export`). `id` names the canvas; `focus` is the cell the keyboard starts on and
 /// `selected` a cell outlined as chosen (the open head).
 #[component]
 pub fn CanvasMatrix(
@@ -229,6 +229,9 @@ pub fn CanvasMatrix(
     #[prop(optional)] on_open: Option<Callback<(usize, usize)>>,
     #[prop(optional)] focus: Option<(usize, usize)>,
     #[prop(optional)] selected: Option<(usize, usize)>,
+    /// No SVG / PNG buttons (the preview grid of a load, soon replaced by the real one).
+    #[prop(optional)]
+    no_export: bool,
 ) -> impl IntoView {
     let ctx = expect_context::<Ctx>();
     let canvas_ref = NodeRef::<leptos::html::Canvas>::new();
@@ -344,25 +347,31 @@ pub fn CanvasMatrix(
                 {tip}
             </div>
         </div>
-        <span class="chart-export">
-            <button
-                class="small"
-                data-export="svg"
-                on:click=move |_| {
-                    problem.set(export.svg().and_then(|svg| download_text(&file("svg"), &svg, "image/svg+xml")).err())
+        {(!no_export)
+            .then(|| {
+                view! {
+                    <span class="chart-export">
+                        <button
+                            class="small"
+                            data-export="svg"
+                            on:click=move |_| {
+                                problem.set(export.svg().and_then(|svg| download_text(&file("svg"), &svg, "image/svg+xml")).err())
+                            }
+                        >
+                            "SVG"
+                        </button>
+                        <button
+                            class="small"
+                            data-export="png"
+                            on:click=move |_| problem.set(download_png(&file_png("png"), &export_png).err())
+                        >
+                            "PNG"
+                        </button>
+                    </span>
                 }
-            >
-                "SVG"
-            </button>
-            <button
-                class="small"
-                data-export="png"
-                on:click=move |_| problem.set(download_png(&file_png("png"), &export_png).err())
-            >
-                "PNG"
-            </button>
-            {move || problem.get().map(|e| view! { <span class="error-inline">{e}</span> })}
-        </span>
+            })}
+        // A drawing or export failure, in one line (the preview grid too, which has no buttons).
+        {move || problem.get().map(|e| view! { <span class="error-inline">{e}</span> })}
     }
 }
 

@@ -113,10 +113,14 @@ fn App() -> impl IntoView {
     // (then the page asks for it and shows the demo meanwhile).
     link::apply(ctx, &link::current());
     load_default(ctx);
-    Effect::new(move |_| {
-        if let Some(fragment) = link::fragment(ctx) {
-            link::write(&fragment);
+    // Written only when it changed: `replaceState` with a long prompt's link took 5 ms, and a
+    // tab switch reran this twice with the same link.
+    Effect::new(move |written: Option<Option<String>>| {
+        let fragment = link::fragment(ctx);
+        if let Some(fragment) = fragment.as_ref().filter(|f| written.as_ref().is_none_or(|w| w.as_ref() != Some(*f))) {
+            link::write(fragment);
         }
+        fragment
     });
     // The held-out-text probe runs the first time its scores are asked for.
     Effect::new(move |_| {

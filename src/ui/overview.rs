@@ -9,7 +9,7 @@ use super::canvas::{CanvasMatrix, DenseMatrix, GRID_CANVAS_HEADS, use_canvas};
 use super::export::{ChartExport, ResultsExport};
 use super::state::{ColourScale, Ctx, Metric, Sequence, Tab};
 use super::svg::{Bar, bar_chart, legend, num};
-use crate::analysis::HeadId;
+use crate::analysis::{HeadFingerprint, HeadId};
 
 fn cell_id(id: HeadId) -> String {
     format!("cell-{id}")
@@ -325,19 +325,79 @@ pub fn Overview() -> impl IntoView {
 }
 
 /// The grid of the first model while it is still being fingerprinted: cells fill as heads come.
+/// Above the canvas threshold it is a canvas, as the final grid is (a thousand HTML cells
+/// rebuilt at every progress report would cost the page a long frame each).
 #[component]
 pub fn PreviewGrid() -> impl IntoView {
     let ctx = expect_context::<Ctx>();
     move || {
         let preview = ctx.preview.get()?;
         let scale = ColourScale::new(Metric::OvCopying.scale(), &[]);
-        let header =
-            (0..preview.heads).map(|h| view! { <div class="grid-head">{format!("H{h}")}</div> }).collect_view();
-        let rows = (0..preview.layers)
+        let (layers, heads) = (preview.layers, preview.heads);
+        // The heads done so far, by grid position.
+        let mut done: Vec<Option<&HeadFingerprint>> = vec![None; layers * heads];
+        for f in preview.done.iter().filter(|f| f.layer < layers && f.head < heads) {
+            done[f.layer * heads + f.head] = Some(f);
+        }
+        let note = view! {
+            <p class="note" id="preview-note">
+                {format!("OV copying score, folded: {} of {} heads so far", preview.done.len(), layers * heads)}
+            </p>
+        };
+        if use_canvas(layers * heads, GRID_CANVAS_HEADS) {
+            let label = Metric::OvCopying.label();
+            let fills = done
+                .iter()
+                .map(|f| {
+                    Some(match f {
+                        Some(f) if f.ov.error.is_some() => [0xfb, 0xe3, 0xe6],
+                        Some(f) => scale.rgb(f.ov.copying_score),
+                        None => [0xee, 0xee, 0xee],
+                    })
+                })
+                .collect();
+            let cells: Vec<Option<(f64, Option<String>)>> =
+                done.iter().map(|f| f.map(|f| (f.ov.copying_score, f.ov.error.clone()))).collect();
+            let tip: super::canvas::Tip = Arc::new(move |layer, head| {
+                let id = HeadId::new(layer, head);
+                Some(match cells.get(layer * heads + head)? {
+                    Some((_, Some(reason))) => format!("{id} {label}: error: {reason}"),
+                    Some((v, None)) => format!("{id} {label}: {v}"),
+                    None => format!("{id} {label}: not fingerprinted yet"),
+                })
+            });
+            let matrix = DenseMatrix {
+                title: format!("{label} per head, so far"),
+                rows: (0..layers).map(|l| format!("L{l}")).collect(),
+                cols: (0..heads).map(|h| format!("H{h}")).collect(),
+                row_axis: String::new(),
+                fills,
+                scale: scale.bar(label),
+                marks: Vec::new(),
+                cell: DenseMatrix::cell_for(heads, 720.0, 26.0),
+                tip,
+            };
+            return Some(
+                view! {
+                    {note}
+                    <div id="preview-grid" class="dense-wrap">
+                        <CanvasMatrix
+                            matrix=Arc::new(matrix)
+                            id="preview-grid-canvas".to_string()
+                            name="preview-grid".to_string()
+                            no_export=true
+                        />
+                    </div>
+                }
+                .into_any(),
+            );
+        }
+        let header = (0..heads).map(|h| view! { <div class="grid-head">{format!("H{h}")}</div> }).collect_view();
+        let rows = (0..layers)
             .map(|layer| {
-                let cells = (0..preview.heads)
+                let cells = (0..heads)
                     .map(|head| {
-                        let done = preview.done.iter().find(|f| f.layer == layer && f.head == head);
+                        let done = done[layer * heads + head];
                         let title = done.and_then(|f| f.ov.error.clone()).unwrap_or_default();
                         let (style, text) = match done {
                             Some(f) if f.ov.error.is_some() => {
@@ -362,17 +422,20 @@ pub fn PreviewGrid() -> impl IntoView {
                 }
             })
             .collect_view();
-        Some(view! {
-            <p class="note">{format!("OV copying score, folded: {} of {} heads so far", preview.done.len(), preview.layers * preview.heads)}</p>
-            <div
-                class="grid"
-                id="preview-grid"
-                style=format!("grid-template-columns: 3em repeat({}, minmax(2.6em, 4.2em))", preview.heads)
-            >
-                <div class="grid-corner"></div>
-                {header}
-                {rows}
-            </div>
-        })
+        Some(
+            view! {
+                {note}
+                <div
+                    class="grid"
+                    id="preview-grid"
+                    style=format!("grid-template-columns: 3em repeat({heads}, minmax(2.6em, 4.2em))")
+                >
+                    <div class="grid-corner"></div>
+                    {header}
+                    {rows}
+                </div>
+            }
+            .into_any(),
+        )
     }
 }

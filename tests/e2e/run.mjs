@@ -408,8 +408,11 @@ await test('a teacher sheet travels compressed in the share link, and prints wit
   expect(/exercise sheet does not inflate/.test(damaged), `the damaged sheet is named: ${damaged}`);
   await linked.close();
 
+  // The QR code is drawn for print only (a long link's took 30 ms a change of the view).
+  expect(await page.locator('#print-qr svg').count() === 0, 'no QR code drawn on screen');
   await page.emulateMedia({ media: 'print' });
   expect(await page.isVisible('#print-handout'), 'the handout shows in print');
+  await page.waitForSelector('#print-qr svg', { timeout: 10000 });
   expect(await page.locator('#print-qr svg').count() === 1, 'a QR code SVG');
   expect((await page.textContent('#print-link')).trim() === page.url(), 'the link as text');
   expect(!(await page.isVisible('#prompt-input')) && !(await page.isVisible('nav')), 'controls hidden in print');
@@ -733,6 +736,31 @@ await test('many heads get the canvas grid: hover gives the exact value, keyboar
   watch(p);
   const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'headprint-dense-')), 'dense.safetensors');
   bigModel(file, { layers: 18, heads: 16, d: 32, vocab: 65, context: 128, random: true });
+  // Loaded first (the demo held back), the grid that fills in during the load is a canvas too:
+  // no HTML cell a head. A MutationObserver sees every state it passes through.
+  const first = await context.newPage();
+  watch(first);
+  await first.route('**/models/nietzsche-char.safetensors', () => {});
+  await first.goto(origin + '/');
+  await first.waitForSelector('#file-input', { state: 'attached', timeout: 60000 });
+  await first.evaluate(() => {
+    const seen = window.__preview = { canvas: 0, shape: null, cells: 0, notes: [] };
+    new MutationObserver(() => {
+      const canvas = document.querySelector('#preview-grid-canvas');
+      if (canvas) { seen.canvas++; seen.shape = `${canvas.dataset.rows}x${canvas.dataset.cols}`; }
+      seen.cells = Math.max(seen.cells, document.querySelectorAll('#preview-grid .cell, #preview-grid button, #preview-grid [data-head]').length);
+      const note = document.querySelector('#preview-note')?.textContent;
+      if (note && seen.notes.at(-1) !== note) seen.notes.push(note);
+    }).observe(document.body, { childList: true, subtree: true, characterData: true, attributes: true });
+  });
+  await first.setInputFiles('#file-input', file);
+  await first.waitForFunction(() => /18 layers × 16 heads/.test(document.querySelector('#model-info')?.textContent ?? ''), null, { timeout: 120000 });
+  const preview = await first.evaluate(() => window.__preview);
+  expect(preview.canvas > 0 && preview.shape === '18x16', `the preview grid was a canvas of 18 x 16: ${JSON.stringify(preview)}`);
+  expect(preview.cells === 0, `no HTML cell a head in the preview: ${preview.cells}`);
+  expect(preview.notes.some((n) => /of 288 heads so far/.test(n)), `the preview counted heads: ${preview.notes.join(' | ')}`);
+  await first.unrouteAll({ behavior: 'ignoreErrors' });
+  await first.close();
   await p.goto(origin + '/');
   await p.waitForSelector('#head-grid .cell', { timeout: 60000 });
   await p.setInputFiles('#file-input', file);
