@@ -87,7 +87,7 @@ fn check(what: &str, c: DMatrixViewMut<f64>, a: DMatrixView<f64>, b: DMatrixView
 fn gemm_matches_the_definition_on_ragged_shapes() {
     let mut values = Values(0x5eed_0001);
     // (m, n, k): single rows and columns, k = 1, sizes off the 4x4 tile, and past the packed
-    // blocks' edges (KC = 256 deep, MC = 128 rows, NC = 1024 columns).
+    // blocks' edges (KC = 256 deep, MC = 64 rows, NC = 1024 columns).
     let shapes = [
         (1, 1, 1),
         (1, 9, 5),

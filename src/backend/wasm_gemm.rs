@@ -1,9 +1,10 @@
 //! `C += A B` in f64 with WebAssembly SIMD (`f64x2`): [`super::cpu::gemm`] in the tab. It exists
 //! because no crate gives a fast one: matrixmultiply's wasm SIMD kernel is f32 only (its dgemm
 //! runs the generic scalar kernel there), and the `gemm` crate's (faer's) f64x2 kernel measured
-//! slower still. In node 20 on this machine, one thread, GFLOP/s at the analysis's shapes
-//! (768x4096 by 4096x128 SYRK panel, 768^3, 2048x2048 by 2048x1024, 64x768 by 768x64):
-//! matrixmultiply 4.6 / 4.8 / 4.9 / 4.5, faer 3.4 / 3.8 / 3.8 / 3.4, this 10.3 / 11.3 / 11.1 / 9.9.
+//! slower still. One thread in a Chromium 156 worker, GFLOP/s on the analysis's shapes (768x4096
+//! by 4096x128 SYRK panel, 768^3, 2048x2048 by 2048x1024, 64x768 by 768x64), on a shared 2-core
+//! machine: matrixmultiply 5.2 / 5.0 / 4.9 / 4.7, faer 5.9 / 5.5 / 4.0 / 3.9, this 11.3 / 11.4 /
+//! 12.0 / 10.7 (2.2-2.4x; the same in node 20).
 //!
 //! The usual blocked GEMM (Goto / BLIS): B is packed `KC x NC` at a time into panels `NR`
 //! columns wide, A `MC x KC` at a time into panels `MR` rows tall, both contiguous in the order
@@ -21,8 +22,9 @@ const MR: usize = 4;
 const NR: usize = 4;
 /// Depth of a packed block: a `KC x NR` panel of B stays in L1 while A's panels stream past.
 const KC: usize = 256;
-/// Rows of A packed at a time (`MC x KC` f64, 256 KiB: L2).
-const MC: usize = 128;
+/// Rows of A packed at a time (`MC x KC` f64, 128 KiB: L2). 64 and 128 measured alike, 64 a
+/// little ahead in Chromium.
+const MC: usize = 64;
 /// Columns of B packed at a time (`KC x NC` f64, 2 MiB).
 const NC: usize = 1024;
 
