@@ -16,6 +16,7 @@ scripts/fuzz.sh --ci 8
 if [ "$page_tests" = yes ]; then
   # The core compiled to wasm, in headless Chromium (wasm-bindgen-test).
   CHROMEDRIVER=/usr/bin/chromedriver cargo test --target wasm32-unknown-unknown --no-default-features --test wasm_ui
+  CHROMEDRIVER=/usr/bin/chromedriver cargo test --target wasm32-unknown-unknown --no-default-features --test wasm_gemm
   # The built page, end to end (Playwright driving Debian's Chromium).
   scripts/e2e.sh
 fi

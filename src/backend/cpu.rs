@@ -1,5 +1,6 @@
 //! The CPU backend: blocks widened to f64 and multiplied by matrixmultiply's blocked gemm
-//! (threaded on native). Every product is f64 from the f32 weights, so the sums over blocks
+//! (threaded on native) or, in the tab, by the f64x2 SIMD kernel in
+//! `wasm_gemm.rs`. Every product is f64 from the f32 weights, so the sums over blocks
 //! are the exact products up to f64 rounding (tests/gram_precision.rs).
 
 use nalgebra::{DMatrix, DMatrixView, DMatrixViewMut};
@@ -10,8 +11,32 @@ pub const BLOCK_ROWS: usize = 1024;
 /// `c += a b` in f64: every large f64 product of the analysis goes through here, so that one
 /// place decides how it runs.
 pub fn gemm(mut c: DMatrixViewMut<f64>, a: DMatrixView<f64>, b: DMatrixView<f64>) {
-    // nalgebra's `gemm` goes through matrixmultiply; its `tr_mul` would be a loop of dot
-    // products, 20x slower at vocabulary size.
+    assert!(
+        c.nrows() == a.nrows() && a.ncols() == b.nrows() && c.ncols() == b.ncols(),
+        "gemm: {}x{} += {}x{} times {}x{}",
+        c.nrows(),
+        c.ncols(),
+        a.nrows(),
+        a.ncols(),
+        b.nrows(),
+        b.ncols()
+    );
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    {
+        // In the tab matrixmultiply's dgemm is scalar; this kernel is about 2x faster there.
+        use super::wasm_gemm::ColumnMajor;
+        let (m, n, k) = (c.nrows(), c.ncols(), a.ncols());
+        let (a, b) =
+            (ColumnMajor { ptr: a.as_ptr(), cs: a.strides().1 }, ColumnMajor { ptr: b.as_ptr(), cs: b.strides().1 });
+        let c = ColumnMajor { ptr: c.as_mut_ptr(), cs: c.strides().1 };
+        // SAFETY: the shapes were checked to agree above; these views have unit row stride by
+        // their type, so pointer and column stride name exactly their elements; `c` is borrowed
+        // mutably, so it cannot overlap `a` or `b`.
+        unsafe { super::wasm_gemm::gemm(m, n, k, a, b, c) };
+    }
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+    // nalgebra's `gemm` goes through matrixmultiply (threaded, AVX2/FMA natively); its
+    // `tr_mul` would be a loop of dot products, 20x slower at vocabulary size.
     c.gemm(1.0, &a, &b, 1.0);
 }
 

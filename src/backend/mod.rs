@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 pub mod cpu;
 #[cfg(feature = "gpu")]
 pub mod gpu;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod wasm_gemm;
 
 use crate::{Error, Result};
 
