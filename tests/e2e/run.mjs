@@ -639,8 +639,9 @@ await test('cancel works at every stage and the shown model stays usable; frames
   expect(frames.gap > 0, 'frames were measured');
   const shown = 'stages.safetensors';
   // The share link's SHA-256 came after the analysis, and the load waited for none of it.
-  expect(/SHA-256 [0-9a-f]{12}/.test(await page.textContent('#model-hash')), 'the hash is shown once computed');
-  expect(!('Identifying the files' in frames.stages) || frames.stages['Identifying the files'] > frames.stages['Running the induction probe'], `hashing starts after the analysis: ${JSON.stringify(frames.stages)}`);
+  await page.waitForFunction(() => /SHA-256 [0-9a-f]{12}/.test(document.querySelector('#model-hash')?.textContent ?? ''), null, { timeout: 60000 });
+  const stagesSeen = await page.evaluate(() => window.__frames.stages);
+  expect(stagesSeen['Identifying the files'] > stagesSeen['Running the induction probe'], `hashing starts after the analysis: ${JSON.stringify(stagesSeen)}`);
   await stillUsable(shown);
   // A suite on the shown model: 40 prompts of 200 ids.
   const suite = { name: 'long-suite', prompts: Array.from({ length: 40 }, (_, i) => ({ id: `S${i}`, text: Array.from({ length: 200 }, (_, j) => (i * 31 + j * 7) % 8192).join(',') })) };
