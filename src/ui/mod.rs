@@ -117,8 +117,10 @@ fn App() -> impl IntoView {
     // tab switch reran this twice with the same link.
     Effect::new(move |written: Option<Option<String>>| {
         let fragment = link::fragment(ctx);
-        if let Some(fragment) = fragment.as_ref().filter(|f| written.as_ref().is_none_or(|w| w.as_ref() != Some(*f))) {
-            link::write(fragment);
+        if let Some(new) = &fragment
+            && written.flatten().as_ref() != Some(new)
+        {
+            link::write(new);
         }
         fragment
     });

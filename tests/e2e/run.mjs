@@ -852,6 +852,13 @@ function compareFingerprints(gpu, cpu, tolerance) {
 /// lavapipe natively gives ≤ 3.3e-9).
 const GPU_TOLERANCE = 1e-4;
 
+/// Opens the GPT-2 fixture through the file input of page `p` and returns its exported JSON.
+async function gpt2FixtureExport(p) {
+  await p.setInputFiles('#file-input', ['config.json', 'tokenizer.json', 'model.safetensors'].map((f) => path.join(fixtures, 'gpt2', f)));
+  await p.waitForFunction(() => /gpt2 · 2 layers/.test(document.querySelector('#model-info')?.textContent ?? ''), null, { timeout: 60000 });
+  return JSON.parse((await download(p, '#export-json')).bytes.toString());
+}
+
 /// The demo's and the GPT-2 fixture's exported fingerprints on the CPU (the GPU tests' reference).
 const cpuExports = {};
 await test('backend=cpu in a link computes on the CPU and says so', async () => {
@@ -864,9 +871,7 @@ await test('backend=cpu in a link computes on the CPU and says so', async () => 
   expect(await p.inputValue('#backend-choice') === 'cpu', 'the setting shows the link');
   cpuExports.demo = JSON.parse((await download(p, '#export-json')).bytes.toString());
   expect(cpuExports.demo.backend.name === 'cpu', `JSON backend ${JSON.stringify(cpuExports.demo.backend)}`);
-  await p.setInputFiles('#file-input', ['config.json', 'tokenizer.json', 'model.safetensors'].map((f) => path.join(fixtures, 'gpt2', f)));
-  await p.waitForFunction(() => /gpt2 · 2 layers/.test(document.querySelector('#model-info')?.textContent ?? ''), null, { timeout: 60000 });
-  cpuExports.gpt2 = JSON.parse((await download(p, '#export-json')).bytes.toString());
+  cpuExports.gpt2 = await gpt2FixtureExport(p);
   expect(/backend=cpu/.test(p.url()), `the link keeps the backend: ${p.url()}`);
   await p.close();
 });
@@ -891,9 +896,7 @@ await test("backend=gpu runs on SwiftShader's WebGPU and matches the CPU", async
     const worstDemo = compareFingerprints(demo.folded, cpuExports.demo.folded, GPU_TOLERANCE);
     await shot('webgpu-swiftshader', false, p);
     // A GPT-2 fixture through the file input (the GPU device is kept between loads).
-    await p.setInputFiles('#file-input', ['config.json', 'tokenizer.json', 'model.safetensors'].map((f) => path.join(fixtures, 'gpt2', f)));
-    await p.waitForFunction(() => /gpt2 · 2 layers/.test(document.querySelector('#model-info')?.textContent ?? ''), null, { timeout: 60000 });
-    const gpt2 = JSON.parse((await download(p, '#export-json')).bytes.toString());
+    const gpt2 = await gpt2FixtureExport(p);
     expect(gpt2.backend.name === 'gpu', `GPT-2 JSON backend ${JSON.stringify(gpt2.backend)}`);
     const worstGpt2 = compareFingerprints(gpt2.folded, cpuExports.gpt2.folded, GPU_TOLERANCE);
     console.log(`     WebGPU (SwiftShader) vs CPU, worst relative difference: demo ${worstDemo.toExponential(2)}, gpt2 ${worstGpt2.toExponential(2)}`);
