@@ -1,124 +1,183 @@
-//! GPU against CPU, stage by stage, on a model folder or file: the Gram matrices on each backend
-//! (the stage the GPU runs) and the per-head stage (f64 on the CPU whichever backend made the
-//! Grams, timed once as a whole CPU fingerprint minus its Grams), with each stage's FLOP count
-//! and achieved FLOP/s. Prints one JSON line per model. A benchmark, not a test.
+//! GPU against CPU, stage by stage, on a model folder or file. For each backend: the Gram
+//! matrices, every layer's products through them (`LayerProducts`: the large `F X` products the
+//! backend runs), and the whole per-layer stage (those products plus the f64 eigen work, which
+//! stays on the CPU), each with its FLOP count and achieved FLOP/s; then how far the two
+//! backends' fingerprints are apart. Prints one JSON line per model (and each stage to stderr as
+//! it ends). A benchmark, not a test.
 //!
-//! cargo run --release --example bench_gpu -- MODEL [MODEL ...]   (scripts/bench_gpu.sh)
+//! cargo run --release --example bench_gpu -- [--gram-rows=N] [--layers=N] [--cpu-threads=N] MODEL [MODEL ...]
+//! (scripts/bench_gpu.sh). `--gram-rows=N` sums the Grams over the first N vocabulary rows only
+//! and `--layers=N` takes the first N layers: a software GPU would take many minutes over a
+//! whole large model. The numbers are then not the model's, but every stage's work per row and
+//! per layer is the same.
 
 use std::time::Instant;
 
-use headprint::analysis::circuits::{Grams, SEGMENT_ROWS};
-use headprint::analysis::{Mode, fingerprint_stream_with};
+use headprint::analysis::circuits::{Grams, HeadWeights, LayerProducts, Mode, SEGMENT_ROWS};
+use headprint::analysis::fingerprint::{HeadFingerprint, fingerprint_layer_on};
 use headprint::backend::{Backend, BackendChoice, block_on};
-use headprint::model::{ModelStream, Weights};
+use headprint::model::{LoadParts, ModelStream, Weights};
 use headprint::weights::ModelFiles;
-use nalgebra::DMatrix;
 use serde_json::json;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut gram_rows: Option<usize> = None;
-    let mut paths = Vec::new();
+struct Options {
+    gram_rows: Option<usize>,
+    layers: Option<usize>,
+    paths: Vec<String>,
+}
+
+fn options() -> Result<Options, Box<dyn std::error::Error>> {
+    let mut options = Options { gram_rows: None, layers: None, paths: Vec::new() };
     for arg in std::env::args().skip(1) {
-        match arg.strip_prefix("--gram-rows=") {
-            Some(n) => gram_rows = Some(n.parse()?),
-            None => paths.push(arg),
+        if let Some(n) = arg.strip_prefix("--gram-rows=") {
+            options.gram_rows = Some(n.parse()?);
+        } else if let Some(n) = arg.strip_prefix("--layers=") {
+            options.layers = Some(n.parse()?);
+        } else {
+            options.paths.push(arg);
         }
     }
-    if paths.is_empty() {
-        return Err("usage: bench_gpu [--gram-rows=N] MODEL [MODEL ...]".into());
+    if options.paths.is_empty() {
+        return Err("usage: bench_gpu [--gram-rows=N] [--layers=N] MODEL [MODEL ...]".into());
     }
-    for path in paths {
-        let files = ModelFiles::from_path(std::path::Path::new(&path))?;
+    Ok(options)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let options = options()?;
+    for path in &options.paths {
+        let files = ModelFiles::from_path(std::path::Path::new(path))?;
         let model = ModelStream::open(&files)?;
         let c = &model.config;
-        // --gram-rows=N times the Gram stage on the first N vocabulary rows only (a slow
-        // software GPU would take many minutes over a 128k vocabulary).
-        let rows = gram_rows.unwrap_or(c.vocab).min(c.vocab);
+        let rows = options.gram_rows.unwrap_or(c.vocab).min(c.vocab);
+        let layers = options.layers.unwrap_or(c.layers).min(c.layers);
         let (vocab, d, h) = (rows as f64, c.d_model as f64, c.d_head as f64);
+        let (heads, kv_heads) = (c.heads as f64, c.kv_heads as f64);
         let tied = model.tied();
-        // Nominal GEMM counts (2 m n k): one Gram when tied, three otherwise. The GPU's SYRK
-        // computes only the upper tiles, so it does about half of its Grams' count.
+        // Nominal GEMM counts (2 m n k). Grams: one when tied, three otherwise (a SYRK does
+        // about half of its count). Layer products: F_E [W_Q | W_K | W_V], F_U Ô^T and, untied,
+        // C W_V, each d_model x d_model times d_model x (heads' columns) (the CPU skips the
+        // triangular factors' zeros, half of the first two).
         let gram_flop = 2.0 * vocab * d * d * if tied { 1.0 } else { 3.0 };
-        // Per head: W_E^T W_E times W_Q, W_K, W_V and the unembedding Gram times Ô^T, plus the
-        // cross Gram times W_V when untied: d_model² · d_head products, 2 FLOP each.
-        let head_flop = (c.layers * c.heads) as f64 * 2.0 * d * d * h * if tied { 4.0 } else { 5.0 };
+        let columns = (heads + 2.0 * kv_heads) * h + heads * h + if tied { 0.0 } else { kv_heads * h };
+        let products_flop = layers as f64 * 2.0 * d * d * columns;
+        let (gflop, per_s) = (|flop: f64| flop / 1e9, |flop: f64, s: f64| flop / s.max(1e-9) / 1e9);
 
-        // Reading the vocabulary blocks alone (file I/O and widening), to tell it from compute.
+        // Reading alone (file I/O and widening), to tell it from compute.
         let start = Instant::now();
-        for first in (0..rows).step_by(8192) {
-            let rows = first..(first + 8192).min(rows);
-            model.embedding_rows(rows.clone())?;
-            if !model.tied() {
-                model.unembedding_rows(rows)?;
+        for first in (0..rows).step_by(SEGMENT_ROWS) {
+            let range = first..(first + SEGMENT_ROWS).min(rows);
+            model.embedding_rows(range.clone())?;
+            if !tied {
+                model.unembedding_rows(range)?;
             }
         }
-        let read_s = start.elapsed().as_secs_f64();
-
-        // The per-head stage runs on the CPU (f64) whichever backend made the Grams: timed once.
-        let mut cpu = Backend::select(BackendChoice::Cpu)?;
+        let read_vocabulary_s = start.elapsed().as_secs_f64();
         let start = Instant::now();
-        fingerprint_stream_with(&model, Mode::Folded, &mut cpu)?;
-        let cpu_fingerprint_s = start.elapsed().as_secs_f64();
+        for l in 0..layers {
+            model.layer(l, LoadParts::Circuits)?;
+        }
+        let read_layers_s = start.elapsed().as_secs_f64();
+        eprintln!(
+            "{path}: read the vocabulary rows in {read_vocabulary_s:.2} s, {layers} layers in {read_layers_s:.2} s"
+        );
 
         let mut runs = Vec::new();
-        for choice in [BackendChoice::Cpu, BackendChoice::Gpu] {
+        let mut fingerprints: Vec<Vec<HeadFingerprint>> = Vec::new();
+        for choice in [BackendChoice::Gpu, BackendChoice::Cpu] {
             let mut backend = Backend::select(choice)?;
+            let label = backend.info().label();
             let start = Instant::now();
-            if rows == c.vocab {
-                Grams::stream_with(&model, &mut backend)?;
-            } else {
-                grams_of_rows(&model, rows, &mut backend)?;
-            }
+            let grams = grams_of_rows(&model, rows, &mut backend)?;
             let grams_s = start.elapsed().as_secs_f64();
-            let compute_s = (grams_s - read_s).max(1e-9);
+            eprintln!("{label}: Grams in {grams_s:.2} s");
+
+            let start = Instant::now();
+            for l in 0..layers {
+                let layer = model.layer(l, LoadParts::Circuits)?;
+                let weights: Vec<HeadWeights> =
+                    (0..c.heads).map(|h| HeadWeights::new(c, &layer, &model.ln_final, h, Mode::Folded)).collect();
+                block_on(LayerProducts::new(c, &weights, &grams, &mut backend))?.map_err(|e| e.to_string())?;
+            }
+            let products_s = start.elapsed().as_secs_f64();
+            eprintln!("{label}: layer products (read and fold included) in {products_s:.2} s");
+
+            let start = Instant::now();
+            let mut heads = Vec::new();
+            for l in 0..layers {
+                heads.extend(block_on(fingerprint_layer_on(&model, &grams, Mode::Folded, l, &mut backend))?);
+            }
+            let layers_s = start.elapsed().as_secs_f64();
+            eprintln!("{label}: whole per-layer stage in {layers_s:.2} s");
+            fingerprints.push(heads);
             runs.push(json!({
                 "backend": backend.info(),
                 "grams_s": grams_s,
-                "grams_compute_s": compute_s,
-                "grams_gflop_per_s": gram_flop / compute_s / 1e9,
+                "grams_gflop_per_s": per_s(gram_flop, (grams_s - read_vocabulary_s).max(1e-9)),
+                "layer_products_s": products_s,
+                "layer_products_gflop_per_s": per_s(products_flop, (products_s - read_layers_s).max(1e-9)),
+                "layers_s": layers_s,
+                "fingerprint_s": grams_s + layers_s,
             }));
         }
-        // The fingerprint's own Grams cover the whole vocabulary: subtract that time.
-        let cpu_grams_s = match rows == c.vocab {
-            true => runs[0]["grams_s"].as_f64().unwrap_or(0.0),
-            false => {
-                let start = Instant::now();
-                Grams::stream_with(&model, &mut Backend::cpu())?;
-                start.elapsed().as_secs_f64()
-            }
-        };
-        let heads_s = (cpu_fingerprint_s - cpu_grams_s).max(1e-9);
         let line = json!({
             "model": path,
-            "vocab": c.vocab, "gram_rows": rows, "d_model": c.d_model, "d_head": c.d_head, "heads": c.layers * c.heads, "tied": tied,
-            "grams_gflop": gram_flop / 1e9,
-            "heads_gflop": head_flop / 1e9,
-            "read_vocabulary_s": read_s,
-            "cpu_fingerprint_s": cpu_fingerprint_s,
-            "cpu_full_vocabulary_grams_s": cpu_grams_s,
-            "heads_s": heads_s,
-            "heads_gflop_per_s": head_flop / heads_s / 1e9,
-            "grams": runs,
+            "vocab": c.vocab, "gram_rows": rows, "d_model": c.d_model, "d_head": c.d_head,
+            "layers": layers, "heads": layers * c.heads, "kv_heads": c.kv_heads, "tied": tied,
+            "cpu_threads": std::thread::available_parallelism().map_or(1, |n| n.get()),
+            "grams_gflop": gflop(gram_flop),
+            "layer_products_gflop": gflop(products_flop),
+            "read_vocabulary_s": read_vocabulary_s,
+            "read_layers_s": read_layers_s,
+            "runs": runs,
+            "gpu_cpu_difference": difference(&fingerprints[0], &fingerprints[1]),
         });
         println!("{line}");
     }
     Ok(())
 }
 
-/// The Grams' products over the first `rows` vocabulary rows, as `Grams::stream_with` runs them.
-fn grams_of_rows(model: &ModelStream, rows: usize, backend: &mut Backend) -> headprint::Result<()> {
-    let d = model.config.d_model;
-    let (mut embed, mut cross, mut unembed) = (DMatrix::zeros(d, d), DMatrix::zeros(d, d), DMatrix::zeros(d, d));
-    let block = backend.block_rows(d).min(SEGMENT_ROWS);
+/// The Grams over the first `rows` vocabulary rows, summed as `Grams::gather` sums them (segment
+/// by segment); all rows gives the model's own Grams.
+fn grams_of_rows(model: &ModelStream, rows: usize, backend: &mut Backend) -> headprint::Result<Grams> {
+    let c = &model.config;
+    if rows == c.vocab {
+        return Grams::stream_with(model, backend);
+    }
+    let mut grams = Grams::zeros(c.d_model, model.tied());
+    let block = backend.block_rows(c.d_model).min(SEGMENT_ROWS);
     for first in (0..rows).step_by(block) {
         let range = first..(first + block).min(rows);
         let e = model.embedding_rows(range.clone())?;
-        block_on(backend.add_gram(&e, &mut embed))?;
+        let mut part = Grams::zeros(c.d_model, model.tied());
+        block_on(backend.add_gram(&e, &mut part.embed))?;
         if !model.tied() {
             let u = model.unembedding_rows(range)?;
-            block_on(backend.add_product(&u, &e, &mut cross))?;
-            block_on(backend.add_gram(&u, &mut unembed))?;
+            block_on(backend.add_product(&u, &e, &mut part.cross))?;
+            block_on(backend.add_gram(&u, &mut part.unembed))?;
+        }
+        grams.add(&part)?;
+    }
+    grams.backend = backend.info();
+    Ok(grams)
+}
+
+/// The largest difference between the two backends' copying scores and eigenvector
+/// conditions, relative to the larger of the two values (what tests/gpu.rs holds to 1e-4 on
+/// the fixtures).
+fn difference(gpu: &[HeadFingerprint], cpu: &[HeadFingerprint]) -> serde_json::Value {
+    let mut copying: f64 = 0.0;
+    let mut condition: f64 = 0.0;
+    let relative = |a: f64, b: f64| if a == b { 0.0 } else { (a - b).abs() / a.abs().max(b.abs()) };
+    for (g, c) in gpu.iter().zip(cpu) {
+        for ((_, g), (_, c)) in g.circuits().into_iter().zip(c.circuits()) {
+            if g.copying_score.is_finite() && c.copying_score.is_finite() {
+                copying = copying.max((g.copying_score - c.copying_score).abs());
+            }
+            if let (Some(a), Some(b)) = (g.eigenvector_condition, c.eigenvector_condition) {
+                condition = condition.max(relative(a, b));
+            }
         }
     }
-    Ok(())
+    json!({ "copying_score_max_abs": copying, "eigenvector_condition_max_rel": condition })
 }

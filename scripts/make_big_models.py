@@ -15,11 +15,14 @@
 The configs are the hub's own (EleutherAI/pythia-1b, meta-llama/Llama-3.2-1B,
 meta-llama/Meta-Llama-3-8B), written from memory of their published config.json; no tokenizer is
 written (headprint then works on token ids). Weights are N(0, 0.02) as Hugging Face initialises
-them, norms near 1, seeded. Only numpy is needed, and the files are written tensor by tensor in
-row blocks, so memory stays under ~200 MB whatever the model's size.
+them, norms near 1, seeded per tensor (the bytes do not depend on --jobs). Only numpy is needed;
+tensors are written in row blocks by a pool of processes (all cores by default), so memory stays
+under ~200 MB a process whatever the model's size.
 """
 import argparse
 import json
+import multiprocessing
+import os
 import struct
 import sys
 from pathlib import Path
@@ -70,6 +73,9 @@ def shrink(config):
         c["num_key_value_heads"] = max(1, heads // 4)
     if "head_dim" in c:
         c["head_dim"] = 16
+    for key in ("bos_token_id", "eos_token_id"):  # Llama 3's ids lie beyond the toy vocabulary
+        if key in c:
+            c[key] = min(c[key], c["vocab_size"] - 1)
     if c.get("rope_scaling"):
         c["rope_scaling"] = dict(c["rope_scaling"], original_max_position_embeddings=32)
     return c
@@ -180,7 +186,8 @@ def write_tensor(out, spec, rng):
         out.write(to_bytes(values, spec.dtype))
 
 
-def write_safetensors(path, specs, rng):
+def start_safetensors(path, specs):
+    """Write the header and size the file; returns (offset in the file, spec) of each tensor."""
     header, offset = {}, 0
     for s in specs:
         header[s.name] = {"dtype": s.dtype, "shape": s.shape, "data_offsets": [offset, offset + s.nbytes]}
@@ -188,22 +195,27 @@ def write_safetensors(path, specs, rng):
     header["__metadata__"] = {"format": "pt"}
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as the reference writer does
+    start = 8 + len(text)
     with open(path, "wb") as out:
         out.write(struct.pack("<Q", len(text)))
         out.write(text)
-        for s in specs:
-            write_tensor(out, s, rng)
-    return offset
+        out.truncate(start + offset)
+    return [(start + header[s.name]["data_offsets"][0], s) for s in specs]
 
 
-def write_model(folder, config, specs, shards, seed):
+def fill_tensor(task):
+    """One tensor, at its place in its file, from its own random stream (so the bytes do not
+    depend on how many processes write)."""
+    path, offset, spec, seed = task
+    with open(path, "r+b") as out:
+        out.seek(offset)
+        write_tensor(out, spec, np.random.default_rng(seed))
+    return spec.nbytes
+
+
+def write_model(folder, config, specs, shards, seed, jobs):
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    rng = np.random.default_rng(seed)
-    if shards == 1:
-        total = write_safetensors(folder / "model.safetensors", specs, rng)
-        print(f"{folder}/model.safetensors  {total / 1e9:.2f} GB", flush=True)
-        return
     # Split in order into shards of about equal size, as save_pretrained does.
     target = sum(s.nbytes for s in specs) / shards
     groups, current, size = [], [], 0
@@ -214,15 +226,21 @@ def write_model(folder, config, specs, shards, seed):
         current.append(s)
         size += s.nbytes
     groups.append(current)
-    weight_map, total = {}, 0
-    for i, group in enumerate(groups, 1):
-        name = f"model-{i:05d}-of-{len(groups):05d}.safetensors"
-        total += write_safetensors(folder / name, group, rng)
+    names = ["model.safetensors"] if shards == 1 else [
+        f"model-{i:05d}-of-{len(groups):05d}.safetensors" for i in range(1, len(groups) + 1)]
+    tasks, weight_map = [], {}
+    for name, group in zip(names, groups):
+        for offset, spec in start_safetensors(folder / name, group):
+            tasks.append((folder / name, offset, spec, [seed, len(tasks)]))
         weight_map.update({s.name: name for s in group})
-        print(f"{folder}/{name}  written", flush=True)
-    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
-    print(f"{folder}  {total / 1e9:.2f} GB in {len(groups)} shards", flush=True)
+    # Largest first, so the last to finish is a small one.
+    tasks.sort(key=lambda t: -t[2].nbytes)
+    with multiprocessing.Pool(jobs) as pool:
+        total = sum(pool.imap_unordered(fill_tensor, tasks))
+    if shards > 1:
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    print(f"{folder}  {total / 1e9:.2f} GB in {len(groups)} file(s)", flush=True)
 
 
 MODELS = {
@@ -237,12 +255,13 @@ def main():
     ap.add_argument("--only", nargs="*", choices=list(MODELS), help="write only these models")
     ap.add_argument("--out", default="bench-data", help="parent folder (default bench-data/)")
     ap.add_argument("--tiny", action="store_true", help="shrink every dimension (a quick self-test)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes writing tensors (default: all cores)")
     args = ap.parse_args()
     for name in args.only or list(MODELS):
         config, tensors, shards, seed = MODELS[name]
         if args.tiny:
             config = shrink(config)
-        write_model(Path(args.out) / name, config, tensors(config), shards, seed)
+        write_model(Path(args.out) / name, config, tensors(config), shards, seed, max(1, args.jobs))
 
 
 if __name__ == "__main__":

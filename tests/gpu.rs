@@ -13,7 +13,7 @@ use common::{assert_same_spectrum, fixture};
 use headprint::Error;
 use headprint::analysis::circuits::Grams;
 use headprint::analysis::{Mode, fingerprint_stream_with};
-use headprint::backend::{Backend, BackendChoice, block_on};
+use headprint::backend::{Backend, BackendChoice, Factor, block_on};
 use headprint::model::ModelStream;
 use headprint::weights::ModelFiles;
 use nalgebra::DMatrix;
@@ -57,9 +57,21 @@ fn assert_product_close(
     tolerance: f64,
     what: &str,
 ) {
+    assert_product_close_f64(got, want, &a.map(f64::from), &b.map(f64::from), tolerance, what);
+}
+
+/// [`assert_product_close`] for f64 operands (`got` ≈ `A^T B`).
+fn assert_product_close_f64(
+    got: &DMatrix<f64>,
+    want: &DMatrix<f64>,
+    a: &DMatrix<f64>,
+    b: &DMatrix<f64>,
+    tolerance: f64,
+    what: &str,
+) {
     assert_eq!(got.shape(), want.shape(), "{what}: shape");
-    let norms = |m: &DMatrix<f32>| -> Vec<f64> {
-        m.column_iter().map(|c| c.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt()).collect()
+    let norms = |m: &DMatrix<f64>| -> Vec<f64> {
+        m.column_iter().map(|c| c.iter().map(|&v| v * v).sum::<f64>().sqrt()).collect()
     };
     let (na, nb) = (norms(a), norms(b));
     let mut worst: f64 = 0.0;
@@ -143,6 +155,38 @@ fn long_blocks_keep_their_precision() {
     let mut gram = DMatrix::zeros(40, 40);
     block_on(gpu.add_gram(&a, &mut gram)).unwrap();
     assert_product_close(&gram, &product_f64(&a, &a), &a, &a, KERNEL_TOLERANCE, "A^T A of 30000 rows");
+}
+
+/// `A X` of f64 matrices, as each layer's products through the Grams run: every entry of A and
+/// X carries bits beyond f32 (uniform f64s), so a kernel that dropped each value's rest would
+/// be off by ~1e-8 of the terms; the two-part inputs keep KERNEL_TOLERANCE. The shapes include
+/// odd ones, an upper-triangular A, and more columns than one dispatch takes.
+#[test]
+fn wide_products_keep_what_f64_holds() {
+    let mut gpu = gpu();
+    let mut rng = ChaCha8Rng::seed_from_u64(13);
+    let mut random_f64 = |rows: usize, cols: usize| DMatrix::from_fn(rows, cols, |_, _| rng.random_range(-1.0..1.0));
+    for (m, k, n, form) in [
+        (1, 1, 1, Factor::General),
+        (70, 130, 75, Factor::General),
+        (65, 17, 3, Factor::General),
+        (96, 96, 40, Factor::UpperTriangular),
+        (64, 64, 2100, Factor::General),
+    ] {
+        let mut a = random_f64(m, k);
+        if form == Factor::UpperTriangular {
+            a.fill_lower_triangle(0.0, 1);
+        }
+        let x = random_f64(k, n);
+        let got = block_on(gpu.multiply(&a, form, &x)).expect("GPU product");
+        let want = DMatrix::from_fn(m, n, |i, j| (0..k).map(|l| a[(i, l)] * x[(l, j)]).sum::<f64>());
+        let what = format!("A X, {m}x{k} by {k}x{n} ({form:?})");
+        assert_product_close_f64(&got, &want, &a.transpose(), &x, KERNEL_TOLERANCE, &what);
+        let cpu = block_on(Backend::cpu().multiply(&a, form, &x)).unwrap();
+        assert_product_close_f64(&cpu, &want, &a.transpose(), &x, 1e-13, &format!("CPU {what}"));
+    }
+    let wrong = DMatrix::zeros(3, 4);
+    assert!(matches!(block_on(gpu.multiply(&wrong, Factor::General, &wrong)), Err(Error::Gpu(_))));
 }
 
 /// Every fixture model with its references (`hostile/` is gptchar's weights twice over, with

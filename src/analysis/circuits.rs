@@ -8,7 +8,7 @@ use nalgebra::{DMatrix, DMatrixView};
 use super::HeadId;
 use super::spectrum::Factored;
 use crate::Result;
-use crate::backend::{Backend, BackendInfo, block_on, cpu};
+use crate::backend::{Backend, BackendInfo, Factor, block_on, cpu};
 use crate::model::{Layer, Model, ModelConfig, Norm, NormKind, Weights};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -422,9 +422,6 @@ enum GramFactor {
     Dense(DMatrix<f64>),
 }
 
-/// Rows of `F X` per product in [`GramFactor::apply`].
-const TRIANGLE_PANEL: usize = 128;
-
 impl GramFactor {
     fn of(gram: &DMatrix<f64>) -> std::result::Result<GramFactor, String> {
         let matrix = faer::Mat::from_fn(gram.nrows(), gram.ncols(), |i, j| gram[(i, j)]);
@@ -447,24 +444,11 @@ impl GramFactor {
         })))
     }
 
-    /// `F X`.
-    fn apply(&self, x: &DMatrix<f64>) -> DMatrix<f64> {
+    /// `F X`, on `backend`.
+    async fn apply(&self, backend: &mut Backend, x: &DMatrix<f64>) -> crate::Result<DMatrix<f64>> {
         match self {
-            GramFactor::Dense(f) => cpu::product(f.as_view(), x.as_view()),
-            GramFactor::Upper(upper) => {
-                // A row panel of an upper-triangular F is zero left of its diagonal block.
-                let d = upper.nrows();
-                let mut y = DMatrix::zeros(d, x.ncols());
-                for start in (0..d).step_by(TRIANGLE_PANEL) {
-                    let rows = TRIANGLE_PANEL.min(d - start);
-                    cpu::gemm(
-                        y.rows_mut(start, rows),
-                        upper.view((start, start), (rows, d - start)),
-                        x.rows(start, d - start),
-                    );
-                }
-                y
-            }
+            GramFactor::Upper(upper) => backend.multiply(upper, Factor::UpperTriangular, x).await,
+            GramFactor::Dense(f) => backend.multiply(f, Factor::General, x).await,
         }
     }
 }
@@ -482,64 +466,96 @@ fn inner(a: DMatrixView<f64>, b: DMatrixView<f64>) -> DMatrix<f64> {
     cpu::product(a.transpose().as_view(), b)
 }
 
-/// The vocabulary-Gram products of every head of one layer, as one large product per kind
-/// instead of one per head, through the Grams' factors ([`GramFactor`]): `F_E W_Q` for all
-/// query heads, `F_E W_K`, `F_E W_V` (and `C W_V` untied) once per key/value head
-/// (grouped-query heads share them), and `F_U Ô^T` (`F_E Ô^T` tied) for all heads. Each head's
+/// The vocabulary-Gram products of every head of one layer, as a few large products on the
+/// backend instead of one per head, through the Grams' factors ([`GramFactor`]): one
+/// `F_E [W_Q | W_K | W_V]` over all query heads and, once each, the key/value heads (grouped-query
+/// heads share them), `C W_V` untied, and `F_U Ô^T` (`F_E Ô^T` tied) for all heads. Each head's
 /// small products are then inner products of d_head-wide columns of these.
 pub struct LayerProducts {
     d_head: usize,
     group: usize,
-    factor_q: DMatrix<f64>,
-    factor_k: DMatrix<f64>,
-    factor_v: DMatrix<f64>,
+    heads: usize,
+    kv_heads: usize,
+    /// `F_E [W_Q | W_K | W_V]`: every query head's d_head columns, then each key/value head's
+    /// keys, then its values.
+    factor_embed: DMatrix<f64>,
     cross_v: Option<DMatrix<f64>>,
     factor_o: DMatrix<f64>,
 }
 
 impl LayerProducts {
-    /// `heads` are the layer's heads in order, all of them. Fails only when a Gram cannot be
-    /// factored (its eigendecomposition did not converge): then no token-space circuit can be read.
-    pub fn new(
+    /// `heads` are the layer's heads in order, all of them. The outer error is the backend's (a
+    /// GPU that failed: the caller falls back); the inner one says the Grams could not be
+    /// factored (an eigendecomposition that did not converge), and then no token-space circuit
+    /// can be read.
+    pub async fn new(
         config: &ModelConfig,
         heads: &[HeadWeights],
         grams: &Grams,
-    ) -> std::result::Result<LayerProducts, String> {
+        backend: &mut Backend,
+    ) -> crate::Result<std::result::Result<LayerProducts, String>> {
         let (d_model, d_head) = (config.d_model, config.d_head);
         let group = (config.heads / config.kv_heads.max(1)).max(1);
-        let stack = |chosen: &[&HeadWeights], pick: &dyn Fn(&HeadWeights) -> DMatrix<f64>| {
-            let mut stacked = DMatrix::zeros(d_model, chosen.len() * d_head);
-            for (i, w) in chosen.iter().enumerate() {
-                stacked.columns_mut(i * d_head, d_head).copy_from(&pick(w));
+        // The first head of each group carries its key/value head's weights.
+        let shared: Vec<&HeadWeights> = heads.iter().step_by(group).collect();
+        let columns = |count: usize, picks: &[(&[&HeadWeights], &dyn Fn(&HeadWeights) -> DMatrix<f64>)]| {
+            let mut stacked = DMatrix::zeros(d_model, count * d_head);
+            let mut at = 0;
+            for (chosen, pick) in picks {
+                for w in chosen.iter() {
+                    stacked.columns_mut(at, d_head).copy_from(&pick(w));
+                    at += d_head;
+                }
             }
             stacked
         };
         let all: Vec<&HeadWeights> = heads.iter().collect();
-        // The first head of each group carries its key/value head's weights.
-        let shared: Vec<&HeadWeights> = heads.iter().step_by(group).collect();
-        let q = stack(&all, &|w| w.w_q.clone());
-        let k = stack(&shared, &|w| w.w_k.clone());
-        let v = stack(&shared, &|w| w.w_v.clone());
-        let o = stack(&all, &|w| w.w_o_unembed.transpose());
-        let factors = grams.factors()?;
+        let qkv = columns(
+            heads.len() + 2 * shared.len(),
+            &[(&all, &|w| w.w_q.clone()), (&shared, &|w| w.w_k.clone()), (&shared, &|w| w.w_v.clone())],
+        );
+        let o = columns(heads.len(), &[(&all, &|w| w.w_o_unembed.transpose())]);
+        let factors = match grams.factors() {
+            Ok(factors) => factors,
+            Err(reason) => return Ok(Err(reason)),
+        };
         let unembed = factors.unembed.as_ref().unwrap_or(&factors.embed);
-        Ok(LayerProducts {
+        let factor_embed = factors.embed.apply(backend, &qkv).await?;
+        let cross_v = match grams.tied {
+            true => None,
+            false => {
+                let v = qkv.columns((heads.len() + shared.len()) * d_head, shared.len() * d_head).into_owned();
+                Some(backend.multiply(&grams.cross, Factor::General, &v).await?)
+            }
+        };
+        let factor_o = unembed.apply(backend, &o).await?;
+        Ok(Ok(LayerProducts {
             d_head,
             group,
-            factor_q: factors.embed.apply(&q),
-            factor_k: factors.embed.apply(&k),
-            factor_v: factors.embed.apply(&v),
-            cross_v: (!grams.tied).then(|| cpu::product(grams.cross.as_view(), v.as_view())),
-            factor_o: unembed.apply(&o),
-        })
+            heads: heads.len(),
+            kv_heads: shared.len(),
+            factor_embed,
+            cross_v,
+            factor_o,
+        }))
+    }
+
+    fn query(&self, head: usize) -> DMatrixView<'_, f64> {
+        self.factor_embed.columns(head * self.d_head, self.d_head)
+    }
+
+    fn key(&self, kv: usize) -> DMatrixView<'_, f64> {
+        self.factor_embed.columns((self.heads + kv) * self.d_head, self.d_head)
+    }
+
+    fn value(&self, kv: usize) -> DMatrixView<'_, f64> {
+        self.factor_embed.columns((self.heads + self.kv_heads + kv) * self.d_head, self.d_head)
     }
 
     /// Head `head`'s token-space QK circuit: `B A = W_K^T G_E W_Q`, `A^T A = W_Q^T G_E W_Q`,
     /// `B B^T = W_K^T G_E W_K` (see [`HeadWeights::qk_token`]).
     pub fn qk_token(&self, head: usize) -> Factored {
-        let d = self.d_head;
-        let q = self.factor_q.columns(head * d, d);
-        let k = self.factor_k.columns(head / self.group * d, d);
+        let (q, k) = (self.query(head), self.key(head / self.group));
         Factored { small: inner(k, q), gram_left: inner(q, q), gram_right: inner(k, k) }
     }
 
@@ -548,7 +564,7 @@ impl LayerProducts {
     pub fn ov_token(&self, w: &HeadWeights, head: usize) -> Factored {
         let d = self.d_head;
         let kv = head / self.group;
-        let v = self.factor_v.columns(kv * d, d);
+        let v = self.value(kv);
         let o = self.factor_o.columns(head * d, d);
         let small = match &self.cross_v {
             Some(cross_v) => &w.w_o_unembed * cross_v.columns(kv * d, d),

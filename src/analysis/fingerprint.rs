@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::HeadId;
 use super::circuits::{Grams, HeadWeights, LayerProducts, Mode};
 use super::spectrum::Fingerprint;
-use crate::backend::{Backend, BackendInfo};
+use crate::backend::{Backend, BackendInfo, block_on};
 use crate::model::{Layer, LoadParts, Model, ModelConfig, ModelStream, Norm, Weights};
 use crate::{Error, Result};
 
@@ -156,34 +156,46 @@ fn fingerprint_circuits(
 }
 
 /// Every head of one layer: the heads' weights, the layer's Gram products as a few large
-/// products ([`LayerProducts`]), then each head's four spectra (threaded on native).
-fn fingerprint_layer_heads(
+/// products on `backend` ([`LayerProducts`]), then each head's four spectra (threaded on
+/// native). Fails only when the backend does (a GPU: the caller falls back to the CPU).
+async fn fingerprint_layer_heads(
     config: &ModelConfig,
     layer: &Layer,
     ln_final: &Norm,
     grams: &Grams,
     mode: Mode,
     index: usize,
-) -> Vec<HeadFingerprint> {
+    backend: &mut Backend,
+) -> Result<Vec<HeadFingerprint>> {
     let weights: Vec<HeadWeights> =
         (0..config.heads).map(|h| HeadWeights::new(config, layer, ln_final, h, mode)).collect();
-    let products = LayerProducts::new(config, &weights, grams);
+    let products = LayerProducts::new(config, &weights, grams, backend).await?;
     let ids: Vec<HeadId> = (0..config.heads).map(|h| HeadId::new(index, h)).collect();
-    fingerprint_heads(&ids, &|id| {
+    Ok(fingerprint_heads(&ids, &|id| {
         let w = &weights[id.head];
         let token =
             |circuit: &dyn Fn(&LayerProducts) -> super::Factored| products.as_ref().map(circuit).map_err(Clone::clone);
         fingerprint_circuits(id, w, token(&|p| p.qk_token(id.head)), token(&|p| p.ov_token(w, id.head)))
-    })
+    }))
 }
 
 /// Fingerprints every head of a held model, on all cores where there are threads (native), else
-/// in turn; the Grams on the CPU.
+/// in turn; everything on the CPU.
 pub fn fingerprint_model(model: &Model, mode: Mode) -> Result<ModelFingerprint> {
     let grams = Grams::compute(model);
-    let heads = (model.layers.iter().enumerate())
-        .flat_map(|(l, layer)| fingerprint_layer_heads(&model.config, layer, &model.ln_final, &grams, mode, l))
-        .collect();
+    let backend = &mut Backend::cpu();
+    let mut heads = Vec::with_capacity(model.config.layers * model.config.heads);
+    for (l, layer) in model.layers.iter().enumerate() {
+        heads.extend(block_on(fingerprint_layer_heads(
+            &model.config,
+            layer,
+            &model.ln_final,
+            &grams,
+            mode,
+            l,
+            backend,
+        ))?);
+    }
     let backend = grams.backend.clone();
     Ok(ModelFingerprint { model: ModelSummary::of(model), mode: mode.name().into(), backend, heads })
 }
@@ -196,26 +208,43 @@ pub fn fingerprint_stream(model: &ModelStream, mode: Mode) -> Result<ModelFinger
     fingerprint_stream_with(model, mode, &mut Backend::cpu())
 }
 
-/// `fingerprint_stream` with the Grams' products on `backend`.
+/// `fingerprint_stream` with the large products (the Grams and every layer's) on `backend`. A
+/// GPU that fails on the way is dropped and everything is computed again on the CPU, so no
+/// result mixes the two; the fingerprint's `backend` says which it was, and why.
 pub fn fingerprint_stream_with(model: &ModelStream, mode: Mode, backend: &mut Backend) -> Result<ModelFingerprint> {
-    let grams = Grams::stream_with(model, backend)?;
-    fingerprint_layers(model, &grams, mode, &mut |_, _, _| {})
+    block_on(backend.with_fallback(async |backend| {
+        let grams = Grams::gather(model, backend, &mut |_, _| {}).await?;
+        fingerprint_layers_on(model, &grams, mode, backend, &mut |_, _, _| {}).await
+    }))
 }
 
-/// Every head of a model read a layer at a time, given its Grams: each layer's attention is
-/// read, its heads fingerprinted (threaded on native) and the layer dropped. `each(head, done,
-/// total)` sees every head, in order, as its layer is done (the tab's worker streams them).
+/// Every head of a model read a layer at a time, given its Grams, on the CPU: see
+/// [`fingerprint_layers_on`].
 pub fn fingerprint_layers(
     model: &ModelStream,
     grams: &Grams,
     mode: Mode,
     each: &mut dyn FnMut(&HeadFingerprint, usize, usize),
 ) -> Result<ModelFingerprint> {
+    block_on(fingerprint_layers_on(model, grams, mode, &mut Backend::cpu(), each))
+}
+
+/// Every head of a model read a layer at a time, given its Grams: each layer's attention is
+/// read, its products computed on `backend`, its heads fingerprinted (threaded on native) and
+/// the layer dropped. `each(head, done, total)` sees every head, in order, as its layer is done
+/// (the tab's worker streams them).
+pub async fn fingerprint_layers_on(
+    model: &ModelStream<'_>,
+    grams: &Grams,
+    mode: Mode,
+    backend: &mut Backend,
+    each: &mut dyn FnMut(&HeadFingerprint, usize, usize),
+) -> Result<ModelFingerprint> {
     let config = &model.config;
     let total = config.layers * config.heads;
     let mut heads = Vec::with_capacity(total);
     for l in 0..config.layers {
-        for head in fingerprint_layer(model, grams, mode, l)? {
+        for head in fingerprint_layer_on(model, grams, mode, l, backend).await? {
             heads.push(head);
             each(heads.last().expect("just pushed"), heads.len(), total);
         }
@@ -223,11 +252,23 @@ pub fn fingerprint_layers(
     Ok(assemble_fingerprint(&model.config, model.parameter_count, &grams.backend, mode, heads))
 }
 
-/// The heads of one layer, in order: the layer's attention read, its heads fingerprinted
-/// (threaded on native) and the layer dropped. The tab's pool hands each worker layers this way.
+/// The heads of one layer, in order, on the CPU: see [`fingerprint_layer_on`]. The tab's pool
+/// hands each worker layers this way.
 pub fn fingerprint_layer(model: &ModelStream, grams: &Grams, mode: Mode, layer: usize) -> Result<Vec<HeadFingerprint>> {
+    block_on(fingerprint_layer_on(model, grams, mode, layer, &mut Backend::cpu()))
+}
+
+/// The heads of one layer, in order: the layer's attention read, its products computed on
+/// `backend`, its heads fingerprinted (threaded on native) and the layer dropped.
+pub async fn fingerprint_layer_on(
+    model: &ModelStream<'_>,
+    grams: &Grams,
+    mode: Mode,
+    layer: usize,
+    backend: &mut Backend,
+) -> Result<Vec<HeadFingerprint>> {
     let weights = model.layer(layer, LoadParts::Circuits)?;
-    Ok(fingerprint_layer_heads(&model.config, &weights, &model.ln_final, grams, mode, layer))
+    fingerprint_layer_heads(&model.config, &weights, &model.ln_final, grams, mode, layer, backend).await
 }
 
 /// A model's fingerprint from its heads in order (the layer-by-layer path and the tab's pool

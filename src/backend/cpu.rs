@@ -1,6 +1,5 @@
-//! The CPU backend: blocks widened to f64 and multiplied by matrixmultiply's blocked gemm
-//! (threaded on native) or, in the tab, by the f64x2 SIMD kernel in
-//! `wasm_gemm.rs`. Every product is f64 from the f32 weights, so the sums over blocks
+//! The CPU backend: blocks widened to f64 and multiplied by faer's gemm on every core (native)
+//! or, in the tab, by the f64x2 SIMD kernel in `wasm_gemm.rs`. Every product is f64 from the f32 weights, so the sums over blocks
 //! are the exact products up to f64 rounding (tests/gram_precision.rs).
 
 use nalgebra::{DMatrix, DMatrixView, DMatrixViewMut};
@@ -34,9 +33,25 @@ pub fn gemm(mut c: DMatrixViewMut<f64>, a: DMatrixView<f64>, b: DMatrixView<f64>
         // mutably, so it cannot overlap `a` or `b`.
         unsafe { super::wasm_gemm::gemm(m, n, k, a, b, c) };
     }
-    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-    // nalgebra's `gemm` goes through matrixmultiply (threaded, AVX2/FMA natively); its
-    // `tr_mul` would be a loop of dot products, 20x slower at vocabulary size.
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        // faer's packed AVX2/AVX-512 kernels on every core (rayon): matrixmultiply, which
+        // nalgebra's `gemm` calls, stops at 4 threads and is slower per core.
+        let view = |m: DMatrixView<f64>| {
+            let (rows, cols) = (m.strides().0 as isize, m.strides().1 as isize);
+            // SAFETY: pointer, shape and strides are the nalgebra view's own, so the faer view
+            // names exactly its elements, borrowed for as long as the view is.
+            unsafe { faer::MatRef::from_raw_parts(m.as_ptr(), m.nrows(), m.ncols(), rows, cols) }
+        };
+        let (a, b) = (view(a), view(b));
+        let (rows, cols) = (c.strides().0 as isize, c.strides().1 as isize);
+        // SAFETY: as above, for the mutable view `c`, which cannot overlap `a` or `b`.
+        let c = unsafe { faer::MatMut::from_raw_parts_mut(c.as_mut_ptr(), c.nrows(), c.ncols(), rows, cols) };
+        faer::linalg::matmul::matmul(c, faer::Accum::Add, a, b, 1.0, faer::Par::rayon(0));
+    }
+    #[cfg(all(target_arch = "wasm32", not(target_feature = "simd128")))]
+    // nalgebra's `gemm` goes through matrixmultiply; its `tr_mul` would be a loop of dot
+    // products, 20x slower at vocabulary size.
     c.gemm(1.0, &a, &b, 1.0);
 }
 
@@ -45,6 +60,21 @@ pub fn product(a: DMatrixView<f64>, b: DMatrixView<f64>) -> DMatrix<f64> {
     let mut c = DMatrix::zeros(a.nrows(), b.ncols());
     gemm(c.as_view_mut(), a, b);
     c
+}
+
+/// Rows of `U X` per product in [`upper_product`].
+const TRIANGLE_PANEL: usize = 128;
+
+/// `U X` for an upper-triangular U (d x d): a panel of rows at a time, each from its diagonal
+/// block on (the zeros left of it skipped), half the work of a full product.
+pub fn upper_product(upper: &DMatrix<f64>, x: &DMatrix<f64>) -> DMatrix<f64> {
+    let d = upper.nrows();
+    let mut y = DMatrix::zeros(d, x.ncols());
+    for start in (0..d).step_by(TRIANGLE_PANEL) {
+        let rows = TRIANGLE_PANEL.min(d - start);
+        gemm(y.rows_mut(start, rows), upper.view((start, start), (rows, d - start)), x.rows(start, d - start));
+    }
+    y
 }
 
 /// `acc += A^T B`.

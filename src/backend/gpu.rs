@@ -21,6 +21,9 @@ use wgpu::util::DeviceExt;
 const KERNELS: &str = include_str!("products.wgsl");
 /// Output tile of one workgroup (TILE in products.wgsl).
 const TILE: usize = 64;
+/// Columns of X per dispatch in [`Gpu::multiply`]: 4096 x 2048 outputs of a 4096-deep product
+/// is ~34 GFLOP, a fraction of a second on a laptop GPU, well inside a watchdog's patience.
+const WIDE_COLUMNS: usize = 2048;
 pub struct Gpu {
     device: wgpu::Device,
     queue: wgpu::Queue,
@@ -121,12 +124,55 @@ impl Gpu {
     /// returned as f64.
     pub async fn product(&self, a: &DMatrix<f32>, b: Option<&DMatrix<f32>>) -> Result<DMatrix<f64>, String> {
         let (rows, m) = a.shape();
-        let n = b.map_or(m, |b| b.ncols());
         if let Some(b) = b
             && b.nrows() != rows
         {
             return Err(format!("blocks of {rows} and {} rows", b.nrows()));
         }
+        let a_operand = Operand { value: a.as_slice(), rest: None, transposed: false };
+        let b_operand = b.map(|b| Operand { value: b.as_slice(), rest: None, transposed: false });
+        let n = b.map_or(m, |b| b.ncols());
+        let mut c = self.dispatch(rows, m, n, a_operand, b_operand).await?;
+        if b.is_none() {
+            // The kernel wrote the tiles on and above the diagonal; the rest mirrors them.
+            c.fill_lower_triangle_with_upper_triangle();
+        }
+        Ok(c)
+    }
+
+    /// `A X` of f64 matrices (A m x k, X k x n), each entry held as two f32 parts (products.wgsl
+    /// says how, and why this keeps about 2^-36 of every term). X's columns go a range at a
+    /// time, as many as the binding limit and [`WIDE_COLUMNS`] allow; A must fit one binding.
+    pub async fn multiply(&self, a: &DMatrix<f64>, x: &DMatrix<f64>) -> Result<DMatrix<f64>, String> {
+        let (m, k) = a.shape();
+        if x.nrows() != k {
+            return Err(format!("{m} x {k} times {} x {}", x.nrows(), x.ncols()));
+        }
+        let (a_value, a_rest) = split(a.as_slice());
+        let a_operand = Operand { value: &a_value, rest: Some(&a_rest), transposed: true };
+        let per_column = 4 * k.max(m).max(1) as u64;
+        let columns = ((self.max_binding / per_column) as usize).clamp(1, WIDE_COLUMNS);
+        let mut c = DMatrix::zeros(m, x.ncols());
+        for start in (0..x.ncols()).step_by(columns) {
+            let width = columns.min(x.ncols() - start);
+            let (x_value, x_rest) = split(&x.as_slice()[start * k..(start + width) * k]);
+            let x_operand = Operand { value: &x_value, rest: Some(&x_rest), transposed: false };
+            let part = self.dispatch(k, m, width, a_operand, Some(x_operand)).await?;
+            c.columns_mut(start, width).copy_from(&part);
+        }
+        Ok(c)
+    }
+
+    /// `A^T B` (A `rows` x m, B `rows` x n; `A^T A` when `b` is None, only its upper tiles
+    /// written) by one dispatch, returned as f64.
+    async fn dispatch(
+        &self,
+        rows: usize,
+        m: usize,
+        n: usize,
+        a: Operand<'_>,
+        b: Option<Operand<'_>>,
+    ) -> Result<DMatrix<f64>, String> {
         if rows == 0 || m == 0 || n == 0 {
             return Ok(DMatrix::zeros(m, n));
         }
@@ -155,8 +201,11 @@ impl Gpu {
                 usage: wgpu::BufferUsages::STORAGE,
             })
         };
-        let a_buffer = storage("a", a.as_slice());
-        let b_buffer = b.map(|b| storage("b", b.as_slice()));
+        // A product of f32 inputs binds a one-entry placeholder for the rests, never read.
+        let placeholder = [0f32];
+        let a_buffer = storage("a", a.value);
+        let a_rest = storage("a rest", a.rest.unwrap_or(&placeholder));
+        let b_buffers = b.map(|b| (storage("b", b.value), storage("b rest", b.rest.unwrap_or(&placeholder))));
         let size = (4 * m * n) as u64;
         let output = |label: &str| {
             self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -173,7 +222,8 @@ impl Gpu {
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        let shape = [rows as u32, m as u32, n as u32, 0];
+        let wide = a.rest.is_some() as u32;
+        let shape = [rows as u32, m as u32, n as u32, wide, a.transposed as u32, 0, 0, 0];
         let shape_buffer = self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some("shape"),
             contents: bytemuck::cast_slice(&shape),
@@ -185,19 +235,22 @@ impl Gpu {
             usage: wgpu::BufferUsages::STORAGE,
         });
         let pipeline = if b.is_some() { &self.gemm } else { &self.syrk };
+        let (b_buffer, b_rest) = match &b_buffers {
+            Some((value, rest)) => (value, rest),
+            None => (&a_buffer, &a_rest),
+        };
         let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: None,
             layout: &pipeline.get_bind_group_layout(0),
             entries: &[
                 wgpu::BindGroupEntry { binding: 0, resource: a_buffer.as_entire_binding() },
-                wgpu::BindGroupEntry {
-                    binding: 1,
-                    resource: b_buffer.as_ref().unwrap_or(&a_buffer).as_entire_binding(),
-                },
+                wgpu::BindGroupEntry { binding: 1, resource: b_buffer.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 2, resource: high.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 3, resource: low.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 4, resource: shape_buffer.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 5, resource: zero.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 6, resource: a_rest.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 7, resource: b_rest.as_entire_binding() },
             ],
         });
         let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
@@ -246,13 +299,9 @@ impl Gpu {
         let view = read_buffer.get_mapped_range(..).map_err(|e| format!("reading the result back: {e}"))?;
         let values: &[f32] = bytemuck::cast_slice(&view);
         let (high, low) = values.split_at(m * n);
-        let mut c = DMatrix::from_fn(m, n, |i, j| high[j * m + i] as f64 + low[j * m + i] as f64);
+        let c = DMatrix::from_fn(m, n, |i, j| high[j * m + i] as f64 + low[j * m + i] as f64);
         drop(view);
         read_buffer.unmap();
-        if b.is_none() {
-            // The kernel wrote the tiles on and above the diagonal; the rest mirrors them.
-            c.fill_lower_triangle_with_upper_triangle();
-        }
         Ok(c)
     }
 
@@ -263,6 +312,22 @@ impl Gpu {
             None => Ok(()),
         }
     }
+}
+
+/// One input of a dispatch: f32 values, column-major (`rows` x its columns, or, `transposed`,
+/// its columns x `rows`), and for an f64 input what rounding to f32 left of each value.
+#[derive(Clone, Copy)]
+struct Operand<'a> {
+    value: &'a [f32],
+    rest: Option<&'a [f32]>,
+    transposed: bool,
+}
+
+/// f64 values as two f32 parts: each rounded to f32, and what that left (exact to 2^-48).
+fn split(values: &[f64]) -> (Vec<f32>, Vec<f32>) {
+    let value: Vec<f32> = values.iter().map(|&v| v as f32).collect();
+    let rest = values.iter().zip(&value).map(|(&v, &high)| (v - high as f64) as f32).collect();
+    (value, rest)
 }
 
 /// A read-back's outcome, and the task waiting for it.

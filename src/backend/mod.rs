@@ -1,7 +1,8 @@
 //! Where the large dense products run: the CPU (f64, matrixmultiply) or a GPU (f32 WGSL kernels
 //! through wgpu: Vulkan, Metal or DX12 natively, WebGPU in the browser). The analysis asks a
-//! [`Backend`] for `A^T B` and `A^T A` of blocks of rows and adds the results, in f64, into its
-//! own sums; it never learns which backend did the work.
+//! [`Backend`] for `A^T B` and `A^T A` of blocks of rows (the Grams), adding the results, in
+//! f64, into its own sums, and for `A X` of f64 matrices (each layer's products through the
+//! Grams); it never learns which backend did the work.
 //!
 //! The products are `async` because a browser hands a GPU's results back only through its event
 //! loop. The CPU's futures are ready at once, and so are native wgpu's (it waits for the device
@@ -77,6 +78,14 @@ impl BackendInfo {
             None => "CPU".into(),
         }
     }
+}
+
+/// What the left matrix of [`Backend::multiply`] is known to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Factor {
+    General,
+    /// Zero below the diagonal: the CPU skips those zeros (a GPU multiplies them anyway).
+    UpperTriangular,
 }
 
 enum Kind {
@@ -189,6 +198,20 @@ impl Backend {
             }
             #[cfg(feature = "gpu")]
             Kind::Gpu(gpu) => add_into(acc, &gpu.product(a, None).await.map_err(Error::Gpu)?),
+        }
+    }
+
+    /// `A X` of f64 matrices: the layers' products through the Grams and their factors. The CPU
+    /// computes it in f64; a GPU holds each entry as two f32 parts and keeps about 2^-36 of
+    /// every term (products.wgsl).
+    pub async fn multiply(&mut self, a: &DMatrix<f64>, form: Factor, x: &DMatrix<f64>) -> Result<DMatrix<f64>> {
+        match &self.kind {
+            Kind::Cpu => Ok(match form {
+                Factor::UpperTriangular => cpu::upper_product(a, x),
+                Factor::General => cpu::product(a.as_view(), x.as_view()),
+            }),
+            #[cfg(feature = "gpu")]
+            Kind::Gpu(gpu) => gpu.multiply(a, x).await.map_err(Error::Gpu),
         }
     }
 

@@ -4,6 +4,12 @@
 // `syrk` is the same product with B = A, computing only the tiles on or above the diagonal
 // (the caller mirrors them).
 //
+// Wide inputs (`shape.wide` = 1): A and B are f64 matrices held as two f32 parts each, `a` the
+// value rounded to f32 and `a_rest` what that rounding left (likewise `b`, `b_rest`). The rest is
+// folded into the low part of the split below; its own rounding there is 2^-24 of a term already
+// 2^-12 of the value, so a wide product keeps the same 2^-36 as an f32 one. Otherwise the rest
+// buffers are placeholders and never read.
+//
 // Why two parts. The Grams feed eigenproblems whose conditioning amplifies their error by up
 // to ~1e4 (κ of the demo model's token-space QK), so a plain f32 product (2^-24) is not close
 // enough to the CPU's f64. Each input is split into a 12-bit high part and the rest, which
@@ -19,7 +25,13 @@ struct Shape {
     k: u32,
     m: u32,
     n: u32,
-    pad: u32,
+    wide: u32,
+    // 1: A is stored as its transpose, column-major M x K (A[k, i] at a[k * M + i]), as an
+    // nalgebra matrix F is when the product wanted is F B.
+    a_transposed: u32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read> a: array<f32>;
@@ -29,6 +41,8 @@ struct Shape {
 @group(0) @binding(4) var<uniform> shape: Shape;
 // Holds 0, which the shader compiler cannot know (a writable buffer is never folded in).
 @group(0) @binding(5) var<storage, read_write> opaque_zero: array<u32>;
+@group(0) @binding(6) var<storage, read> a_rest: array<f32>;
+@group(0) @binding(7) var<storage, read> b_rest: array<f32>;
 
 const TILE: u32 = 64u;
 const STEP: u32 = 16u;
@@ -65,21 +79,37 @@ fn product_tile(tile: vec2<u32>, local: vec2<u32>, index: u32) {
             let e = index + r * THREADS;
             let kk = e % STEP;
             let ii = e / STEP;
-            let k = k0 + kk;
+            // A stored transposed is read along its rows instead: consecutive i of one k.
+            var ka = kk;
+            var ia = ii;
+            var at = (i0 + ii) * shape.k + k0 + kk;
+            if (shape.a_transposed != 0u) {
+                ka = e / TILE;
+                ia = e % TILE;
+                at = (k0 + ka) * shape.m + i0 + ia;
+            }
             var va = 0.0;
             var vb = 0.0;
-            if (k < shape.k && i0 + ii < shape.m) {
-                va = a[(i0 + ii) * shape.k + k];
+            var ra = 0.0;
+            var rb = 0.0;
+            if (k0 + ka < shape.k && i0 + ia < shape.m) {
+                va = a[at];
+                if (shape.wide != 0u) {
+                    ra = a_rest[at];
+                }
             }
-            if (k < shape.k && j0 + ii < shape.n) {
-                vb = b[(j0 + ii) * shape.k + k];
+            if (k0 + kk < shape.k && j0 + ii < shape.n) {
+                vb = b[(j0 + ii) * shape.k + k0 + kk];
+                if (shape.wide != 0u) {
+                    rb = b_rest[(j0 + ii) * shape.k + k0 + kk];
+                }
             }
             let ha = high_part(va);
             let hb = high_part(vb);
-            a_high[kk * TILE + ii] = ha;
-            a_low[kk * TILE + ii] = va - ha;
+            a_high[ka * TILE + ia] = ha;
+            a_low[ka * TILE + ia] = (va - ha) + ra;
             b_high[kk * TILE + ii] = hb;
-            b_low[kk * TILE + ii] = vb - hb;
+            b_low[kk * TILE + ii] = (vb - hb) + rb;
         }
         workgroupBarrier();
         // The step's small terms: cross products and the TwoSum errors, in plain f32.

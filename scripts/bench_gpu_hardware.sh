@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The native GPU benchmark on a machine with a hardware GPU (issue 9), in one run:
+#   1. the Llama-3.2-1B- and Llama-3-8B-shaped random checkpoints are written if missing
+#      (scripts/make_big_models.py on all cores, into $BIG_MODELS);
+#   2. examples/bench_gpu on each: GPU and CPU side by side, stage by stage (Grams, layer
+#      products, the whole per-layer stage), with FLOP counts, FLOP/s and how far the two
+#      backends' fingerprints are apart, one JSON line per model;
+#   3. the CLI end to end on Llama-3-8B with --backend gpu, as a user runs it: wall time, peak
+#      RSS and the backend the JSON records.
+# It prints the GPU, driver and CPU first, and stops at once if wgpu finds no hardware adapter.
+#
+# Usage: scripts/bench_gpu_hardware.sh [BIN_DIR]
+#   BIN_DIR holds prebuilt `headprint` and `bench_gpu` binaries (for a machine without Rust);
+#   without it both are built here. BIG_MODELS (default /tmp/headprint-big) and PYTHON (a
+#   python3 with numpy) can be set; SOFTWARE_GPU=1 runs on a software adapter (a dry run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -n "${1:-}" ]; then
+  headprint=$1/headprint bench=$1/bench_gpu
+else
+  cargo build --release --bin headprint --example bench_gpu
+  headprint=target/release/headprint bench=target/release/examples/bench_gpu
+fi
+dir=${BIG_MODELS:-/tmp/headprint-big}
+python=${PYTHON:-python3}
+export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
+grep -m1 'model name' /proc/cpuinfo || true
+echo "cores: $(nproc)"
+# A hardware adapter, or stop here (auto skips software ones, so its backend line says which).
+# SOFTWARE_GPU=1 goes on without one: a dry run of this script on lavapipe, on tiny models.
+"$headprint" fingerprint tests/fixtures/gpt2 --backend auto | grep '^backend:' | tee /dev/stderr | grep -q 'GPU ·' ||
+  [ "${SOFTWARE_GPU:-}" = 1 ] || { echo "no hardware GPU adapter: stopping" >&2; exit 1; }
+
+need=()
+for model in llama-3.2-1b llama-3-8b; do
+  [ -f "$dir/$model/config.json" ] || need+=("$model")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  start=$(date +%s)
+  "$python" scripts/make_big_models.py --only "${need[@]}" --out "$dir"
+  echo "checkpoints written in $(($(date +%s) - start)) s"
+fi
+
+"$bench" "$dir/llama-3.2-1b" "$dir/llama-3-8b"
+
+"$python" - "$headprint" "$dir/llama-3-8b" <<'EOF'
+import json, resource, subprocess, sys, time
+headprint, model = sys.argv[1:]
+start = time.time()
+run = subprocess.run([headprint, "fingerprint", model, "--json", "--backend", "gpu"], capture_output=True, text=True)
+wall = time.time() - start
+peak_gb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 / 1e9
+backend = json.loads(run.stdout)["backend"] if run.returncode == 0 else None
+print(json.dumps({"cli": "fingerprint --backend gpu", "model": model, "wall_s": round(wall, 2),
+                  "peak_rss_gb": round(peak_gb, 3), "backend": backend, "exit": run.returncode,
+                  "stderr": run.stderr.strip()[-500:]}))
+EOF
