@@ -60,18 +60,61 @@ fn high_part(v: f32) -> f32 {
     return bitcast<f32>(bitcast<u32>(v) & 0xFFFFF000u);
 }
 
+/// One multiply-add of the split product for the four rows an invocation holds in column s:
+/// `high + ah * bh` summed error-free (TwoSum) into `high`, its rounding error and the small
+/// cross terms into `part`. Shader compilers may simplify float algebra (Mesa's NIR rewrites
+/// (h + p) - h to p, making the error zero); an integer xor with `zero` hides t and bp from them.
+fn multiply_add(high: ptr<function, vec4<f32>>, part: ptr<function, vec4<f32>>, ah: vec4<f32>, al: vec4<f32>,
+                bh: f32, bl: f32, zero: vec4<u32>) {
+    let h = *high;
+    let p = ah * bh;
+    let t = bitcast<vec4<f32>>(bitcast<vec4<u32>>(h + p) ^ zero);
+    let bp = bitcast<vec4<f32>>(bitcast<vec4<u32>>(t - h) ^ zero);
+    let e = (h - (t - bp)) + (p - bp);
+    *high = t;
+    *part += e + (ah * bl + al * bh + al * bl);
+}
+
+/// `low += part` with Kahan compensation, so the steps' small sums do not lose bits as K grows.
+fn add_compensated(low: ptr<function, vec4<f32>>, compensation: ptr<function, vec4<f32>>, part: vec4<f32>,
+                   zero: vec4<u32>) {
+    let y = part - *compensation;
+    let t = bitcast<vec4<f32>>(bitcast<vec4<u32>>(*low + y) ^ zero);
+    *compensation = (t - *low) - y;
+    *low = t;
+}
+
+/// Column s of the invocation's block, rows local.x + 16 r (the vector's lanes r = 0..3).
+fn store_column(i: u32, j: u32, high: vec4<f32>, low: vec4<f32>, compensation: vec4<f32>) {
+    if (j >= shape.n) {
+        return;
+    }
+    for (var r = 0u; r < 4u; r++) {
+        if (i + 16u * r < shape.m) {
+            c_high[j * shape.m + i + 16u * r] = high[r];
+            c_low[j * shape.m + i + 16u * r] = low[r] - compensation[r];
+        }
+    }
+}
+
 fn product_tile(tile: vec2<u32>, local: vec2<u32>, index: u32) {
     let i0 = tile.x * TILE;
     let j0 = tile.y * TILE;
-    let zero = opaque_zero[0];
-    var high: array<f32, 16>;
-    var low: array<f32, 16>;
-    var compensation: array<f32, 16>;
-    for (var r = 0u; r < 16u; r++) {
-        high[r] = 0.0;
-        low[r] = 0.0;
-        compensation[r] = 0.0;
-    }
+    let zero = vec4<u32>(opaque_zero[0]);
+    // The invocation's 4 x 4 block as four columns of four rows, in named vectors rather than
+    // an indexed array, so every compiler keeps them in registers.
+    var high0 = vec4<f32>();
+    var high1 = vec4<f32>();
+    var high2 = vec4<f32>();
+    var high3 = vec4<f32>();
+    var low0 = vec4<f32>();
+    var low1 = vec4<f32>();
+    var low2 = vec4<f32>();
+    var low3 = vec4<f32>();
+    var comp0 = vec4<f32>();
+    var comp1 = vec4<f32>();
+    var comp2 = vec4<f32>();
+    var comp3 = vec4<f32>();
     for (var k0 = 0u; k0 < shape.k; k0 += STEP) {
         // Each invocation loads 4 entries of each tile; consecutive invocations read
         // consecutive k of one column (contiguous in memory).
@@ -113,55 +156,33 @@ fn product_tile(tile: vec2<u32>, local: vec2<u32>, index: u32) {
         }
         workgroupBarrier();
         // The step's small terms: cross products and the TwoSum errors, in plain f32.
-        var part: array<f32, 16>;
-        for (var r = 0u; r < 16u; r++) {
-            part[r] = 0.0;
-        }
+        var part0 = vec4<f32>();
+        var part1 = vec4<f32>();
+        var part2 = vec4<f32>();
+        var part3 = vec4<f32>();
         for (var kk = 0u; kk < STEP; kk++) {
-            var ah: array<f32, 4>;
-            var al: array<f32, 4>;
-            var bh: array<f32, 4>;
-            var bl: array<f32, 4>;
-            for (var r = 0u; r < 4u; r++) {
-                ah[r] = a_high[kk * TILE + local.x + 16u * r];
-                al[r] = a_low[kk * TILE + local.x + 16u * r];
-                bh[r] = b_high[kk * TILE + local.y + 16u * r];
-                bl[r] = b_low[kk * TILE + local.y + 16u * r];
-            }
-            for (var r = 0u; r < 4u; r++) {
-                for (var s = 0u; s < 4u; s++) {
-                    let x = r * 4u + s;
-                    let p = ah[r] * bh[s];
-                    // TwoSum: t + e == high + p exactly. Shader compilers may simplify float
-                    // algebra (Mesa's NIR rewrites (h + p) - h to p, making e zero); an integer
-                    // xor with `zero` hides t and bp from them.
-                    let t = bitcast<f32>(bitcast<u32>(high[x] + p) ^ zero);
-                    let bp = bitcast<f32>(bitcast<u32>(t - high[x]) ^ zero);
-                    let e = (high[x] - (t - bp)) + (p - bp);
-                    high[x] = t;
-                    part[x] += e + (ah[r] * bl[s] + al[r] * bh[s] + al[r] * bl[s]);
-                }
-            }
+            let at = kk * TILE + local.x;
+            let ah = vec4<f32>(a_high[at], a_high[at + 16u], a_high[at + 32u], a_high[at + 48u]);
+            let al = vec4<f32>(a_low[at], a_low[at + 16u], a_low[at + 32u], a_low[at + 48u]);
+            let bt = kk * TILE + local.y;
+            let bh = vec4<f32>(b_high[bt], b_high[bt + 16u], b_high[bt + 32u], b_high[bt + 48u]);
+            let bl = vec4<f32>(b_low[bt], b_low[bt + 16u], b_low[bt + 32u], b_low[bt + 48u]);
+            multiply_add(&high0, &part0, ah, al, bh.x, bl.x, zero);
+            multiply_add(&high1, &part1, ah, al, bh.y, bl.y, zero);
+            multiply_add(&high2, &part2, ah, al, bh.z, bl.z, zero);
+            multiply_add(&high3, &part3, ah, al, bh.w, bl.w, zero);
         }
-        // The steps' small sums, with Kahan compensation, so their rounding does not grow with K.
-        for (var x = 0u; x < 16u; x++) {
-            let y = part[x] - compensation[x];
-            let t = bitcast<f32>(bitcast<u32>(low[x] + y) ^ zero);
-            compensation[x] = (t - low[x]) - y;
-            low[x] = t;
-        }
+        add_compensated(&low0, &comp0, part0, zero);
+        add_compensated(&low1, &comp1, part1, zero);
+        add_compensated(&low2, &comp2, part2, zero);
+        add_compensated(&low3, &comp3, part3, zero);
         workgroupBarrier();
     }
-    for (var r = 0u; r < 4u; r++) {
-        for (var s = 0u; s < 4u; s++) {
-            let i = i0 + local.x + 16u * r;
-            let j = j0 + local.y + 16u * s;
-            if (i < shape.m && j < shape.n) {
-                c_high[j * shape.m + i] = high[r * 4u + s];
-                c_low[j * shape.m + i] = low[r * 4u + s] - compensation[r * 4u + s];
-            }
-        }
-    }
+    let i = i0 + local.x;
+    store_column(i, j0 + local.y, high0, low0, comp0);
+    store_column(i, j0 + local.y + 16u, high1, low1, comp1);
+    store_column(i, j0 + local.y + 32u, high2, low2, comp2);
+    store_column(i, j0 + local.y + 48u, high3, low3, comp3);
 }
 
 @compute @workgroup_size(16, 16)

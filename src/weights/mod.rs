@@ -11,6 +11,26 @@ pub use source::FileSource;
 pub use source::{ByteSource, MemorySource};
 pub use store::{ModelFiles, TensorStore};
 
+/// Edge of the square blocks [`column_major`] copies: a block's rows and columns both stay in
+/// cache (nalgebra's `from_row_slice` walks one of them with a stride of a whole row).
+const TRANSPOSE_BLOCK: usize = 32;
+
+/// A row-major `rows x cols` array as a (column-major) nalgebra matrix, copied block by block.
+fn column_major(rows: usize, cols: usize, data: &[f32]) -> nalgebra::DMatrix<f32> {
+    let mut out = vec![0f32; rows * cols];
+    for r0 in (0..rows).step_by(TRANSPOSE_BLOCK) {
+        let r1 = (r0 + TRANSPOSE_BLOCK).min(rows);
+        for c0 in (0..cols).step_by(TRANSPOSE_BLOCK) {
+            for c in c0..(c0 + TRANSPOSE_BLOCK).min(cols) {
+                for r in r0..r1 {
+                    out[c * rows + r] = data[r * cols + c];
+                }
+            }
+        }
+    }
+    nalgebra::DMatrix::from_vec(rows, cols, out)
+}
+
 /// A tensor converted to f32, row-major as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tensor {
@@ -23,7 +43,7 @@ impl Tensor {
     /// The tensor as a nalgebra matrix with the stored (row-major) layout: rows x cols.
     pub fn to_matrix(&self) -> crate::Result<nalgebra::DMatrix<f32>> {
         match self.shape.as_slice() {
-            [rows, cols] => Ok(nalgebra::DMatrix::from_row_slice(*rows, *cols, &self.data)),
+            [rows, cols] => Ok(column_major(*rows, *cols, &self.data)),
             other => Err(crate::Error::BadShape {
                 tensor: self.name.clone(),
                 actual: other.to_vec(),
