@@ -377,6 +377,57 @@ fn the_worker_session_computes_on_the_backend_a_load_asks_for() {
     }
 }
 
+/// The tab's pool natively: a helper asked for a layer's heads with `backend: Gpu` runs the
+/// layer's products on its own GPU device. Its heads are the CPU's within the tolerance, and not
+/// the CPU's bits (so the GPU did compute them).
+#[test]
+fn a_pool_worker_runs_a_layers_products_on_its_own_gpu() {
+    use headprint::weights::{ByteSource, MemorySource};
+    use headprint::worker::protocol::{GramsData, Reply, Request, Role};
+    use headprint::worker::session::Session;
+
+    // Llama 3.2's shape in small: grouped-query heads and a tied embedding.
+    let folder = fixture("llama32");
+    let names = ["config.json", "model.safetensors"];
+    let contents: Vec<Vec<u8>> = names.iter().map(|n| std::fs::read(folder.join(n)).unwrap()).collect();
+    let files = || -> Vec<Box<dyn ByteSource>> {
+        names
+            .iter()
+            .zip(&contents)
+            .map(|(&n, b)| Box::new(MemorySource::new(n, b.clone())) as Box<dyn ByteSource>)
+            .collect()
+    };
+    let stream_files = ModelFiles::from_path(&folder).unwrap();
+    let grams = Grams::stream(&ModelStream::open(&stream_files).unwrap()).unwrap();
+    let mut helper = Session::new(|| 0.0);
+    let report = || std::rc::Rc::new(|_| {});
+    let open = Request::Open { model: 1, names: names.map(String::from).to_vec(), role: Role::Helper };
+    assert!(matches!(helper.handle(open, files(), report()), Ok(Reply::Opened { .. })));
+    let set = Request::SetGrams { model: 1, grams: GramsData::of(&grams) };
+    assert!(matches!(helper.handle(set, vec![], report()), Ok(Reply::Done)));
+    let mut layer_on = |layer: usize, backend: BackendChoice| {
+        let request = Request::FingerprintLayer { model: 1, mode: Mode::Folded, layer, backend };
+        match helper.handle(request, vec![], report()) {
+            Ok(Reply::Heads(heads)) => heads,
+            other => panic!("layer {layer}: {:?}", other.map(|_| "another reply")),
+        }
+    };
+    let mut differs = false;
+    for layer in 0..2 {
+        let (on_gpu, on_cpu) = (layer_on(layer, BackendChoice::Gpu), layer_on(layer, BackendChoice::Cpu));
+        for (g, c) in on_gpu.iter().zip(&on_cpu) {
+            let id = c.id();
+            for ((what, g), (_, c)) in g.circuits().into_iter().zip(c.circuits()) {
+                let what = format!("{id} {what}");
+                assert_near(Some(g.copying_score), Some(c.copying_score), 1.0, &what);
+                assert_near(g.eigenvector_condition, c.eigenvector_condition, 1.0, &what);
+            }
+            differs |= g.ov.copying_score != c.ov.copying_score || g.qk_token.scale != c.qk_token.scale;
+        }
+    }
+    assert!(differs, "the GPU's token-space circuits are the CPU's bits: the GPU did not compute them");
+}
+
 #[cfg(feature = "cli")]
 mod cli {
     use std::process::Command;

@@ -397,7 +397,7 @@ fn the_worker_pool_gives_the_bits_of_one_worker_whichever_worker_computes_which_
     for (mode, single) in [(Mode::Folded, &analysis.folded), (Mode::Raw, &*raw)] {
         let mut heads = LayerHeads::new(config.layers);
         for layer in (0..config.layers).rev() {
-            let request = Request::FingerprintLayer { model: 7, mode, layer };
+            let request = Request::FingerprintLayer { model: 7, mode, layer, backend: BackendChoice::Cpu };
             let Reply::Heads(got) = trip(&mut pool[layer % 2], request, vec![]) else {
                 panic!("layer {layer} answers")
             };

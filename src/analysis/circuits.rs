@@ -461,6 +461,18 @@ pub struct GramFactors {
     unembed: Option<GramFactor>,
 }
 
+/// The blocks (each `rows` high) next to each other, in order.
+fn side_by_side(rows: usize, blocks: impl Iterator<Item = DMatrix<f64>>) -> DMatrix<f64> {
+    let blocks: Vec<DMatrix<f64>> = blocks.collect();
+    let mut joined = DMatrix::zeros(rows, blocks.iter().map(|b| b.ncols()).sum());
+    let mut at = 0;
+    for block in &blocks {
+        joined.columns_mut(at, block.ncols()).copy_from(block);
+        at += block.ncols();
+    }
+    joined
+}
+
 /// `a^T b` through the blocked product (nalgebra's `tr_mul` is a loop of dot products).
 fn inner(a: DMatrixView<f64>, b: DMatrixView<f64>) -> DMatrix<f64> {
     cpu::product(a.transpose().as_view(), b)
@@ -498,23 +510,11 @@ impl LayerProducts {
         let group = (config.heads / config.kv_heads.max(1)).max(1);
         // The first head of each group carries its key/value head's weights.
         let shared: Vec<&HeadWeights> = heads.iter().step_by(group).collect();
-        let columns = |count: usize, picks: &[(&[&HeadWeights], &dyn Fn(&HeadWeights) -> DMatrix<f64>)]| {
-            let mut stacked = DMatrix::zeros(d_model, count * d_head);
-            let mut at = 0;
-            for (chosen, pick) in picks {
-                for w in chosen.iter() {
-                    stacked.columns_mut(at, d_head).copy_from(&pick(w));
-                    at += d_head;
-                }
-            }
-            stacked
-        };
-        let all: Vec<&HeadWeights> = heads.iter().collect();
-        let qkv = columns(
-            heads.len() + 2 * shared.len(),
-            &[(&all, &|w| w.w_q.clone()), (&shared, &|w| w.w_k.clone()), (&shared, &|w| w.w_v.clone())],
-        );
-        let o = columns(heads.len(), &[(&all, &|w| w.w_o_unembed.transpose())]);
+        let queries = heads.iter().map(|w| w.w_q.clone());
+        let keys = shared.iter().map(|w| w.w_k.clone());
+        let values = shared.iter().map(|w| w.w_v.clone());
+        let qkv = side_by_side(d_model, queries.chain(keys).chain(values));
+        let o = side_by_side(d_model, heads.iter().map(|w| w.w_o_unembed.transpose()));
         let factors = match grams.factors() {
             Ok(factors) => factors,
             Err(reason) => return Ok(Err(reason)),

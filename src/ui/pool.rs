@@ -242,6 +242,8 @@ async fn grams(run: Run, config: &ModelConfig, tied: bool, segments: usize) -> R
 async fn heads(run: Run, pooled: &Pooled, mode: Mode) -> Result<ModelFingerprint, String> {
     let config = &pooled.config;
     let (layers, per_layer, model) = (config.layers, config.heads, run.model);
+    // Grams made on a GPU: each worker runs its layers' products on its own device too.
+    let backend = if pooled.backend.name == "gpu" { BackendChoice::Gpu } else { BackendChoice::Cpu };
     let stage = fingerprint_stage(mode);
     let total = (layers * per_layer) as u64;
     let grid = Some((layers, per_layer));
@@ -251,7 +253,7 @@ async fn heads(run: Run, pooled: &Pooled, mode: Mode) -> Result<ModelFingerprint
     share_out(
         run,
         layers,
-        move |layer| Request::FingerprintLayer { model, mode, layer },
+        move |layer| Request::FingerprintLayer { model, mode, layer, backend },
         move |layer, reply| {
             let Reply::Heads(heads) = reply else {
                 return Err(unexpected("a layer's heads"));

@@ -49,8 +49,10 @@ pub enum Request {
     GramSegment { model: ModelId, segment: usize },
     /// Pool: the model's Grams, summed by the page from every segment in order.
     SetGrams { model: ModelId, grams: GramsData },
-    /// Pool: one layer's heads, with the Grams set before.
-    FingerprintLayer { model: ModelId, mode: Mode, layer: usize },
+    /// Pool: one layer's heads, with the Grams set before. `backend` is where the Grams were
+    /// computed: `Gpu` runs the layer's products on this worker's own GPU device (opened at the
+    /// first such request and kept), `Cpu` on its CPU.
+    FingerprintLayer { model: ModelId, mode: Mode, layer: usize, backend: BackendChoice },
     /// The induction probe on other repeated sequences, with or without the model's BOS.
     Induction { model: ModelId, sequence: ProbeSequence, prepend_bos: bool },
     /// The tokens with the largest self-copy logits, raw and normalised.

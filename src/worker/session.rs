@@ -12,7 +12,7 @@ use super::protocol::{
     Scored, Timing,
 };
 use crate::analysis::circuits::{Grams, segments};
-use crate::analysis::fingerprint::{fingerprint_layer, fingerprint_layers};
+use crate::analysis::fingerprint::{fingerprint_layer, fingerprint_layer_on, fingerprint_layers};
 use crate::analysis::ov_logits::{MatrixTokens, bottom_k, top_k};
 use crate::analysis::{HeadId, Mode, ModelFingerprint, OvTokenLogits};
 use crate::backend::{Backend, BackendChoice, block_on};
@@ -318,7 +318,8 @@ impl Session {
     }
 
     /// Answers one request. `files` are the files of a `Load`, in its `names` order. Only a
-    /// load waits (for a GPU's Grams, in the browser); everything else is answered at once.
+    /// load, the pool's GPU Grams and a layer's heads wait (for a GPU, in the browser);
+    /// everything else is answered at once.
     pub async fn answer(
         &mut self,
         request: Request,
@@ -330,6 +331,9 @@ impl Session {
                 self.load(model, names, files, Loading { analyse, prepend_bos, backend }, report).await
             }
             Request::GpuGrams { model, backend } => self.gpu_grams(model, backend, report).await,
+            Request::FingerprintLayer { model, mode, layer, backend } => {
+                self.fingerprint_layer(model, mode, layer, backend).await
+            }
             other => self.answer_now(other, files, report),
         }
     }
@@ -350,10 +354,37 @@ impl Session {
         Ok(Reply::Grams { grams: GramsData::of(&grams) })
     }
 
+    /// Pool: one layer's heads, its products on `choice`'s backend (this worker's own GPU
+    /// device, kept for the next layer, or the CPU). A GPU that fails, or that this worker cannot
+    /// open, leaves the layer to the CPU, which gives the same numbers to ~1e-11.
+    async fn fingerprint_layer(
+        &mut self,
+        model: ModelId,
+        mode: Mode,
+        layer: usize,
+        choice: BackendChoice,
+    ) -> Result<Reply> {
+        let held = held_in(&self.models, model)?;
+        if layer >= held.config.layers {
+            return Err(Error::Invalid(format!("no layer {layer} in this model")));
+        }
+        let (stream, grams) = (held.stream()?, held.grams()?);
+        let heads = match choice {
+            BackendChoice::Cpu => fingerprint_layer(&stream, grams, mode, layer)?,
+            gpu => {
+                let backend = kept_backend(&mut self.backend, gpu).await;
+                backend
+                    .with_fallback(async |backend| fingerprint_layer_on(&stream, grams, mode, layer, backend).await)
+                    .await?
+            }
+        };
+        Ok(Reply::Heads(heads))
+    }
+
     fn answer_now(&mut self, request: Request, files: Vec<Box<dyn ByteSource>>, report: Reporter) -> Result<Reply> {
         match request {
-            Request::Load { .. } | Request::GpuGrams { .. } => {
-                Err(Error::Invalid("a load and the GPU's Grams are answered by `answer`".into()))
+            Request::Load { .. } | Request::GpuGrams { .. } | Request::FingerprintLayer { .. } => {
+                Err(Error::Invalid("a load, the GPU's Grams and a layer's heads are answered by `answer`".into()))
             }
             Request::Hash { names } => {
                 if names.len() != files.len() {
@@ -458,13 +489,6 @@ impl Session {
                 }
                 held.grams = Some(grams);
                 Ok(Reply::Done)
-            }
-            Request::FingerprintLayer { model, mode, layer } => {
-                let held = self.held(model)?;
-                if layer >= held.config.layers {
-                    return Err(Error::Invalid(format!("no layer {layer} in this model")));
-                }
-                Ok(Reply::Heads(fingerprint_layer(&held.stream()?, held.grams()?, mode, layer)?))
             }
             Request::Verdicts { model, head, suite, prepend_bos } => {
                 let held = self.held(model)?;
