@@ -18,8 +18,8 @@ if [ "${1:-}" = --tab ]; then
 fi
 cargo build --release --example bench_gpu
 if [ $# -eq 0 ]; then
-  target/release/examples/bench_gpu bench-data/gpt2-small
-  target/release/examples/bench_gpu --gram-rows=8192 bench-data/llama-3.2-1b
+  target/release/examples/bench_gpu --layers=2 bench-data/gpt2-small
+  target/release/examples/bench_gpu --gram-rows=8192 --layers=2 bench-data/llama-3.2-1b
 else
   target/release/examples/bench_gpu "$@"
 fi

@@ -9,7 +9,7 @@ pub const BLOCK_ROWS: usize = 1024;
 
 /// `c += a b` in f64: every large f64 product of the analysis goes through here, so that one
 /// place decides how it runs.
-pub fn gemm(mut c: DMatrixViewMut<f64>, a: DMatrixView<f64>, b: DMatrixView<f64>) {
+pub fn gemm(c: DMatrixViewMut<f64>, a: DMatrixView<f64>, b: DMatrixView<f64>) {
     assert!(
         c.nrows() == a.nrows() && a.ncols() == b.nrows() && c.ncols() == b.ncols(),
         "gemm: {}x{} += {}x{} times {}x{}",
@@ -27,32 +27,38 @@ pub fn gemm(mut c: DMatrixViewMut<f64>, a: DMatrixView<f64>, b: DMatrixView<f64>
         let (m, n, k) = (c.nrows(), c.ncols(), a.ncols());
         let (a, b) =
             (ColumnMajor { ptr: a.as_ptr(), cs: a.strides().1 }, ColumnMajor { ptr: b.as_ptr(), cs: b.strides().1 });
+        let mut c = c;
         let c = ColumnMajor { ptr: c.as_mut_ptr(), cs: c.strides().1 };
         // SAFETY: the shapes were checked to agree above; these views have unit row stride by
         // their type, so pointer and column stride name exactly their elements; `c` is borrowed
         // mutably, so it cannot overlap `a` or `b`.
         unsafe { super::wasm_gemm::gemm(m, n, k, a, b, c) };
     }
+    // faer's packed AVX2/AVX-512 kernels on every core (rayon): matrixmultiply, which
+    // nalgebra's `gemm` calls, stops at 4 threads and is slower per core.
     #[cfg(not(target_arch = "wasm32"))]
-    {
-        // faer's packed AVX2/AVX-512 kernels on every core (rayon): matrixmultiply, which
-        // nalgebra's `gemm` calls, stops at 4 threads and is slower per core.
-        let view = |m: DMatrixView<f64>| {
-            let (rows, cols) = (m.strides().0 as isize, m.strides().1 as isize);
-            // SAFETY: pointer, shape and strides are the nalgebra view's own, so the faer view
-            // names exactly its elements, borrowed for as long as the view is.
-            unsafe { faer::MatRef::from_raw_parts(m.as_ptr(), m.nrows(), m.ncols(), rows, cols) }
-        };
-        let (a, b) = (view(a), view(b));
-        let (rows, cols) = (c.strides().0 as isize, c.strides().1 as isize);
-        // SAFETY: as above, for the mutable view `c`, which cannot overlap `a` or `b`.
-        let c = unsafe { faer::MatMut::from_raw_parts_mut(c.as_mut_ptr(), c.nrows(), c.ncols(), rows, cols) };
-        faer::linalg::matmul::matmul(c, faer::Accum::Add, a, b, 1.0, faer::Par::rayon(0));
-    }
+    faer::linalg::matmul::matmul(faer_mut(c), faer::Accum::Add, faer_ref(a), faer_ref(b), 1.0, faer::Par::rayon(0));
     #[cfg(all(target_arch = "wasm32", not(target_feature = "simd128")))]
     // nalgebra's `gemm` goes through matrixmultiply; its `tr_mul` would be a loop of dot
     // products, 20x slower at vocabulary size.
-    c.gemm(1.0, &a, &b, 1.0);
+    { c }.gemm(1.0, &a, &b, 1.0);
+}
+
+/// The same elements as a faer view.
+#[cfg(not(target_arch = "wasm32"))]
+fn faer_ref(m: DMatrixView<'_, f64>) -> faer::MatRef<'_, f64> {
+    let (rows, cols) = (m.strides().0 as isize, m.strides().1 as isize);
+    // SAFETY: pointer, shape and strides are the nalgebra view's own, so the faer view names
+    // exactly its elements, borrowed for as long as the view is.
+    unsafe { faer::MatRef::from_raw_parts(m.as_ptr(), m.nrows(), m.ncols(), rows, cols) }
+}
+
+/// The same elements as a mutable faer view.
+#[cfg(not(target_arch = "wasm32"))]
+fn faer_mut(mut m: DMatrixViewMut<'_, f64>) -> faer::MatMut<'_, f64> {
+    let (rows, cols) = (m.strides().0 as isize, m.strides().1 as isize);
+    // SAFETY: as in `faer_ref`; the view is borrowed mutably, so nothing else names its elements.
+    unsafe { faer::MatMut::from_raw_parts_mut(m.as_mut_ptr(), m.nrows(), m.ncols(), rows, cols) }
 }
 
 /// `a b` in f64, through [`gemm`].
@@ -82,24 +88,51 @@ pub fn add_product(a: &DMatrix<f32>, b: &DMatrix<f32>, acc: &mut DMatrix<f64>) {
     gemm(acc.as_view_mut(), a.map(f64::from).transpose().as_view(), b.map(f64::from).as_view());
 }
 
-/// Columns of `A^T A` computed per product in [`add_gram`].
+/// Columns of `A^T A` computed per product in [`add_gram`] (in the tab).
+#[cfg(target_arch = "wasm32")]
 const SYRK_PANEL: usize = 128;
 
-/// `acc += A^T A`, as a SYRK: only the lower triangle is computed (a panel of columns at a
-/// time, each from the diagonal down: 58% of the full product's work at GPT-2's width), then
-/// mirrored, so `acc` stays exactly symmetric.
+/// `acc += A^T A`, as a SYRK: only the lower triangle is computed (58% of the full product's
+/// work at GPT-2's width), then mirrored, so `acc` stays exactly symmetric. Natively faer's
+/// triangular product reads A^T as a view of A; in the tab a panel of columns at a time, each
+/// from the diagonal down, goes through [`gemm`].
 pub fn add_gram(a: &DMatrix<f32>, acc: &mut DMatrix<f64>) {
     let a = a.map(f64::from);
-    let a_t = a.transpose();
-    let n = a.ncols();
-    for start in (0..n).step_by(SYRK_PANEL) {
-        let width = SYRK_PANEL.min(n - start);
-        let below = n - start;
-        gemm(acc.view_mut((start, start), (below, width)), a_t.rows(start, below), a.columns(start, width));
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use faer::linalg::matmul::triangular::{BlockStructure, matmul};
+        let view = faer_ref(a.as_view());
+        let (lower, full) = (BlockStructure::TriangularLower, BlockStructure::Rectangular);
+        let target = faer_mut(acc.as_view_mut());
+        matmul(target, lower, faer::Accum::Add, view.transpose(), full, view, full, 1.0, faer::Par::rayon(0));
     }
-    for j in 1..n {
-        for i in 0..j {
-            acc[(i, j)] = acc[(j, i)];
+    #[cfg(target_arch = "wasm32")]
+    {
+        let a_t = a.transpose();
+        let n = a.ncols();
+        for start in (0..n).step_by(SYRK_PANEL) {
+            let width = SYRK_PANEL.min(n - start);
+            let below = n - start;
+            gemm(acc.view_mut((start, start), (below, width)), a_t.rows(start, below), a.columns(start, width));
+        }
+    }
+    mirror_lower(acc);
+}
+
+/// Edge of the square blocks [`mirror_lower`] copies in (a plain loop reads a whole row's stride
+/// per element).
+const MIRROR_BLOCK: usize = 32;
+
+/// Copies the lower triangle onto the upper one.
+fn mirror_lower(acc: &mut DMatrix<f64>) {
+    let n = acc.nrows();
+    for j0 in (0..n).step_by(MIRROR_BLOCK) {
+        for i0 in (0..=j0).step_by(MIRROR_BLOCK) {
+            for j in j0..(j0 + MIRROR_BLOCK).min(n) {
+                for i in i0..(i0 + MIRROR_BLOCK).min(j) {
+                    acc[(i, j)] = acc[(j, i)];
+                }
+            }
         }
     }
 }
