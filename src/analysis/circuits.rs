@@ -461,14 +461,23 @@ pub struct GramFactors {
     unembed: Option<GramFactor>,
 }
 
-/// The blocks (each `rows` high) next to each other, in order.
-fn side_by_side(rows: usize, blocks: impl Iterator<Item = DMatrix<f64>>) -> DMatrix<f64> {
-    let blocks: Vec<DMatrix<f64>> = blocks.collect();
-    let mut joined = DMatrix::zeros(rows, blocks.iter().map(|b| b.ncols()).sum());
+/// The blocks (each `rows` high, or `rows` wide when `transposed`, then laid down transposed)
+/// next to each other, in order, copied straight into place.
+fn side_by_side<'a>(
+    rows: usize,
+    blocks: impl Iterator<Item = &'a DMatrix<f64>> + Clone,
+    transposed: bool,
+) -> DMatrix<f64> {
+    let width = |b: &DMatrix<f64>| if transposed { b.nrows() } else { b.ncols() };
+    let mut joined = DMatrix::zeros(rows, blocks.clone().map(width).sum());
     let mut at = 0;
-    for block in &blocks {
-        joined.columns_mut(at, block.ncols()).copy_from(block);
-        at += block.ncols();
+    for block in blocks {
+        let mut target = joined.columns_mut(at, width(block));
+        match transposed {
+            true => target.tr_copy_from(block),
+            false => target.copy_from(block),
+        }
+        at += width(block);
     }
     joined
 }
@@ -510,24 +519,26 @@ impl LayerProducts {
         let group = (config.heads / config.kv_heads.max(1)).max(1);
         // The first head of each group carries its key/value head's weights.
         let shared: Vec<&HeadWeights> = heads.iter().step_by(group).collect();
-        let queries = heads.iter().map(|w| w.w_q.clone());
-        let keys = shared.iter().map(|w| w.w_k.clone());
-        let values = shared.iter().map(|w| w.w_v.clone());
-        let qkv = side_by_side(d_model, queries.chain(keys).chain(values));
-        let o = side_by_side(d_model, heads.iter().map(|w| w.w_o_unembed.transpose()));
+        let queries = heads.iter().map(|w| &w.w_q);
+        let keys = shared.iter().map(|w| &w.w_k);
+        let values = shared.iter().map(|w| &w.w_v);
         let factors = match grams.factors() {
             Ok(factors) => factors,
             Err(reason) => return Ok(Err(reason)),
         };
         let unembed = factors.unembed.as_ref().unwrap_or(&factors.embed);
+        // Each stacked input is dropped as soon as its product is made: at Pythia-1B's width they
+        // are 100 MB apiece, and the tab's workers count every one.
+        let qkv = side_by_side(d_model, queries.chain(keys).chain(values), false);
         let factor_embed = factors.embed.apply(backend, &qkv).await?;
-        let cross_v = match grams.tied {
-            true => None,
-            false => {
-                let v = qkv.columns((heads.len() + shared.len()) * d_head, shared.len() * d_head).into_owned();
-                Some(backend.multiply(&grams.cross, Factor::General, &v).await?)
-            }
+        let v = (!grams.tied)
+            .then(|| qkv.columns((heads.len() + shared.len()) * d_head, shared.len() * d_head).into_owned());
+        drop(qkv);
+        let cross_v = match v {
+            Some(v) => Some(backend.multiply(&grams.cross, Factor::General, &v).await?),
+            None => None,
         };
+        let o = side_by_side(d_model, heads.iter().map(|w| &w.w_o_unembed), true);
         let factor_o = unembed.apply(backend, &o).await?;
         Ok(Ok(LayerProducts {
             d_head,

@@ -155,21 +155,22 @@ fn fingerprint_circuits(
     }
 }
 
-/// Every head of one layer: the heads' weights, the layer's Gram products as a few large
+/// The heads' weights of one layer (folded in `mode`): all its fingerprints need of the layer.
+fn layer_head_weights(config: &ModelConfig, layer: &Layer, ln_final: &Norm, mode: Mode) -> Vec<HeadWeights> {
+    (0..config.heads).map(|h| HeadWeights::new(config, layer, ln_final, h, mode)).collect()
+}
+
+/// Every head of one layer from its heads' weights: the layer's Gram products as a few large
 /// products on `backend` ([`LayerProducts`]), then each head's four spectra (threaded on
 /// native). Fails only when the backend does (a GPU: the caller falls back to the CPU).
 async fn fingerprint_layer_heads(
     config: &ModelConfig,
-    layer: &Layer,
-    ln_final: &Norm,
+    weights: &[HeadWeights],
     grams: &Grams,
-    mode: Mode,
     index: usize,
     backend: &mut Backend,
 ) -> Result<Vec<HeadFingerprint>> {
-    let weights: Vec<HeadWeights> =
-        (0..config.heads).map(|h| HeadWeights::new(config, layer, ln_final, h, mode)).collect();
-    let products = LayerProducts::new(config, &weights, grams, backend).await?;
+    let products = LayerProducts::new(config, weights, grams, backend).await?;
     let ids: Vec<HeadId> = (0..config.heads).map(|h| HeadId::new(index, h)).collect();
     Ok(fingerprint_heads(&ids, &|id| {
         let w = &weights[id.head];
@@ -186,15 +187,8 @@ pub fn fingerprint_model(model: &Model, mode: Mode) -> Result<ModelFingerprint> 
     let backend = &mut Backend::cpu();
     let mut heads = Vec::with_capacity(model.config.layers * model.config.heads);
     for (l, layer) in model.layers.iter().enumerate() {
-        heads.extend(block_on(fingerprint_layer_heads(
-            &model.config,
-            layer,
-            &model.ln_final,
-            &grams,
-            mode,
-            l,
-            backend,
-        ))?);
+        let weights = layer_head_weights(&model.config, layer, &model.ln_final, mode);
+        heads.extend(block_on(fingerprint_layer_heads(&model.config, &weights, &grams, l, backend))?);
     }
     let backend = grams.backend.clone();
     Ok(ModelFingerprint { model: ModelSummary::of(model), mode: mode.name().into(), backend, heads })
@@ -267,8 +261,9 @@ pub async fn fingerprint_layer_on(
     layer: usize,
     backend: &mut Backend,
 ) -> Result<Vec<HeadFingerprint>> {
-    let weights = model.layer(layer, LoadParts::Circuits)?;
-    fingerprint_layer_heads(&model.config, &weights, &model.ln_final, grams, mode, layer, backend).await
+    // The layer's own weights go once its heads' are made: only the latter are needed after.
+    let weights = layer_head_weights(&model.config, &*model.layer(layer, LoadParts::Circuits)?, &model.ln_final, mode);
+    fingerprint_layer_heads(&model.config, &weights, grams, layer, backend).await
 }
 
 /// A model's fingerprint from its heads in order (the layer-by-layer path and the tab's pool

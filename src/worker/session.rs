@@ -164,10 +164,11 @@ const BASE_BYTES: u64 = 64 << 20;
 /// The analysis worker's peak while it loads, fingerprints and probes a model, estimated from
 /// its header and config alone (nothing large is read to know it): what it holds throughout
 /// plus the largest of what its stages hold one at a time, in f32 or f64 as the code keeps it.
-/// Held: the Grams (f64: one d_model² matrix tied, three untied) and the tokenizer, at 8 times
-/// its JSON. Stages:
+/// Held: the Grams (f64: one d_model² matrix tied, three untied), their Cholesky factors (one
+/// tied, two untied) and the tokenizer, at 8 times its JSON. Stages:
 /// - the Gram stage: one segment's Grams (summed from zero, then added) and one block of
 ///   vocabulary rows;
+/// - a layer's fingerprints (the pool hands the lead layers too): see [`Sizes`]'s `attention`;
 /// - the probe: one layer with its MLP (the forward pass) in f32, plus converting its largest
 ///   matrix: the decoded f32, the matrix and its transpose (12 bytes an element), and the
 ///   induction probe's sequences (BOS + 2 x 50 tokens): every head's pattern and every
@@ -177,8 +178,8 @@ pub fn estimated_peak_bytes(config: &ModelConfig, tied: bool, tokenizer_json: u6
     let positions = (2 * INDUCTION_LEN + 1) as u64;
     let [layers, heads, vocab] = [config.layers, config.heads, config.vocab].map(|v| v as u64);
     let probe = DEFAULT_SEQUENCES as u64 * 4 * (layers * heads * positions * positions + positions * vocab);
-    let stages = (sizes.grams + sizes.gram_block).max(sizes.layer + probe);
-    BASE_BYTES + sizes.grams + stages + 8 * tokenizer_json
+    let stages = (sizes.grams + sizes.gram_block).max(sizes.layer + probe).max(sizes.attention);
+    BASE_BYTES + sizes.grams + sizes.factors + stages + 8 * tokenizer_json
 }
 
 /// A helper of the tab's pool: it holds the Grams and the tokenizer, computes Gram segments
@@ -187,7 +188,7 @@ pub fn estimated_peak_bytes(config: &ModelConfig, tied: bool, tokenizer_json: u6
 pub fn estimated_helper_bytes(config: &ModelConfig, tied: bool, tokenizer_json: u64) -> u64 {
     let sizes = Sizes::of(config, tied);
     let stages = (2 * sizes.grams + sizes.gram_block).max(sizes.attention);
-    BASE_BYTES + sizes.grams + stages + 8 * tokenizer_json
+    BASE_BYTES + sizes.grams + sizes.factors + stages + 8 * tokenizer_json
 }
 
 /// How many workers the pool uses for a model: up to `hardware` (at least 2), as many as fit
@@ -205,10 +206,15 @@ pub const POOL_BUDGET_BYTES: u64 = 4 << 30;
 /// The sizes the estimates add up, in bytes.
 struct Sizes {
     grams: u64,
+    /// The Grams' Cholesky factors (`LayerProducts` multiplies with them), made once.
+    factors: u64,
     gram_block: u64,
     /// One layer with its MLP, read for the forward pass.
     layer: u64,
-    /// One layer's attention, read for its heads' fingerprints.
+    /// One layer's fingerprints, at the most of three moments: its attention read (f32) while
+    /// its largest matrix converts (12 bytes an element); the attention beside its heads' f64
+    /// weights (W_O twice: as stored and as the unembedding sees it); those weights beside the
+    /// layer products' largest stacked input and its product (`LayerProducts::new`, f64).
     attention: u64,
 }
 
@@ -217,6 +223,7 @@ impl Sizes {
         let ModelConfig { heads, kv_heads, d_model, d_head, d_mlp, .. } = *config;
         let [heads, kv_heads, d_model, d_head, d_mlp] = [heads, kv_heads, d_model, d_head, d_mlp].map(|v| v as u64);
         let grams = 8 * d_model * d_model * if tied { 1 } else { 3 };
+        let factors = 8 * d_model * d_model * if tied { 1 } else { 2 };
         let gram_block = 1024 * d_model * (4 + 8 + 8) * if tied { 1 } else { 2 };
         let (d_q, d_kv) = (heads * d_head, kv_heads * d_head);
         let gated = config.activation == crate::model::Activation::Silu;
@@ -224,11 +231,16 @@ impl Sizes {
         let mlp = d_model * d_mlp * if gated { 3 } else { 2 };
         let largest_attention = (d_model * (d_q + 2 * d_kv)).max(d_q * d_model);
         let largest = (d_model * d_mlp).max(largest_attention);
+        let head_weights = 8 * (attention + d_q * d_model);
+        let stacked = 8 * d_model * (d_q + 2 * d_kv);
         Sizes {
             grams,
+            factors,
             gram_block,
             layer: 4 * (attention + mlp) + 12 * largest,
-            attention: 4 * attention + 12 * largest_attention,
+            attention: (4 * attention + 12 * largest_attention)
+                .max(4 * attention + head_weights)
+                .max(head_weights + 2 * stacked),
         }
     }
 }
