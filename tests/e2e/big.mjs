@@ -8,7 +8,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { launchChromium, serveDist } from './harness.mjs';
+import { cellPoint, launchChromium, serveDist } from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../..');
@@ -46,7 +46,11 @@ for (const dir of models) {
     const error = await page.$('#load-error');
     if (error) throw new Error(`load refused: ${await error.textContent()}`);
     result.loadWall = await page.evaluate(() => performance.now() - window.loadStarted);
-    const cells = await page.locator('#head-grid .cell').count();
+    // Above 256 heads the grid is a canvas (README "Dense views"), one cell per head.
+    const canvas = await page.$('#head-grid-canvas');
+    const cells = canvas
+      ? +(await canvas.getAttribute('data-rows')) * +(await canvas.getAttribute('data-cols'))
+      : await page.locator('#head-grid .cell').count();
     if (cells !== layers * heads) throw new Error(`${cells} cells for ${layers} x ${heads} heads`);
     result.timings = await timingsOf(page);
     const probe = result.timings.find((t) => t.step === 'induction probe');
@@ -56,7 +60,12 @@ for (const dir of models) {
     await page.waitForFunction(() => /uniformly random/.test(document.querySelector('#metric-note')?.textContent ?? ''), null, { timeout: MINUTES });
     // One head's OV token view: W_E and W_U read a block of rows at a time.
     await page.evaluate(() => { window.headStarted = performance.now(); });
-    await page.click('#head-grid .cell');
+    if (canvas) {
+      const at = await cellPoint(page, '#head-grid-canvas', 0, 0);
+      await page.mouse.click(at.x, at.y);
+    } else {
+      await page.click('#head-grid .cell');
+    }
     await page.waitForSelector('#self-copy-raw li', { timeout: 10 * MINUTES });
     result.headWall = await page.evaluate(() => performance.now() - window.headStarted);
     result.memoryMB = await memoryOf(page);

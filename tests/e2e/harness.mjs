@@ -70,3 +70,10 @@ export function bigModel(file, { layers = 8, heads = 16, d = 1024, vocab = 65, c
   fs.truncateSync(file, 8 + json.length + offset);
   return offset;
 }
+
+/// The CSS-pixel centre of cell (row, col) of a canvas dense view, from its `data-layout`.
+export async function cellPoint(p, canvas, row, col) {
+  const box = await p.locator(canvas).boundingBox();
+  const [x, y, w, h] = (await p.getAttribute(canvas, 'data-layout')).split(',').map(Number);
+  return { x: box.x + x + w * (col + 0.5), y: box.y + y + h * (row + 0.5) };
+}

@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import crypto from 'node:crypto';
-import { CHROMIUM_ARGS, bigModel } from './harness.mjs';
+import { CHROMIUM_ARGS, bigModel, cellPoint } from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../..');
@@ -107,12 +107,6 @@ async function stillUsable(name) {
   await page.click('#tab-overview');
   await page.click('#head-grid .cell >> nth=1');
   await page.waitForSelector('#self-copy-raw li', { timeout: 60000 });
-}
-/// The CSS-pixel centre of cell (row, col) of a canvas dense view, from its `data-layout`.
-async function cellPoint(p, canvas, row, col) {
-  const box = await p.locator(canvas).boundingBox();
-  const [x, y, w, h] = (await p.getAttribute(canvas, 'data-layout')).split(',').map(Number);
-  return { x: box.x + x + w * (col + 0.5), y: box.y + y + h * (row + 0.5) };
 }
 /// Hovers a canvas cell and returns its tooltip's text.
 async function hoverCell(p, canvas, row, col) {
