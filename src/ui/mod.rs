@@ -354,7 +354,7 @@ fn ModelBar() -> impl IntoView {
                             });
                             let backend_view = view! {
                                 <span class="fact" id="model-backend" title=backend.note.clone().unwrap_or_default()>
-                                    {format!("Grams on {}", backend.label())}
+                                    {format!("Computed on {}", backend.label())}
                                 </span>
                                 {note
                                     .map(|note| {

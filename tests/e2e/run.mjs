@@ -860,7 +860,7 @@ await test('backend=cpu in a link computes on the CPU and says so', async () => 
   watch(p);
   await p.goto(origin + '/#model=demo&backend=cpu');
   await p.waitForSelector('#head-grid .cell', { timeout: 60000 });
-  expect((await p.textContent('#model-backend')).trim() === 'Grams on CPU', 'the page names the CPU');
+  expect((await p.textContent('#model-backend')).trim() === 'Computed on CPU', 'the page names the CPU');
   expect(await p.locator('#backend-note').count() === 0, 'no note when the CPU was asked for');
   expect(await p.inputValue('#backend-choice') === 'cpu', 'the setting shows the link');
   cpuExports.demo = JSON.parse((await download(p, '#export-json')).bytes.toString());
@@ -883,7 +883,7 @@ await test("backend=gpu runs on SwiftShader's WebGPU and matches the CPU", async
     await p.goto(origin + '/#model=demo&backend=gpu');
     await p.waitForSelector('#head-grid .cell', { timeout: 90000 });
     const label = (await p.textContent('#model-backend')).trim();
-    expect(/^Grams on WebGPU — .*swiftshader/.test(label), `the page names WebGPU and the adapter: ${label}`);
+    expect(/^Computed on WebGPU — .*swiftshader/.test(label), `the page names WebGPU and the adapter: ${label}`);
     expect(await p.locator('#backend-note').count() === 0, 'no fallback note');
     const demo = JSON.parse((await download(p, '#export-json')).bytes.toString());
     expect(demo.backend.name === 'gpu' && /swiftshader.*\(WebGPU\)/.test(demo.backend.adapter), `JSON backend ${JSON.stringify(demo.backend)}`);
@@ -904,7 +904,7 @@ await test('backend=gpu without WebGPU falls back to the CPU with a note', async
   watch(p);
   await p.goto(origin + '/#model=demo&backend=gpu');
   await p.waitForSelector('#head-grid .cell', { timeout: 60000 });
-  expect((await p.textContent('#model-backend')).trim() === 'Grams on CPU', 'the CPU computed');
+  expect((await p.textContent('#model-backend')).trim() === 'Computed on CPU', 'the CPU computed');
   const note = (await p.textContent('#backend-note')).trim();
   expect(/no usable GPU .*computed on the CPU/.test(note), `the note: ${note}`);
   const json = JSON.parse((await download(p, '#export-json')).bytes.toString());
