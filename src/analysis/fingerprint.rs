@@ -156,8 +156,10 @@ fn fingerprint_circuits(
 }
 
 /// The heads' weights of one layer (folded in `mode`): all its fingerprints need of the layer.
+/// Threaded on native: each head folds its own weights.
 fn layer_head_weights(config: &ModelConfig, layer: &Layer, ln_final: &Norm, mode: Mode) -> Vec<HeadWeights> {
-    (0..config.heads).map(|h| HeadWeights::new(config, layer, ln_final, h, mode)).collect()
+    let heads: Vec<usize> = (0..config.heads).collect();
+    in_parallel(&heads, &|&h| HeadWeights::new(config, layer, ln_final, h, mode))
 }
 
 /// Every head of one layer from its heads' weights: the layer's Gram products as a few large
@@ -172,7 +174,7 @@ async fn fingerprint_layer_heads(
 ) -> Result<Vec<HeadFingerprint>> {
     let products = LayerProducts::new(config, weights, grams, backend).await?;
     let ids: Vec<HeadId> = (0..config.heads).map(|h| HeadId::new(index, h)).collect();
-    Ok(fingerprint_heads(&ids, &|id| {
+    Ok(in_parallel(&ids, &|&id| {
         let w = &weights[id.head];
         let token =
             |circuit: &dyn Fn(&LayerProducts) -> super::Factored| products.as_ref().map(circuit).map_err(Clone::clone);
@@ -279,22 +281,22 @@ pub fn assemble_fingerprint(
     ModelFingerprint { model: summary, mode: mode.name().into(), backend: backend.clone(), heads }
 }
 
-/// `fingerprint(id)` of every head in `ids`, in order: split across all cores where there are
-/// threads (native), else in turn. Each head is computed alone, so the split changes no number.
-fn fingerprint_heads(ids: &[HeadId], fingerprint: &(dyn Fn(HeadId) -> HeadFingerprint + Sync)) -> Vec<HeadFingerprint> {
+/// `each(item)` of every item, in order: split across all cores where there are threads
+/// (native), else in turn. Each item is computed alone, so the split changes no number.
+fn in_parallel<I: Sync, T: Send>(items: &[I], each: &(dyn Fn(&I) -> T + Sync)) -> Vec<T> {
     #[cfg(not(target_arch = "wasm32"))]
     {
-        let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(ids.len().max(1));
-        let chunk = ids.len().div_ceil(workers).max(1);
-        let parts: Vec<Vec<HeadFingerprint>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = ids
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(items.len().max(1));
+        let chunk = items.len().div_ceil(workers).max(1);
+        let parts: Vec<Vec<T>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = items
                 .chunks(chunk)
-                .map(|part| scope.spawn(move || part.iter().map(|&id| fingerprint(id)).collect::<Vec<_>>()))
+                .map(|part| scope.spawn(move || part.iter().map(each).collect::<Vec<_>>()))
                 .collect();
-            handles.into_iter().map(|h| h.join().expect("fingerprint worker panicked")).collect()
+            handles.into_iter().map(|h| h.join().expect("a worker thread panicked")).collect()
         });
-        parts.concat()
+        parts.into_iter().flatten().collect()
     }
     #[cfg(target_arch = "wasm32")]
-    ids.iter().map(|&id| fingerprint(id)).collect()
+    items.iter().map(each).collect()
 }
