@@ -5,16 +5,16 @@
 //! backends' fingerprints are apart. Prints one JSON line per model (and each stage to stderr as
 //! it ends). A benchmark, not a test.
 //!
-//! cargo run --release --example bench_gpu -- [--gram-rows=N] [--layers=N] [--cpu-threads=N] MODEL [MODEL ...]
+//! cargo run --release --example bench_gpu -- [--gram-rows=N] [--layers=N] MODEL [MODEL ...]
 //! (scripts/bench_gpu.sh). `--gram-rows=N` sums the Grams over the first N vocabulary rows only
-//! and `--layers=N` takes the first N layers: a software GPU would take many minutes over a
-//! whole large model. The numbers are then not the model's, but every stage's work per row and
-//! per layer is the same.
+//! (rounded up to whole segments of 4096) and `--layers=N` takes the first N layers: a software
+//! GPU would take many minutes over a whole large model. The numbers are then not the model's,
+//! but every stage's work per row and per layer is the same.
 
 use std::time::Instant;
 
-use headprint::analysis::circuits::{Grams, HeadWeights, LayerProducts, Mode, SEGMENT_ROWS};
-use headprint::analysis::fingerprint::{HeadFingerprint, fingerprint_layer_on};
+use headprint::analysis::circuits::{Grams, LayerProducts, Mode, SEGMENT_ROWS};
+use headprint::analysis::fingerprint::{HeadFingerprint, fingerprint_layer_on, layer_head_weights};
 use headprint::backend::{Backend, BackendChoice, block_on};
 use headprint::model::{LoadParts, ModelStream, Weights};
 use headprint::weights::ModelFiles;
@@ -49,7 +49,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let files = ModelFiles::from_path(std::path::Path::new(path))?;
         let model = ModelStream::open(&files)?;
         let c = &model.config;
-        let rows = options.gram_rows.unwrap_or(c.vocab).min(c.vocab);
+        // Whole segments, as the Grams are summed (`Grams::segment`).
+        let rows = options.gram_rows.map_or(c.vocab, |r| r.div_ceil(SEGMENT_ROWS) * SEGMENT_ROWS).min(c.vocab);
         let layers = options.layers.unwrap_or(c.layers).min(c.layers);
         let (vocab, d, h) = (rows as f64, c.d_model as f64, c.d_head as f64);
         let (heads, kv_heads) = (c.heads as f64, c.kv_heads as f64);
@@ -95,8 +96,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let start = Instant::now();
             for l in 0..layers {
                 let layer = model.layer(l, LoadParts::Circuits)?;
-                let weights: Vec<HeadWeights> =
-                    (0..c.heads).map(|h| HeadWeights::new(c, &layer, &model.ln_final, h, Mode::Folded)).collect();
+                let weights = layer_head_weights(c, &layer, &model.ln_final, Mode::Folded);
                 block_on(LayerProducts::new(c, &weights, &grams, &mut backend))?.map_err(|e| e.to_string())?;
             }
             let products_s = start.elapsed().as_secs_f64();
@@ -137,26 +137,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// The Grams over the first `rows` vocabulary rows, summed as `Grams::gather` sums them (segment
-/// by segment); all rows gives the model's own Grams.
+/// The Grams over the first `rows` vocabulary rows (whole segments), summed as `Grams::gather`
+/// sums them; all rows gives the model's own Grams.
 fn grams_of_rows(model: &ModelStream, rows: usize, backend: &mut Backend) -> headprint::Result<Grams> {
-    let c = &model.config;
-    if rows == c.vocab {
-        return Grams::stream_with(model, backend);
-    }
-    let mut grams = Grams::zeros(c.d_model, model.tied());
-    let block = backend.block_rows(c.d_model).min(SEGMENT_ROWS);
-    for first in (0..rows).step_by(block) {
-        let range = first..(first + block).min(rows);
-        let e = model.embedding_rows(range.clone())?;
-        let mut part = Grams::zeros(c.d_model, model.tied());
-        block_on(backend.add_gram(&e, &mut part.embed))?;
-        if !model.tied() {
-            let u = model.unembedding_rows(range)?;
-            block_on(backend.add_product(&u, &e, &mut part.cross))?;
-            block_on(backend.add_gram(&u, &mut part.unembed))?;
-        }
-        grams.add(&part)?;
+    let mut grams = Grams::zeros(model.config.d_model, model.tied());
+    for segment in 0..rows.div_ceil(SEGMENT_ROWS) {
+        grams.add(&Grams::segment(model, backend, segment)?)?;
     }
     grams.backend = backend.info();
     Ok(grams)

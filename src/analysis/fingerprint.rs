@@ -157,7 +157,7 @@ fn fingerprint_circuits(
 
 /// The heads' weights of one layer (folded in `mode`): all its fingerprints need of the layer.
 /// Threaded on native: each head folds its own weights.
-fn layer_head_weights(config: &ModelConfig, layer: &Layer, ln_final: &Norm, mode: Mode) -> Vec<HeadWeights> {
+pub fn layer_head_weights(config: &ModelConfig, layer: &Layer, ln_final: &Norm, mode: Mode) -> Vec<HeadWeights> {
     let heads: Vec<usize> = (0..config.heads).collect();
     in_parallel(&heads, &|&h| HeadWeights::new(config, layer, ln_final, h, mode))
 }

@@ -1,6 +1,7 @@
 //! The CPU backend: blocks widened to f64 and multiplied by faer's gemm on every core (native)
-//! or, in the tab, by the f64x2 SIMD kernel in `wasm_gemm.rs`. Every product is f64 from the f32 weights, so the sums over blocks
-//! are the exact products up to f64 rounding (tests/gram_precision.rs).
+//! or, in the tab, by the f64x2 SIMD kernel in `wasm_gemm.rs`. Every product is f64 from the
+//! f32 weights, so the sums over blocks are the exact products up to f64 rounding
+//! (tests/gram_precision.rs).
 
 use nalgebra::{DMatrix, DMatrixView, DMatrixViewMut};
 
