@@ -89,7 +89,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut backend = Backend::select(choice)?;
             let label = backend.info().label();
             let start = Instant::now();
-            let grams = grams_of_rows(&model, rows, &mut backend)?;
+            let segments = rows.div_ceil(SEGMENT_ROWS);
+            let grams = block_on(Grams::gather_segments(&model, &mut backend, segments, &mut |_, _| {}))?;
             let grams_s = start.elapsed().as_secs_f64();
             eprintln!("{label}: Grams in {grams_s:.2} s");
 
@@ -135,17 +136,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{line}");
     }
     Ok(())
-}
-
-/// The Grams over the first `rows` vocabulary rows (whole segments), summed as `Grams::gather`
-/// sums them; all rows gives the model's own Grams.
-fn grams_of_rows(model: &ModelStream, rows: usize, backend: &mut Backend) -> headprint::Result<Grams> {
-    let mut grams = Grams::zeros(model.config.d_model, model.tied());
-    for segment in 0..rows.div_ceil(SEGMENT_ROWS) {
-        grams.add(&Grams::segment(model, backend, segment)?)?;
-    }
-    grams.backend = backend.info();
-    Ok(grams)
 }
 
 /// The largest difference between the two backends' copying scores and eigenvector

@@ -16,6 +16,8 @@ use headprint::analysis::{Mode, fingerprint_stream_with};
 use headprint::backend::{Backend, BackendChoice, Factor, block_on};
 use headprint::model::ModelStream;
 use headprint::weights::ModelFiles;
+use std::sync::Arc;
+
 use nalgebra::DMatrix;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -35,6 +37,19 @@ fn gpu() -> Backend {
              Mesa's lavapipe: apt-get install -y mesa-vulkan-drivers (scripts/setup.sh does)"
         ),
     }
+}
+
+/// `Σ A^T B` over the blocks (`A^T A` where B is None), summed on `backend` and read back.
+fn summed(backend: &mut Backend, blocks: &[(&DMatrix<f32>, Option<&DMatrix<f32>>)]) -> headprint::Result<DMatrix<f64>> {
+    let (a, b) = blocks[0];
+    let mut sum = block_on(backend.sum(a.ncols(), b.unwrap_or(a).ncols()))?;
+    for &(a, b) in blocks {
+        match b {
+            Some(b) => block_on(backend.add_product(a, b, &mut sum))?,
+            None => block_on(backend.add_gram(a, &mut sum))?,
+        }
+    }
+    block_on(backend.read(sum))
 }
 
 fn random(rows: usize, cols: usize, rng: &mut ChaCha8Rng) -> DMatrix<f32> {
@@ -105,8 +120,7 @@ fn the_kernels_match_float64_loops_on_odd_shapes() {
         [(1, 1, 1), (1, 70, 3), (7, 65, 65), (17, 64, 129), (100, 1, 200), (333, 130, 67), (1000, 96, 96)]
     {
         let (a, b) = (random(rows, m, &mut rng), random(rows, n, &mut rng));
-        let mut product = DMatrix::zeros(m, n);
-        block_on(gpu.add_product(&a, &b, &mut product)).expect("GPU product");
+        let product = summed(&mut gpu, &[(&a, Some(&b))]).expect("GPU product");
         assert_product_close(
             &product,
             &product_f64(&a, &b),
@@ -116,27 +130,50 @@ fn the_kernels_match_float64_loops_on_odd_shapes() {
             &format!("A^T B, {rows}x{m} by {rows}x{n}"),
         );
 
-        let mut gram = DMatrix::zeros(m, m);
-        block_on(gpu.add_gram(&a, &mut gram)).expect("GPU gram");
+        let gram = summed(&mut gpu, &[(&a, None)]).expect("GPU gram");
         assert_product_close(&gram, &product_f64(&a, &a), &a, &a, KERNEL_TOLERANCE, &format!("A^T A, {rows}x{m}"));
         assert_eq!(gram, gram.transpose(), "A^T A is exactly symmetric");
     }
 }
 
+/// Blocks of different heights summed on the device (with segments closed between them, as the
+/// Grams close theirs) are the product of all their rows: each block adds to what the sum holds.
 #[test]
-fn products_add_into_what_is_there() {
+fn blocks_sum_on_the_device() {
     let mut gpu = gpu();
     let mut rng = ChaCha8Rng::seed_from_u64(10);
-    let (a, b) = (random(50, 20, &mut rng), random(50, 30, &mut rng));
-    let start = DMatrix::from_fn(20, 30, |i, j| (i * 30 + j) as f64);
-    let mut sum = start.clone();
-    block_on(gpu.add_product(&a, &b, &mut sum)).unwrap();
-    assert_product_close(&(sum - start), &product_f64(&a, &b), &a, &b, KERNEL_TOLERANCE, "added product");
-    let mut wrong = DMatrix::zeros(3, 3);
+    let heights = [50, 1, 130, 17];
+    let a: Vec<_> = heights.iter().map(|&rows| random(rows, 20, &mut rng)).collect();
+    let b: Vec<_> = heights.iter().map(|&rows| random(rows, 70, &mut rng)).collect();
+    let stacked = |blocks: &[DMatrix<f32>]| {
+        let rows: Vec<_> =
+            blocks.iter().flat_map(|m| m.row_iter().map(|r| r.into_owned()).collect::<Vec<_>>()).collect();
+        DMatrix::from_rows(&rows)
+    };
+    let (all_a, all_b) = (stacked(&a), stacked(&b));
+    let mut product = block_on(gpu.sum(20, 70)).unwrap();
+    let mut gram = block_on(gpu.sum(20, 20)).unwrap();
+    for (a, b) in a.iter().zip(&b) {
+        block_on(gpu.add_product(a, b, &mut product)).unwrap();
+        block_on(gpu.add_gram(a, &mut gram)).unwrap();
+        product.end_segment();
+        gram.end_segment();
+    }
+    let (product, gram) = (block_on(gpu.read(product)).unwrap(), block_on(gpu.read(gram)).unwrap());
+    let what = "A^T B over four blocks";
+    assert_product_close(&product, &product_f64(&all_a, &all_b), &all_a, &all_b, KERNEL_TOLERANCE, what);
+    let what = "A^T A over four blocks";
+    assert_product_close(&gram, &product_f64(&all_a, &all_a), &all_a, &all_a, KERNEL_TOLERANCE, what);
+    assert_eq!(gram, gram.transpose(), "A^T A is exactly symmetric");
+
+    let mut wrong = block_on(gpu.sum(3, 3)).unwrap();
     assert!(
-        matches!(block_on(gpu.add_product(&a, &b, &mut wrong)), Err(Error::Gpu(_))),
+        matches!(block_on(gpu.add_product(&a[0], &b[0], &mut wrong)), Err(Error::Invalid(_))),
         "a mis-shaped sum is an error"
     );
+    let mut mixed = block_on(gpu.sum(20, 20)).unwrap();
+    block_on(gpu.add_gram(&a[0], &mut mixed)).unwrap();
+    assert!(block_on(gpu.add_product(&a[0], &a[0], &mut mixed)).is_err(), "Grams and products in one sum");
 }
 
 /// A long block of same-signed terms, the hard case for f32 sums: 30000 rows sharing a common
@@ -152,8 +189,7 @@ fn long_blocks_keep_their_precision() {
         row += &common;
     }
     assert!(gpu.block_rows(40) >= 30_000, "the whole block goes in one dispatch");
-    let mut gram = DMatrix::zeros(40, 40);
-    block_on(gpu.add_gram(&a, &mut gram)).unwrap();
+    let gram = summed(&mut gpu, &[(&a, None)]).unwrap();
     assert_product_close(&gram, &product_f64(&a, &a), &a, &a, KERNEL_TOLERANCE, "A^T A of 30000 rows");
 }
 
@@ -178,6 +214,7 @@ fn wide_products_keep_what_f64_holds() {
             a.fill_lower_triangle(0.0, 1);
         }
         let x = random_f64(k, n);
+        let a = Arc::new(a);
         let got = block_on(gpu.multiply(&a, form, &x)).expect("GPU product");
         let want = DMatrix::from_fn(m, n, |i, j| (0..k).map(|l| a[(i, l)] * x[(l, j)]).sum::<f64>());
         let what = format!("A X, {m}x{k} by {k}x{n} ({form:?})");
@@ -185,8 +222,34 @@ fn wide_products_keep_what_f64_holds() {
         let cpu = block_on(Backend::cpu().multiply(&a, form, &x)).unwrap();
         assert_product_close_f64(&cpu, &want, &a.transpose(), &x, 1e-13, &format!("CPU {what}"));
     }
-    let wrong = DMatrix::zeros(3, 4);
+    let wrong = Arc::new(DMatrix::zeros(3, 4));
     assert!(matches!(block_on(gpu.multiply(&wrong, Factor::General, &wrong)), Err(Error::Gpu(_))));
+}
+
+/// A left matrix stays on the device between products with the same `Arc`; a different `Arc`
+/// (even one made from it, or more of them than the device keeps) is multiplied as it is.
+#[test]
+fn a_kept_left_matrix_is_never_taken_for_another() {
+    let mut gpu = gpu();
+    let mut rng = ChaCha8Rng::seed_from_u64(14);
+    let mut random_f64 = |rows: usize, cols: usize| DMatrix::from_fn(rows, cols, |_, _| rng.random_range(-1.0..1.0));
+    let x = random_f64(40, 9);
+    let lefts: Vec<Arc<DMatrix<f64>>> = (0..5).map(|_| Arc::new(random_f64(33, 40))).collect();
+    let check = |gpu: &mut Backend, a: &Arc<DMatrix<f64>>, what: &str| {
+        let got = block_on(gpu.multiply(a, Factor::General, &x)).unwrap();
+        assert_product_close_f64(&got, &(&**a * &x), &a.transpose(), &x, KERNEL_TOLERANCE, what);
+    };
+    // Twice over five matrices: the device keeps three, so the second round re-uploads some.
+    for round in 0..2 {
+        for (i, a) in lefts.iter().enumerate() {
+            check(&mut gpu, a, &format!("round {round}, matrix {i}"));
+        }
+    }
+    // A copy changed through `make_mut` is a new matrix, not the kept one.
+    let mut changed = lefts[0].clone();
+    Arc::make_mut(&mut changed)[(0, 0)] += 1.0;
+    check(&mut gpu, &changed, "a changed copy");
+    check(&mut gpu, &lefts[0], "the original again");
 }
 
 /// Every fixture model with its references (`hostile/` is gptchar's weights twice over, with
@@ -316,9 +379,9 @@ fn a_failing_gpu_falls_back_to_the_cpu_with_a_note() {
         if backend.is_gpu() {
             return Err(Error::Gpu("device lost (simulated)".into()));
         }
-        let mut gram = DMatrix::zeros(8, 8);
+        let mut gram = backend.sum(8, 8).await?;
         backend.add_gram(&a, &mut gram).await?;
-        Ok(gram)
+        backend.read(gram).await
     }))
     .expect("the CPU result");
     assert_eq!(tries, 2);
@@ -326,9 +389,7 @@ fn a_failing_gpu_falls_back_to_the_cpu_with_a_note() {
     let info = backend.info();
     assert_eq!(info.name, "cpu");
     assert!(info.note.as_deref().unwrap().contains("device lost (simulated)"), "{info:?}");
-    let mut want = DMatrix::zeros(8, 8);
-    block_on(Backend::cpu().add_gram(&a, &mut want)).unwrap();
-    assert_eq!(result, want);
+    assert_eq!(result, summed(&mut Backend::cpu(), &[(&a, None)]).unwrap());
     // Errors that are not the GPU's pass through untouched and do not switch backends.
     let mut gpu = gpu();
     let error =

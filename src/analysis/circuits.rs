@@ -3,12 +3,14 @@
 //! center_unembed=False`) or raw. The three d_model x d_model Gram matrices of the embedding
 //! and unembedding are computed once per model; every head then costs O(d_model² · d_head).
 
+use std::sync::Arc;
+
 use nalgebra::{DMatrix, DMatrixView};
 
 use super::HeadId;
 use super::spectrum::Factored;
 use crate::Result;
-use crate::backend::{Backend, BackendInfo, Factor, block_on, cpu};
+use crate::backend::{Backend, BackendInfo, Factor, Sum, block_on, cpu};
 use crate::model::{Layer, Model, ModelConfig, Norm, NormKind, Weights};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -90,8 +92,9 @@ pub fn segment_rows(vocab: usize, segment: usize) -> std::ops::Range<usize> {
 #[derive(Clone)]
 pub struct Grams {
     pub embed: DMatrix<f64>,
-    /// `W_U W_E`; empty when tied (then it equals `embed`).
-    pub cross: DMatrix<f64>,
+    /// `W_U W_E`; empty when tied (then it equals `embed`). Shared, so that a GPU keeps it on
+    /// the device for every layer's `C W_V` (see `Backend::multiply`).
+    pub cross: Arc<DMatrix<f64>>,
     /// `W_U W_U^T`; empty when tied.
     pub unembed: DMatrix<f64>,
     pub tied: bool,
@@ -142,15 +145,25 @@ impl Grams {
         backend: &mut Backend,
         each: &mut dyn FnMut(usize, usize),
     ) -> Result<Grams> {
-        let (vocab, d_model) = (model.config().vocab, model.config().d_model);
-        let tied = model.tied();
+        Self::gather_segments(model, backend, segments(model.config().vocab), each).await
+    }
+
+    /// [`Grams::gather`] over the first `count` segments only (all of them: the model's Grams;
+    /// fewer: a benchmark's sample of the vocabulary).
+    pub async fn gather_segments(
+        model: &(impl Weights + ?Sized),
+        backend: &mut Backend,
+        count: usize,
+        each: &mut dyn FnMut(usize, usize),
+    ) -> Result<Grams> {
+        let count = count.min(segments(model.config().vocab));
         let mut grams = backend
             .with_fallback(async |backend| {
-                let mut grams = Grams::zeros(d_model, tied);
-                for segment in 0..segments(vocab) {
-                    grams.add(&Grams::segment_with_progress(model, backend, segment, each).await?)?;
+                let mut sums = RunningGrams::new(model, backend).await?;
+                for segment in 0..count {
+                    sums.add_segment(model, backend, segment, each).await?;
                 }
-                Ok(grams)
+                sums.read(backend).await
             })
             .await?;
         grams.backend = backend.info();
@@ -161,30 +174,11 @@ impl Grams {
     /// worker of the tab's pool computes; [`Grams::add`] the segments in order for the Grams.
     pub fn segment(model: &(impl Weights + ?Sized), backend: &mut Backend, segment: usize) -> Result<Grams> {
         let mut part = block_on(backend.with_fallback(async |backend| {
-            Grams::segment_with_progress(model, backend, segment, &mut |_, _| {}).await
+            let mut sums = RunningGrams::new(model, backend).await?;
+            sums.add_segment(model, backend, segment, &mut |_, _| {}).await?;
+            sums.read(backend).await
         }))?;
         part.backend = backend.info();
-        Ok(part)
-    }
-
-    async fn segment_with_progress(
-        model: &(impl Weights + ?Sized),
-        backend: &mut Backend,
-        segment: usize,
-        each: &mut dyn FnMut(usize, usize),
-    ) -> Result<Grams> {
-        let (vocab, d_model) = (model.config().vocab, model.config().d_model);
-        let rows = segment_rows(vocab, segment);
-        let mut part = Grams::zeros(d_model, model.tied());
-        let block = backend.block_rows(d_model).min(SEGMENT_ROWS);
-        for start in rows.clone().step_by(block) {
-            let rows = start..(start + block).min(rows.end);
-            let embed = model.embedding_rows(rows.clone())?;
-            // W_U's columns for these tokens, as rows (W_U^T's rows, as the files hold them).
-            let unembed = if part.tied { None } else { Some(model.unembedding_rows(rows.clone())?) };
-            part.add_block(backend, &embed, unembed.as_ref()).await?;
-            each(rows.end, vocab);
-        }
         Ok(part)
     }
 
@@ -198,7 +192,7 @@ impl Grams {
             return Err(crate::Error::Invalid("Gram segments of different models cannot be added".into()));
         }
         self.embed += &part.embed;
-        self.cross += &part.cross;
+        *Arc::make_mut(&mut self.cross) += &*part.cross;
         self.unembed += &part.unembed;
         self.factors = Default::default();
         Ok(())
@@ -207,7 +201,7 @@ impl Grams {
     /// Every entry, in order: `embed`, `cross`, `unembed` (column-major); what passes between the
     /// tab's workers, beside the shape in [`Grams::from_values`].
     pub fn values(&self) -> Vec<f64> {
-        [&self.embed, &self.cross, &self.unembed].iter().flat_map(|m| m.as_slice().iter().copied()).collect()
+        [&self.embed, &*self.cross, &self.unembed].iter().flat_map(|m| m.as_slice().iter().copied()).collect()
     }
 
     /// The Grams whose [`Grams::values`] these are.
@@ -224,7 +218,7 @@ impl Grams {
         let mut grams = Grams::zeros(d_model, tied);
         grams.embed.as_mut_slice().copy_from_slice(&values[..square]);
         if !tied {
-            grams.cross.as_mut_slice().copy_from_slice(&values[square..2 * square]);
+            Arc::make_mut(&mut grams.cross).as_mut_slice().copy_from_slice(&values[square..2 * square]);
             grams.unembed.as_mut_slice().copy_from_slice(&values[2 * square..]);
         }
         Ok(grams)
@@ -253,23 +247,72 @@ impl Grams {
             false => (DMatrix::zeros(d_model, d_model), DMatrix::zeros(d_model, d_model)),
         };
         let embed = DMatrix::zeros(d_model, d_model);
+        let cross = Arc::new(cross);
         Grams { embed, cross, unembed, tied, backend: BackendInfo::default(), factors: Default::default() }
     }
+}
 
-    /// Adds one block of token rows: `embed` is W_E's rows (rows x d_model), `unembed` W_U^T's
-    /// matching rows, absent when tied.
-    async fn add_block(
+/// The Grams being summed, on a backend: `W_E^T W_E`, and (untied) `W_U W_E`, `W_U W_U^T`.
+struct RunningGrams {
+    embed: Sum,
+    untied: Option<(Sum, Sum)>,
+}
+
+impl RunningGrams {
+    async fn new(model: &(impl Weights + ?Sized), backend: &Backend) -> Result<RunningGrams> {
+        let d = model.config().d_model;
+        let untied = match model.tied() {
+            true => None,
+            false => Some((backend.sum(d, d).await?, backend.sum(d, d).await?)),
+        };
+        Ok(RunningGrams { embed: backend.sum(d, d).await?, untied })
+    }
+
+    /// Adds one segment's vocabulary rows (`segment` < [`segments`]), a block at a time;
+    /// `each(rows done, vocabulary)` follows every block.
+    async fn add_segment(
         &mut self,
+        model: &(impl Weights + ?Sized),
         backend: &mut Backend,
-        embed: &DMatrix<f32>,
-        unembed: Option<&DMatrix<f32>>,
+        segment: usize,
+        each: &mut dyn FnMut(usize, usize),
     ) -> Result<()> {
-        backend.add_gram(embed, &mut self.embed).await?;
-        if let Some(u) = unembed {
-            backend.add_product(u, embed, &mut self.cross).await?;
-            backend.add_gram(u, &mut self.unembed).await?;
+        let (vocab, d_model) = (model.config().vocab, model.config().d_model);
+        let rows = segment_rows(vocab, segment);
+        let block = backend.block_rows(d_model).min(SEGMENT_ROWS);
+        for start in rows.clone().step_by(block) {
+            let rows = start..(start + block).min(rows.end);
+            let embed = model.embedding_rows(rows.clone())?;
+            backend.add_gram(&embed, &mut self.embed).await?;
+            if let Some((cross, unembed)) = &mut self.untied {
+                // W_U's columns for these tokens, as rows (W_U^T's rows, as the files hold them).
+                let u = model.unembedding_rows(rows.clone())?;
+                backend.add_product(&u, &embed, cross).await?;
+                backend.add_gram(&u, unembed).await?;
+            }
+            each(rows.end, vocab);
+        }
+        for sum in std::iter::once(&mut self.embed).chain(self.untied.iter_mut().flat_map(|(c, u)| [c, u])) {
+            sum.end_segment();
         }
         Ok(())
+    }
+
+    async fn read(self, backend: &Backend) -> Result<Grams> {
+        let tied = self.untied.is_none();
+        let embed = backend.read(self.embed).await?;
+        let (cross, unembed) = match self.untied {
+            Some((cross, unembed)) => (backend.read(cross).await?, backend.read(unembed).await?),
+            None => (DMatrix::zeros(0, 0), DMatrix::zeros(0, 0)),
+        };
+        Ok(Grams {
+            embed,
+            cross: Arc::new(cross),
+            unembed,
+            tied,
+            backend: BackendInfo::default(),
+            factors: Default::default(),
+        })
     }
 }
 
@@ -415,11 +458,12 @@ impl HeadWeights {
 #[derive(Clone)]
 enum GramFactor {
     /// `F = L^T` (d x d, upper triangular) from the Cholesky factorisation `G = L L^T`.
-    Upper(DMatrix<f64>),
+    /// (Each factor is shared, so that a GPU keeps it on the device for every layer.)
+    Upper(Arc<DMatrix<f64>>),
     /// `F = Λ^½ V^T` (k x d) over the eigenvalues above rounding: a Gram of rank below
     /// d_model (a vocabulary smaller than the width, as the character model's), which has no
     /// Cholesky factor and is cheaper this way anyway (k < d).
-    Dense(DMatrix<f64>),
+    Dense(Arc<DMatrix<f64>>),
 }
 
 impl GramFactor {
@@ -427,7 +471,7 @@ impl GramFactor {
         let matrix = faer::Mat::from_fn(gram.nrows(), gram.ncols(), |i, j| gram[(i, j)]);
         if let Ok(cholesky) = matrix.llt(faer::Side::Lower) {
             let lower = cholesky.L();
-            return Ok(GramFactor::Upper(DMatrix::from_fn(gram.nrows(), gram.ncols(), |i, j| lower[(j, i)])));
+            return Ok(GramFactor::Upper(Arc::new(DMatrix::from_fn(gram.nrows(), gram.ncols(), |i, j| lower[(j, i)]))));
         }
         // Semi-definite: keep the eigenvalues above d·ε of the largest (the numerical rank;
         // what is dropped is below the rounding of G itself).
@@ -439,9 +483,9 @@ impl GramFactor {
         let largest = values.iter().cloned().fold(0.0, f64::max);
         let kept: Vec<usize> =
             (0..values.len()).filter(|&i| values[i] > largest * gram.nrows() as f64 * f64::EPSILON).collect();
-        Ok(GramFactor::Dense(DMatrix::from_fn(kept.len(), gram.ncols(), |r, j| {
+        Ok(GramFactor::Dense(Arc::new(DMatrix::from_fn(kept.len(), gram.ncols(), |r, j| {
             values[kept[r]].sqrt() * vectors[(j, kept[r])]
-        })))
+        }))))
     }
 
     /// `F X`, on `backend`.

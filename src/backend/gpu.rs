@@ -1,9 +1,17 @@
-//! The GPU backend: `A^T B` and `A^T A` of row blocks by the WGSL kernels in products.wgsl,
-//! through wgpu: natively on Vulkan, Metal or DX12, in the browser on WebGPU (wgpu's `webgpu`
-//! feature; the same kernels, compiled by the browser). Each product is one dispatch over a
-//! whole block (as many rows as a storage binding holds, and at most the 4096 rows of one
-//! of the Grams' segments, see `analysis::circuits::SEGMENT_ROWS`); its result comes back as two f32
-//! parts (see products.wgsl for why), added in f64, and the caller sums the blocks in f64.
+//! The GPU backend: `A^T B` and `A^T A` of row blocks and `A X` of f64 matrices by the WGSL
+//! kernels in products.wgsl, through wgpu: natively on Vulkan, Metal or DX12, in the browser on
+//! WebGPU (wgpu's `webgpu` feature; the same kernels, compiled by the browser). Results are two
+//! f32 parts (see products.wgsl for why), added in f64 on the way back.
+//!
+//! Where the time goes decides the shape of this file. On an NVIDIA H200 the kernel multiplies
+//! 4096 rows of 4096 columns in 24 ms, but a product that allocated its buffers, read its
+//! result back and widened it took 290 ms (examples/gpu_kernels.rs). So:
+//! - the Grams' blocks are summed on the device ([`Accumulator`]) and read back once;
+//! - a left operand used again (a Gram's factor, for every layer) stays on the device, uploaded
+//!   once ([`Gpu::multiply`]);
+//! - input, output and read-back buffers are kept and reused, not made per product;
+//! - a block's product runs while the caller reads the next block from the file: only the
+//!   block before is waited for.
 //!
 //! Reading a result back is awaited: natively the device is waited for first, so the future is
 //! ready at once; in the browser it resolves from the event loop.
@@ -12,11 +20,11 @@
 //! are caught by error scopes, device loss and anything else by wgpu's callbacks, and returned
 //! as the product's error, which the caller answers by falling back to the CPU.
 
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Poll, Waker};
 
 use nalgebra::DMatrix;
-use wgpu::util::DeviceExt;
 
 const KERNELS: &str = include_str!("products.wgsl");
 /// Output tile of one workgroup (TILE in products.wgsl).
@@ -24,6 +32,10 @@ const TILE: usize = 64;
 /// Columns of X per dispatch in [`Gpu::multiply`]: 4096 x 2048 outputs of a 4096-deep product
 /// is ~34 GFLOP, a fraction of a second on a laptop GPU, well inside a watchdog's patience.
 const WIDE_COLUMNS: usize = 2048;
+/// Left operands of [`Gpu::multiply`] kept on the device: a layer multiplies with the
+/// embedding's factor, the unembedding's and the cross Gram.
+const RESIDENT: usize = 3;
+
 pub struct Gpu {
     device: wgpu::Device,
     queue: wgpu::Queue,
@@ -35,6 +47,31 @@ pub struct Gpu {
     /// The first error wgpu reported outside a call's return value (validation, out of memory,
     /// device lost), taken by the next product.
     failure: Arc<Mutex<Option<String>>>,
+    /// Buffers kept between products, by role, each as large as the largest use so far.
+    scratch: Mutex<HashMap<&'static str, wgpu::Buffer>>,
+    /// Left operands of [`Gpu::multiply`] on the device, most recent last.
+    resident: Mutex<Vec<Resident>>,
+}
+
+/// A sum of `A^T B` (or `A^T A`) over blocks of rows, held on the device as two f32 parts per
+/// entry (products.wgsl), read back once by [`Gpu::read`].
+pub struct Accumulator {
+    high: wgpu::Buffer,
+    low: wgpu::Buffer,
+    m: usize,
+    n: usize,
+    /// Whether the blocks were Grams (`A^T A`: only the upper tiles are summed, the rest is
+    /// mirrored on reading), once the first block says.
+    symmetric: Option<bool>,
+}
+
+/// An f64 matrix on the device as its two f32 parts, and the matrix it was uploaded from (alive
+/// and unchanged for as long as this points to it: an `Arc`'s value is immutable while shared,
+/// and a `Weak` keeps its allocation from being reused).
+struct Resident {
+    source: Weak<DMatrix<f64>>,
+    value: wgpu::Buffer,
+    rest: wgpu::Buffer,
 }
 
 impl Gpu {
@@ -42,6 +79,17 @@ impl Gpu {
     /// hardware; in the browser the one WebGPU offers (high-performance preference). A software
     /// or fallback adapter (lavapipe, SwiftShader, WARP) is taken only when `allow_software`.
     pub async fn open(allow_software: bool) -> Result<Gpu, String> {
+        Self::open_with(allow_software, KERNELS, wgpu::ShaderRuntimeChecks::checked()).await
+    }
+
+    /// [`Gpu::open`] with other kernels (the same entry points and bindings) and runtime checks:
+    /// for examples/gpu_kernels.rs, which times variants of products.wgsl against each other.
+    #[doc(hidden)]
+    pub async fn open_with(
+        allow_software: bool,
+        kernels: &str,
+        checks: wgpu::ShaderRuntimeChecks,
+    ) -> Result<Gpu, String> {
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let best = best_adapter(&instance).await?;
         let info = best.get_info();
@@ -75,10 +123,13 @@ impl Gpu {
 
         // The browser compiles the kernels asynchronously: a failure shows in this scope.
         let invalid = device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        let descriptor = wgpu::ShaderModuleDescriptor {
             label: Some("products.wgsl"),
-            source: wgpu::ShaderSource::Wgsl(KERNELS.into()),
-        });
+            source: wgpu::ShaderSource::Wgsl(kernels.into()),
+        };
+        // SAFETY: only the benchmark of kernel variants passes other checks than `checked()`,
+        // with kernels that index inside their bindings (as products.wgsl does).
+        let module = unsafe { device.create_shader_module_trusted(descriptor, checks) };
         let pipeline = |entry: &str| {
             device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(entry),
@@ -101,6 +152,8 @@ impl Gpu {
             gemm,
             syrk,
             failure,
+            scratch: Mutex::default(),
+            resident: Mutex::default(),
         };
         gpu.check()?;
         Ok(gpu)
@@ -120,189 +173,342 @@ impl Gpu {
         ((self.max_binding / per_row) as usize).max(1)
     }
 
-    /// `A^T B` (A rows x m, B rows x n), or `A^T A` when `b` is None, in f32 on the GPU and
-    /// returned as f64.
-    pub async fn product(&self, a: &DMatrix<f32>, b: Option<&DMatrix<f32>>) -> Result<DMatrix<f64>, String> {
+    /// An m x n sum at zero on the device.
+    pub async fn accumulator(&self, m: usize, n: usize) -> Result<Accumulator, String> {
+        self.fits("the sum", 4 * (m * n) as u64)?;
+        let scope = Scopes::push(&self.device);
+        let output = |label| {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                // wgpu zeroes a buffer before its first use.
+                size: (4 * m * n).max(4) as u64,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            })
+        };
+        let sum = Accumulator { high: output("sum high"), low: output("sum low"), m, n, symmetric: None };
+        scope.pop(self).await?;
+        Ok(sum)
+    }
+
+    /// `sum += A^T B` (A rows x m, B rows x n), or `A^T A` when `b` is None. The product is
+    /// submitted, not waited for: the caller reads the next block meanwhile. Only the block
+    /// before is waited for first, so no more than one block is ever queued.
+    pub async fn accumulate(
+        &self,
+        sum: &mut Accumulator,
+        a: &DMatrix<f32>,
+        b: Option<&DMatrix<f32>>,
+    ) -> Result<(), String> {
         let (rows, m) = a.shape();
-        if let Some(b) = b
-            && b.nrows() != rows
-        {
-            return Err(format!("blocks of {rows} and {} rows", b.nrows()));
-        }
-        let a_operand = Operand { value: a.as_slice(), rest: None, transposed: false };
-        let b_operand = b.map(|b| Operand { value: b.as_slice(), rest: None, transposed: false });
         let n = b.map_or(m, |b| b.ncols());
-        let mut c = self.dispatch(rows, m, n, a_operand, b_operand).await?;
-        if b.is_none() {
-            // The kernel wrote the tiles on and above the diagonal; the rest mirrors them.
+        if b.is_some_and(|b| b.nrows() != rows) || (m, n) != (sum.m, sum.n) {
+            return Err(format!(
+                "a {rows} x {m} block times {:?} into a {} x {} sum",
+                b.map(|b| b.shape()),
+                sum.m,
+                sum.n
+            ));
+        }
+        if *sum.symmetric.get_or_insert(b.is_none()) != b.is_none() {
+            return Err("a sum of Grams and of products at once".into());
+        }
+        if rows == 0 || m == 0 {
+            return Ok(());
+        }
+        self.idle().await?;
+        let scope = Scopes::push(&self.device);
+        let uploaded = self
+            .upload("a", a.as_slice(), None)
+            .and_then(|a_operand| Ok((a_operand, b.map(|b| self.upload("b", b.as_slice(), None)).transpose()?)));
+        if let Ok((a, b)) = &uploaded {
+            let shape = Shape { rows, m, n, wide: false, a_transposed: false, accumulate: true };
+            let encoder = self.encode(shape, a, b.as_ref().unwrap_or(a), (&sum.high, &sum.low), b.is_none());
+            self.queue.submit([encoder.finish()]);
+        }
+        scope.pop(self).await?;
+        uploaded.map(drop)
+    }
+
+    /// The sum, in f64 (Grams mirrored from their upper tiles).
+    pub async fn read(&self, sum: &Accumulator) -> Result<DMatrix<f64>, String> {
+        let mut c = DMatrix::zeros(sum.m, sum.n);
+        if sum.m * sum.n > 0 {
+            self.read_into(c.as_view_mut(), (&sum.high, &sum.low)).await?;
+        }
+        if sum.symmetric == Some(true) {
             c.fill_lower_triangle_with_upper_triangle();
         }
         Ok(c)
     }
 
+    /// `A^T B` (A rows x m, B rows x n), or `A^T A` when `b` is None, in f32 on the GPU and
+    /// returned as f64: one block summed from zero and read back.
+    pub async fn product(&self, a: &DMatrix<f32>, b: Option<&DMatrix<f32>>) -> Result<DMatrix<f64>, String> {
+        let mut sum = self.accumulator(a.ncols(), b.map_or(a.ncols(), |b| b.ncols())).await?;
+        self.accumulate(&mut sum, a, b).await?;
+        self.read(&sum).await
+    }
+
     /// `A X` of f64 matrices (A m x k, X k x n), each entry held as two f32 parts (products.wgsl
-    /// says how, and why this keeps about 2^-36 of every term). X's columns go a range at a
-    /// time, as many as the binding limit and [`WIDE_COLUMNS`] allow; A must fit one binding.
-    pub async fn multiply(&self, a: &DMatrix<f64>, x: &DMatrix<f64>) -> Result<DMatrix<f64>, String> {
+    /// says how, and why this keeps about 2^-36 of every term). A stays on the device for the
+    /// next product with it (the analysis multiplies every layer by the same few); X's columns
+    /// go a range at a time, as many as the binding limit and [`WIDE_COLUMNS`] allow.
+    pub async fn multiply(&self, a: &Arc<DMatrix<f64>>, x: &DMatrix<f64>) -> Result<DMatrix<f64>, String> {
         let (m, k) = a.shape();
         if x.nrows() != k {
             return Err(format!("{m} x {k} times {} x {}", x.nrows(), x.ncols()));
         }
-        let (a_value, a_rest) = split(a.as_slice());
-        let a_operand = Operand { value: &a_value, rest: Some(&a_rest), transposed: true };
-        let per_column = 4 * k.max(m).max(1) as u64;
-        let columns = ((self.max_binding / per_column) as usize).clamp(1, WIDE_COLUMNS);
         let mut c = DMatrix::zeros(m, x.ncols());
+        if m == 0 || k == 0 || x.ncols() == 0 {
+            return Ok(c);
+        }
+        let per_column = 4 * k.max(m) as u64;
+        let columns = ((self.max_binding / per_column) as usize).clamp(1, WIDE_COLUMNS);
+        let (a_value, a_rest) = self.resident(a)?;
         for start in (0..x.ncols()).step_by(columns) {
             let width = columns.min(x.ncols() - start);
+            let scope = Scopes::push(&self.device);
             let (x_value, x_rest) = split(&x.as_slice()[start * k..(start + width) * k]);
-            let x_operand = Operand { value: &x_value, rest: Some(&x_rest), transposed: false };
-            let part = self.dispatch(k, m, width, a_operand, Some(x_operand)).await?;
-            c.columns_mut(start, width).copy_from(&part);
+            let b = self.upload("b", &x_value, Some(&x_rest));
+            let output = (
+                self.scratch(
+                    "c high",
+                    (4 * m * width) as u64,
+                    wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+                ),
+                self.scratch(
+                    "c low",
+                    (4 * m * width) as u64,
+                    wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+                ),
+            );
+            if let Ok(b) = &b {
+                let a = Operand { value: a_value.clone(), rest: Some(a_rest.clone()), len: m * k };
+                let shape = Shape { rows: k, m, n: width, wide: true, a_transposed: true, accumulate: false };
+                let encoder = self.encode(shape, &a, b, (&output.0, &output.1), false);
+                self.queue.submit([encoder.finish()]);
+            }
+            scope.pop(self).await?;
+            b?;
+            self.read_into(c.columns_mut(start, width), (&output.0, &output.1)).await?;
         }
         Ok(c)
     }
 
-    /// `A^T B` (A `rows` x m, B `rows` x n; `A^T A` when `b` is None, only its upper tiles
-    /// written) by one dispatch, returned as f64.
-    async fn dispatch(
-        &self,
-        rows: usize,
-        m: usize,
-        n: usize,
-        a: Operand<'_>,
-        b: Option<Operand<'_>>,
-    ) -> Result<DMatrix<f64>, String> {
-        if rows == 0 || m == 0 || n == 0 {
-            return Ok(DMatrix::zeros(m, n));
+    /// A's two parts on the device: kept from an earlier product with the same `Arc`, or
+    /// uploaded now (and the oldest of more than [`RESIDENT`] dropped).
+    fn resident(&self, a: &Arc<DMatrix<f64>>) -> Result<(wgpu::Buffer, wgpu::Buffer), String> {
+        let mut resident = self.resident.lock().unwrap_or_else(|e| e.into_inner());
+        resident.retain(|r| r.source.strong_count() > 0);
+        let source = Arc::downgrade(a);
+        if let Some(kept) = resident.iter().find(|r| Weak::ptr_eq(&r.source, &source)) {
+            return Ok((kept.value.clone(), kept.rest.clone()));
         }
-        for (what, bytes) in [("a block", 4 * (rows * m.max(n)) as u64), ("the result", 4 * (m * n) as u64)] {
-            if bytes > self.max_binding {
-                return Err(format!(
-                    "{what} needs {bytes} bytes, over the adapter's {}-byte binding limit",
-                    self.max_binding
-                ));
-            }
-        }
-        let tiles = |count: usize| count.div_ceil(TILE) as u32;
-        let max_tiles = self.device.limits().max_compute_workgroups_per_dimension;
-        if tiles(m) > max_tiles || tiles(n) > max_tiles {
-            return Err(format!("{m} x {n} needs more than {max_tiles} workgroups per dimension"));
-        }
-
-        // Everything from the first buffer to the submission is inside these scopes, so a
-        // validation error or an allocation the device refuses is this product's error.
-        let out_of_memory = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-        let invalid = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let storage = |label: &str, data: &[f32]| {
-            self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        let bytes = 4 * a.len() as u64;
+        self.fits("the left matrix", bytes)?;
+        let (value, rest) = split(a.as_slice());
+        let buffer = |label, data: &[f32]| {
+            let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(label),
-                contents: bytemuck::cast_slice(data),
-                usage: wgpu::BufferUsages::STORAGE,
-            })
-        };
-        // A product of f32 inputs binds a one-entry placeholder for the rests, never read.
-        let placeholder = [0f32];
-        let a_buffer = storage("a", a.value);
-        let a_rest = storage("a rest", a.rest.unwrap_or(&placeholder));
-        let b_buffers = b.map(|b| (storage("b", b.value), storage("b rest", b.rest.unwrap_or(&placeholder))));
-        let size = (4 * m * n) as u64;
-        let output = |label: &str| {
-            self.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(label),
-                size,
-                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+                size: bytes,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
-            })
+            });
+            self.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(data));
+            buffer
         };
-        let (high, low) = (output("c high"), output("c low"));
-        let read_buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("read back"),
-            size: 2 * size,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        let kept = Resident { source, value: buffer("resident value", &value), rest: buffer("resident rest", &rest) };
+        let buffers = (kept.value.clone(), kept.rest.clone());
+        if resident.len() == RESIDENT {
+            resident.remove(0);
+        }
+        resident.push(kept);
+        Ok(buffers)
+    }
+
+    /// An error when `bytes` exceed one binding.
+    fn fits(&self, what: &str, bytes: u64) -> Result<(), String> {
+        match bytes > self.max_binding {
+            true => {
+                Err(format!("{what} needs {bytes} bytes, over the adapter's {}-byte binding limit", self.max_binding))
+            }
+            false => Ok(()),
+        }
+    }
+
+    /// The kept buffer for `role`, at least `bytes` long (made anew when it is not).
+    fn scratch(&self, role: &'static str, bytes: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
+        let bytes = bytes.max(4);
+        let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(buffer) = scratch.get(role).filter(|b| b.size() >= bytes) {
+            return buffer.clone();
+        }
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(role),
+            size: bytes,
+            usage,
             mapped_at_creation: false,
         });
-        let wide = a.rest.is_some() as u32;
-        let shape = [rows as u32, m as u32, n as u32, wide, a.transposed as u32, 0, 0, 0];
-        let shape_buffer = self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("shape"),
-            contents: bytemuck::cast_slice(&shape),
-            usage: wgpu::BufferUsages::UNIFORM,
-        });
-        let zero = self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("zero"),
-            contents: bytemuck::cast_slice(&[0u32]),
-            usage: wgpu::BufferUsages::STORAGE,
-        });
-        let pipeline = if b.is_some() { &self.gemm } else { &self.syrk };
-        let (b_buffer, b_rest) = match &b_buffers {
-            Some((value, rest)) => (value, rest),
-            None => (&a_buffer, &a_rest),
+        scratch.insert(role, buffer.clone());
+        buffer
+    }
+
+    /// f32 values (and their rests, for an f64 input) into the kept input buffers for `role`.
+    /// The queue orders the write after every product already submitted, so a buffer still in
+    /// use is safe to refill.
+    fn upload(&self, role: &'static str, value: &[f32], rest: Option<&[f32]>) -> Result<Operand, String> {
+        let bytes = 4 * value.len() as u64;
+        self.fits(role, bytes)?;
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
+        let value_buffer = self.scratch(role, bytes, usage);
+        self.queue.write_buffer(&value_buffer, 0, bytemuck::cast_slice(value));
+        let rest_buffer = match rest {
+            Some(rest) => {
+                let buffer = self.scratch(if role == "a" { "a rest" } else { "b rest" }, bytes, usage);
+                self.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(rest));
+                Some(buffer)
+            }
+            None => None,
         };
+        Ok(Operand { value: value_buffer, rest: rest_buffer, len: value.len() })
+    }
+
+    /// A command encoder holding one dispatch of the product `shape` describes, from `a` and
+    /// `b` (ignored by a Gram) into `output`'s two parts.
+    fn encode(
+        &self,
+        shape: Shape,
+        a: &Operand,
+        b: &Operand,
+        output: (&wgpu::Buffer, &wgpu::Buffer),
+        gram: bool,
+    ) -> wgpu::CommandEncoder {
+        let uniform = [
+            shape.rows as u32,
+            shape.m as u32,
+            shape.n as u32,
+            shape.wide as u32,
+            shape.a_transposed as u32,
+            shape.accumulate as u32,
+            0,
+            0,
+        ];
+        let shape_buffer = self.scratch("shape", 32, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
+        self.queue.write_buffer(&shape_buffer, 0, bytemuck::cast_slice(&uniform));
+        let zero = self.scratch("zero", 4, wgpu::BufferUsages::STORAGE);
+        let pipeline = if gram { &self.syrk } else { &self.gemm };
+        let output_len = shape.m * shape.n;
+        // An input without rests binds its values again in their place (never read).
         let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: None,
             layout: &pipeline.get_bind_group_layout(0),
             entries: &[
-                wgpu::BindGroupEntry { binding: 0, resource: a_buffer.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 1, resource: b_buffer.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 2, resource: high.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 3, resource: low.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 0, resource: binding(&a.value, a.len) },
+                wgpu::BindGroupEntry { binding: 1, resource: binding(&b.value, b.len) },
+                wgpu::BindGroupEntry { binding: 2, resource: binding(output.0, output_len) },
+                wgpu::BindGroupEntry { binding: 3, resource: binding(output.1, output_len) },
                 wgpu::BindGroupEntry { binding: 4, resource: shape_buffer.as_entire_binding() },
                 wgpu::BindGroupEntry { binding: 5, resource: zero.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 6, resource: a_rest.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 7, resource: b_rest.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 6, resource: binding(a.rest.as_ref().unwrap_or(&a.value), a.len) },
+                wgpu::BindGroupEntry { binding: 7, resource: binding(b.rest.as_ref().unwrap_or(&b.value), b.len) },
             ],
         });
+        let tiles = |count: usize| count.div_ceil(TILE) as u32;
         let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
             pass.set_pipeline(pipeline);
             pass.set_bind_group(0, &bind_group, &[]);
-            pass.dispatch_workgroups(tiles(m), tiles(n), 1);
+            pass.dispatch_workgroups(tiles(shape.m), tiles(shape.n), 1);
         }
-        encoder.copy_buffer_to_buffer(&high, 0, &read_buffer, 0, size);
-        encoder.copy_buffer_to_buffer(&low, 0, &read_buffer, size, size);
+        encoder
+    }
+
+    /// Reads the two f32 parts back into `c` (m x n, column-major parts), added in f64.
+    async fn read_into(
+        &self,
+        mut c: nalgebra::DMatrixViewMut<'_, f64>,
+        (high, low): (&wgpu::Buffer, &wgpu::Buffer),
+    ) -> Result<(), String> {
+        let (m, n) = c.shape();
+        let size = (4 * m * n) as u64;
+        let scope = Scopes::push(&self.device);
+        let read_buffer =
+            self.scratch("read back", 2 * size, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+        let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        encoder.copy_buffer_to_buffer(high, 0, &read_buffer, 0, size);
+        encoder.copy_buffer_to_buffer(low, 0, &read_buffer, size, size);
         self.queue.submit([encoder.finish()]);
+        scope.pop(self).await?;
 
-        if let Some(error) = invalid.pop().await {
-            return Err(format!("{}: {}", self.adapter, one_line(&error.to_string())));
-        }
-        if let Some(error) = out_of_memory.pop().await {
-            return Err(format!("{}: {}", self.adapter, one_line(&error.to_string())));
-        }
-
-        let mapped = Arc::new(Mutex::new(Mapping::default()));
-        let done = mapped.clone();
-        read_buffer.map_async(wgpu::MapMode::Read, .., move |result| {
-            let mut slot = done.lock().unwrap_or_else(|e| e.into_inner());
-            slot.result = Some(result);
-            if let Some(waker) = slot.waker.take() {
-                waker.wake();
-            }
-        });
+        let (signal, future) = signal();
+        read_buffer.slice(..2 * size).map_async(wgpu::MapMode::Read, signal);
         // Natively this waits for the device (and runs the callback); the browser's device
         // needs no polling and the callback comes from its event loop.
-        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| format!("waiting for the GPU: {e}"))?;
-        let mapping = std::future::poll_fn(|context| {
-            let mut slot = mapped.lock().unwrap_or_else(|e| e.into_inner());
-            match slot.result.take() {
-                Some(result) => Poll::Ready(result),
-                None => {
-                    slot.waker = Some(context.waker().clone());
-                    Poll::Pending
-                }
-            }
-        })
-        .await;
+        self.wait()?;
+        let mapping = future.await;
         self.check()?;
         mapping.map_err(|e| format!("reading the result back: {e}"))?;
-        let view = read_buffer.get_mapped_range(..).map_err(|e| format!("reading the result back: {e}"))?;
+        let view = read_buffer.get_mapped_range(..2 * size).map_err(|e| format!("reading the result back: {e}"))?;
         let values: &[f32] = bytemuck::cast_slice(&view);
         let (high, low) = values.split_at(m * n);
-        let c = DMatrix::from_fn(m, n, |i, j| high[j * m + i] as f64 + low[j * m + i] as f64);
+        for (j, mut column) in c.column_iter_mut().enumerate() {
+            let (high, low) = (&high[j * m..(j + 1) * m], &low[j * m..(j + 1) * m]);
+            for ((entry, &h), &l) in column.iter_mut().zip(high).zip(low) {
+                *entry = h as f64 + l as f64;
+            }
+        }
         drop(view);
         read_buffer.unmap();
-        Ok(c)
+        Ok(())
+    }
+
+    /// Waits for every product submitted so far: natively by blocking, in the browser through
+    /// the event loop.
+    async fn idle(&self) -> Result<(), String> {
+        let (signal, future) = signal();
+        self.queue.on_submitted_work_done(move || signal(()));
+        self.wait()?;
+        future.await;
+        self.check()
+    }
+
+    /// Natively, blocks until the device is idle (running wgpu's callbacks); in the browser
+    /// nothing (callbacks come from the event loop).
+    fn wait(&self) -> Result<(), String> {
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map(drop).map_err(|e| format!("waiting for the GPU: {e}"))
+    }
+
+    /// Seconds each of `repeats` dispatches of the kernel alone took (inputs uploaded once,
+    /// nothing read back), on `rows` x m and `rows` x n inputs of small integers (`syrk`: the
+    /// first one alone), `wide` with rest parts: for examples/gpu_kernels.rs. Natively only, where
+    /// waiting for the device blocks.
+    #[doc(hidden)]
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn time_kernel(
+        &self,
+        (rows, m, n): (usize, usize, usize),
+        syrk: bool,
+        wide: bool,
+        repeats: usize,
+    ) -> Result<Vec<f64>, String> {
+        let values = |count: usize| (0..count).map(|i| (i % 7) as f32 - 3.0).collect::<Vec<_>>();
+        let (a_value, b_value) = (values(rows * m), values(rows * n));
+        let rests = |len: usize| wide.then(|| vec![0f32; len]);
+        let a = self.upload("a", &a_value, rests(a_value.len()).as_deref())?;
+        let b = self.upload("b", &b_value, rests(b_value.len()).as_deref())?;
+        let sum = pollster::block_on(self.accumulator(m, n))?;
+        let shape = Shape { rows, m, n, wide, a_transposed: false, accumulate: false };
+        let mut seconds = Vec::new();
+        for _ in 0..repeats {
+            let start = std::time::Instant::now();
+            self.queue.submit([self.encode(shape, &a, &b, (&sum.high, &sum.low), syrk).finish()]);
+            self.wait()?;
+            seconds.push(start.elapsed().as_secs_f64());
+        }
+        self.check()?;
+        Ok(seconds)
     }
 
     /// The first failure wgpu reported since the last check, as an error.
@@ -314,13 +520,58 @@ impl Gpu {
     }
 }
 
-/// One input of a dispatch: f32 values, column-major (`rows` x its columns, or, `transposed`,
-/// its columns x `rows`), and for an f64 input what rounding to f32 left of each value.
+/// The first `len` f32 values of `buffer` as a binding.
+fn binding(buffer: &wgpu::Buffer, len: usize) -> wgpu::BindingResource<'_> {
+    wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+        buffer,
+        offset: 0,
+        size: std::num::NonZeroU64::new(4 * len.max(1) as u64),
+    })
+}
+
+/// One dispatch's shape: `A^T B` with A `rows` x m (stored m x `rows` when `a_transposed`),
+/// B `rows` x n; `wide` inputs carry rests; `accumulate` adds to the output.
 #[derive(Clone, Copy)]
-struct Operand<'a> {
-    value: &'a [f32],
-    rest: Option<&'a [f32]>,
-    transposed: bool,
+struct Shape {
+    rows: usize,
+    m: usize,
+    n: usize,
+    wide: bool,
+    a_transposed: bool,
+    accumulate: bool,
+}
+
+/// One input on the device: its f32 values (`len` of them), and for an f64 input what rounding
+/// to f32 left of each.
+struct Operand {
+    value: wgpu::Buffer,
+    rest: Option<wgpu::Buffer>,
+    len: usize,
+}
+
+/// The validation and out-of-memory error scopes around one step, so that what goes wrong in
+/// it is its error.
+/// (Pushed out-of-memory first; `invalid` is declared first so that dropping pops in order.)
+struct Scopes {
+    invalid: wgpu::ErrorScopeGuard,
+    out_of_memory: wgpu::ErrorScopeGuard,
+}
+
+impl Scopes {
+    fn push(device: &wgpu::Device) -> Scopes {
+        let out_of_memory = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let invalid = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        Scopes { out_of_memory, invalid }
+    }
+
+    async fn pop(self, gpu: &Gpu) -> Result<(), String> {
+        let invalid = self.invalid.pop().await;
+        let out_of_memory = self.out_of_memory.pop().await;
+        match invalid.or(out_of_memory) {
+            Some(error) => Err(format!("{}: {}", gpu.adapter, one_line(&error.to_string()))),
+            None => Ok(()),
+        }
+    }
 }
 
 /// f64 values as two f32 parts: each rounded to f32, and what that left (exact to 2^-48).
@@ -330,10 +581,34 @@ fn split(values: &[f64]) -> (Vec<f32>, Vec<f32>) {
     (value, rest)
 }
 
-/// A read-back's outcome, and the task waiting for it.
-#[derive(Default)]
-struct Mapping {
-    result: Option<Result<(), wgpu::BufferAsyncError>>,
+/// A callback's value handed to the task awaiting it: the callback (to give wgpu) and the
+/// future (to await).
+fn signal<T: Send + 'static>() -> (impl FnOnce(T) + Send + 'static, impl Future<Output = T>) {
+    let slot = Arc::new(Mutex::new(Slot { value: None, waker: None }));
+    let sender = slot.clone();
+    let send = move |value| {
+        let mut slot = sender.lock().unwrap_or_else(|e| e.into_inner());
+        slot.value = Some(value);
+        if let Some(waker) = slot.waker.take() {
+            waker.wake();
+        }
+    };
+    let receive = std::future::poll_fn(move |context| {
+        let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+        match slot.value.take() {
+            Some(value) => Poll::Ready(value),
+            None => {
+                slot.waker = Some(context.waker().clone());
+                Poll::Pending
+            }
+        }
+    });
+    (send, receive)
+}
+
+/// A callback's value, and the task waiting for it.
+struct Slot<T> {
+    value: Option<T>,
     waker: Option<Waker>,
 }
 

@@ -1,8 +1,8 @@
-//! Where the large dense products run: the CPU (f64, matrixmultiply) or a GPU (f32 WGSL kernels
-//! through wgpu: Vulkan, Metal or DX12 natively, WebGPU in the browser). The analysis asks a
-//! [`Backend`] for `A^T B` and `A^T A` of blocks of rows (the Grams), adding the results, in
-//! f64, into its own sums, and for `A X` of f64 matrices (each layer's products through the
-//! Grams); it never learns which backend did the work.
+//! Where the large dense products run: the CPU (f64, faer natively, a SIMD kernel in the tab) or
+//! a GPU (WGSL kernels through wgpu: Vulkan, Metal or DX12 natively, WebGPU in the browser). The
+//! analysis asks a [`Backend`] to add `A^T B` and `A^T A` of blocks of rows into a [`Sum`] (the
+//! Grams), and for `A X` of f64 matrices (each layer's products through the Grams); it never
+//! learns which backend did the work, nor where the sums are kept.
 //!
 //! The products are `async` because a browser hands a GPU's results back only through its event
 //! loop. The CPU's futures are ready at once, and so are native wgpu's (it waits for the device
@@ -11,6 +11,8 @@
 //!
 //! A GPU that fails (no adapter, device lost, out of memory, a limit) is replaced by the CPU:
 //! [`Backend::with_fallback`] reruns the whole computation there and keeps a one-line note.
+
+use std::sync::Arc;
 
 use nalgebra::DMatrix;
 use serde::{Deserialize, Serialize};
@@ -86,6 +88,34 @@ pub enum Factor {
     General,
     /// Zero below the diagonal: the CPU skips those zeros (a GPU multiplies them anyway).
     UpperTriangular,
+}
+
+/// A sum of products over blocks of rows, in segments (the Grams' [`SEGMENT_ROWS`](crate::analysis::circuits::SEGMENT_ROWS)),
+/// kept where the backend computes it; [`Backend::read`] gives it in f64.
+pub struct Sum {
+    m: usize,
+    n: usize,
+    kind: SumKind,
+}
+
+enum SumKind {
+    /// The closed segments' total and the open segment's sum from zero, in f64: the total is
+    /// the same bits however the tab's pool split the segments among its workers.
+    Cpu { total: DMatrix<f64>, segment: DMatrix<f64> },
+    /// On the device, read back once: segments do not matter there (a GPU's bits are its own).
+    #[cfg(feature = "gpu")]
+    Gpu(gpu::Accumulator),
+}
+
+impl Sum {
+    /// Closes the open segment (on the CPU, adds its sum to the total and starts the next one
+    /// from zero).
+    pub fn end_segment(&mut self) {
+        if let SumKind::Cpu { total, segment } = &mut self.kind {
+            *total += &*segment;
+            segment.fill(0.0);
+        }
+    }
 }
 
 enum Kind {
@@ -177,34 +207,63 @@ impl Backend {
         .max(1)
     }
 
-    /// `acc += A^T B` for blocks of the same rows: A is rows x m, B rows x n.
-    pub async fn add_product(&mut self, a: &DMatrix<f32>, b: &DMatrix<f32>, acc: &mut DMatrix<f64>) -> Result<()> {
-        match &self.kind {
-            Kind::Cpu => {
-                cpu::add_product(a, b, acc);
+    /// An m x n sum at zero, on this backend.
+    pub async fn sum(&self, m: usize, n: usize) -> Result<Sum> {
+        let kind = match &self.kind {
+            Kind::Cpu => SumKind::Cpu { total: DMatrix::zeros(m, n), segment: DMatrix::zeros(m, n) },
+            #[cfg(feature = "gpu")]
+            Kind::Gpu(gpu) => SumKind::Gpu(gpu.accumulator(m, n).await.map_err(Error::Gpu)?),
+        };
+        Ok(Sum { m, n, kind })
+    }
+
+    /// `sum += A^T B` for blocks of the same rows: A is rows x m, B rows x n.
+    pub async fn add_product(&mut self, a: &DMatrix<f32>, b: &DMatrix<f32>, sum: &mut Sum) -> Result<()> {
+        check_shape(sum, a, b)?;
+        match (&self.kind, &mut sum.kind) {
+            (Kind::Cpu, SumKind::Cpu { segment, .. }) => {
+                cpu::add_product(a, b, segment);
                 Ok(())
             }
             #[cfg(feature = "gpu")]
-            Kind::Gpu(gpu) => add_into(acc, &gpu.product(a, Some(b)).await.map_err(Error::Gpu)?),
+            (Kind::Gpu(gpu), SumKind::Gpu(sum)) => gpu.accumulate(sum, a, Some(b)).await.map_err(Error::Gpu),
+            #[cfg(feature = "gpu")]
+            _ => Err(another_backends_sum()),
         }
     }
 
-    /// `acc += A^T A` for a block of rows A (rows x n); `acc` stays exactly symmetric.
-    pub async fn add_gram(&mut self, a: &DMatrix<f32>, acc: &mut DMatrix<f64>) -> Result<()> {
-        match &self.kind {
-            Kind::Cpu => {
-                cpu::add_gram(a, acc);
+    /// `sum += A^T A` for a block of rows A (rows x n); the sum stays exactly symmetric.
+    pub async fn add_gram(&mut self, a: &DMatrix<f32>, sum: &mut Sum) -> Result<()> {
+        check_shape(sum, a, a)?;
+        match (&self.kind, &mut sum.kind) {
+            (Kind::Cpu, SumKind::Cpu { segment, .. }) => {
+                cpu::add_gram(a, segment);
                 Ok(())
             }
             #[cfg(feature = "gpu")]
-            Kind::Gpu(gpu) => add_into(acc, &gpu.product(a, None).await.map_err(Error::Gpu)?),
+            (Kind::Gpu(gpu), SumKind::Gpu(sum)) => gpu.accumulate(sum, a, None).await.map_err(Error::Gpu),
+            #[cfg(feature = "gpu")]
+            _ => Err(another_backends_sum()),
+        }
+    }
+
+    /// The sum, its open segment closed, in f64.
+    pub async fn read(&self, mut sum: Sum) -> Result<DMatrix<f64>> {
+        sum.end_segment();
+        match (&self.kind, sum.kind) {
+            (Kind::Cpu, SumKind::Cpu { total, .. }) => Ok(total),
+            #[cfg(feature = "gpu")]
+            (Kind::Gpu(gpu), SumKind::Gpu(sum)) => gpu.read(&sum).await.map_err(Error::Gpu),
+            #[cfg(feature = "gpu")]
+            _ => Err(another_backends_sum()),
         }
     }
 
     /// `A X` of f64 matrices: the layers' products through the Grams and their factors. The CPU
     /// computes it in f64; a GPU holds each entry as two f32 parts and keeps about 2^-36 of
-    /// every term (products.wgsl).
-    pub async fn multiply(&mut self, a: &DMatrix<f64>, form: Factor, x: &DMatrix<f64>) -> Result<DMatrix<f64>> {
+    /// every term (products.wgsl), and keeps A on the device for the next product with the same
+    /// `Arc` (a Gram's factor multiplies every layer).
+    pub async fn multiply(&mut self, a: &Arc<DMatrix<f64>>, form: Factor, x: &DMatrix<f64>) -> Result<DMatrix<f64>> {
         match &self.kind {
             Kind::Cpu => Ok(match form {
                 Factor::UpperTriangular => cpu::upper_product(a, x),
@@ -230,13 +289,24 @@ impl Backend {
     }
 }
 
-#[cfg(feature = "gpu")]
-fn add_into(acc: &mut DMatrix<f64>, part: &DMatrix<f64>) -> Result<()> {
-    if acc.shape() != part.shape() {
-        return Err(Error::Gpu(format!("a product came back {:?}, expected {:?}", part.shape(), acc.shape())));
+/// An error unless `A^T B` of these blocks fits `sum`.
+fn check_shape(sum: &Sum, a: &DMatrix<f32>, b: &DMatrix<f32>) -> Result<()> {
+    match a.nrows() == b.nrows() && (a.ncols(), b.ncols()) == (sum.m, sum.n) {
+        true => Ok(()),
+        false => Err(Error::Invalid(format!(
+            "blocks of {:?} and {:?} added to a {} x {} sum",
+            a.shape(),
+            b.shape(),
+            sum.m,
+            sum.n
+        ))),
     }
-    *acc += part;
-    Ok(())
+}
+
+/// A sum made on one backend, given to another (after a fallback, sums are made anew).
+#[cfg(feature = "gpu")]
+fn another_backends_sum() -> Error {
+    Error::Invalid("a sum made on another backend".into())
 }
 
 /// Runs a backend's future to its end where nothing can await it: natively, by blocking (the

@@ -17,6 +17,10 @@
 // TwoSum) and the small cross terms hi * lo + lo * hi + lo * lo, ~2^-12 of the product, are
 // summed with the sums' rounding errors into the second part.
 //
+// Accumulating (`shape.accumulate` = 1): the result is added to what C holds, the high parts
+// summed error-free and the low parts with the error, so a run of blocks sums on the device and
+// is read back once (a double-f32 sum keeps ~2^-44 of the total, far below each block's 2^-36).
+//
 // Each workgroup owns a 64 x 64 tile of C, each of its 16 x 16 invocations 4 x 4 entries
 // (strided by 16, so neighbouring invocations read neighbouring workgroup memory). K is walked
 // 16 rows at a time through workgroup memory (4 tiles of 4 KiB: the default 16 KiB limit).
@@ -29,7 +33,7 @@ struct Shape {
     // 1: A is stored as its transpose, column-major M x K (A[k, i] at a[k * M + i]), as an
     // nalgebra matrix F is when the product wanted is F B.
     a_transposed: u32,
-    pad0: u32,
+    accumulate: u32,
     pad1: u32,
     pad2: u32,
 }
@@ -84,15 +88,34 @@ fn add_compensated(low: ptr<function, vec4<f32>>, compensation: ptr<function, ve
     *low = t;
 }
 
-/// Column s of the invocation's block, rows local.x + 16 r (the vector's lanes r = 0..3).
-fn store_column(i: u32, j: u32, high: vec4<f32>, low: vec4<f32>, compensation: vec4<f32>) {
+/// `v`, which the compiler cannot see through (see multiply_add).
+fn hidden(v: f32, zero: u32) -> f32 {
+    return bitcast<f32>(bitcast<u32>(v) ^ zero);
+}
+
+/// Column s of the invocation's block, rows local.x + 16 r (the vector's lanes r = 0..3),
+/// written or, accumulating, added to what C holds.
+fn store_column(i: u32, j: u32, high: vec4<f32>, low: vec4<f32>, compensation: vec4<f32>, zero: u32) {
     if (j >= shape.n) {
         return;
     }
     for (var r = 0u; r < 4u; r++) {
         if (i + 16u * r < shape.m) {
-            c_high[j * shape.m + i + 16u * r] = high[r];
-            c_low[j * shape.m + i + 16u * r] = low[r] - compensation[r];
+            let at = j * shape.m + i + 16u * r;
+            var h = high[r];
+            var l = low[r] - compensation[r];
+            if (shape.accumulate != 0u) {
+                // TwoSum of the high parts; the low parts and its error into the low sum, then
+                // renormalised (FastTwoSum) so the high part stays the nearest f32 to the total.
+                let old = c_high[at];
+                let s = hidden(old + h, zero);
+                let b = hidden(s - old, zero);
+                let low_sum = c_low[at] + l + ((old - (s - b)) + (h - b));
+                h = hidden(s + low_sum, zero);
+                l = low_sum - hidden(h - s, zero);
+            }
+            c_high[at] = h;
+            c_low[at] = l;
         }
     }
 }
@@ -179,10 +202,10 @@ fn product_tile(tile: vec2<u32>, local: vec2<u32>, index: u32) {
         workgroupBarrier();
     }
     let i = i0 + local.x;
-    store_column(i, j0 + local.y, high0, low0, comp0);
-    store_column(i, j0 + local.y + 16u, high1, low1, comp1);
-    store_column(i, j0 + local.y + 32u, high2, low2, comp2);
-    store_column(i, j0 + local.y + 48u, high3, low3, comp3);
+    store_column(i, j0 + local.y, high0, low0, comp0, zero.x);
+    store_column(i, j0 + local.y + 16u, high1, low1, comp1, zero.x);
+    store_column(i, j0 + local.y + 32u, high2, low2, comp2, zero.x);
+    store_column(i, j0 + local.y + 48u, high3, low3, comp3, zero.x);
 }
 
 @compute @workgroup_size(16, 16)
