@@ -234,20 +234,12 @@ impl Gpu {
     pub async fn read(&self, sum: &Accumulator) -> Result<DMatrix<f64>, String> {
         let mut c = DMatrix::zeros(sum.m, sum.n);
         if sum.m * sum.n > 0 {
-            self.read_into(c.as_view_mut(), (&sum.high, &sum.low)).await?;
+            self.read_into(c.as_mut_slice(), (&sum.high, &sum.low)).await?;
         }
         if sum.symmetric == Some(true) {
             c.fill_lower_triangle_with_upper_triangle();
         }
         Ok(c)
-    }
-
-    /// `A^T B` (A rows x m, B rows x n), or `A^T A` when `b` is None, in f32 on the GPU and
-    /// returned as f64: one block summed from zero and read back.
-    pub async fn product(&self, a: &DMatrix<f32>, b: Option<&DMatrix<f32>>) -> Result<DMatrix<f64>, String> {
-        let mut sum = self.accumulator(a.ncols(), b.map_or(a.ncols(), |b| b.ncols())).await?;
-        self.accumulate(&mut sum, a, b).await?;
-        self.read(&sum).await
     }
 
     /// `A X` of f64 matrices (A m x k, X k x n), each entry held as two f32 parts (products.wgsl
@@ -291,7 +283,7 @@ impl Gpu {
             }
             scope.pop(self).await?;
             b?;
-            self.read_into(c.columns_mut(start, width), (&output.0, &output.1)).await?;
+            self.read_into(&mut c.as_mut_slice()[start * m..(start + width) * m], (&output.0, &output.1)).await?;
         }
         Ok(c)
     }
@@ -425,14 +417,10 @@ impl Gpu {
         encoder
     }
 
-    /// Reads the two f32 parts back into `c` (m x n, column-major parts), added in f64.
-    async fn read_into(
-        &self,
-        mut c: nalgebra::DMatrixViewMut<'_, f64>,
-        (high, low): (&wgpu::Buffer, &wgpu::Buffer),
-    ) -> Result<(), String> {
-        let (m, n) = c.shape();
-        let size = (4 * m * n) as u64;
+    /// Reads the two f32 parts back into `c` (their sums in f64, in the parts' column-major
+    /// order).
+    async fn read_into(&self, c: &mut [f64], (high, low): (&wgpu::Buffer, &wgpu::Buffer)) -> Result<(), String> {
+        let size = (4 * c.len()) as u64;
         let scope = Scopes::push(&self.device);
         let read_buffer =
             self.scratch("read back", 2 * size, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
@@ -452,13 +440,13 @@ impl Gpu {
         mapping.map_err(|e| format!("reading the result back: {e}"))?;
         let view = read_buffer.get_mapped_range(..2 * size).map_err(|e| format!("reading the result back: {e}"))?;
         let values: &[f32] = bytemuck::cast_slice(&view);
-        let (high, low) = values.split_at(m * n);
-        for (j, mut column) in c.column_iter_mut().enumerate() {
-            let (high, low) = (&high[j * m..(j + 1) * m], &low[j * m..(j + 1) * m]);
-            for ((entry, &h), &l) in column.iter_mut().zip(high).zip(low) {
+        let (high, low) = values.split_at(c.len());
+        in_chunks(c, SMALLEST_CHUNK, |start, chunk| {
+            let parts = high[start..].iter().zip(&low[start..]);
+            for (entry, (&h, &l)) in chunk.iter_mut().zip(parts) {
                 *entry = h as f64 + l as f64;
             }
-        }
+        });
         drop(view);
         read_buffer.unmap();
         Ok(())
@@ -576,9 +564,43 @@ impl Scopes {
 
 /// f64 values as two f32 parts: each rounded to f32, and what that left (exact to 2^-48).
 fn split(values: &[f64]) -> (Vec<f32>, Vec<f32>) {
-    let value: Vec<f32> = values.iter().map(|&v| v as f32).collect();
-    let rest = values.iter().zip(&value).map(|(&v, &high)| (v - high as f64) as f32).collect();
+    let (mut value, mut rest) = (vec![0f32; values.len()], vec![0f32; values.len()]);
+    let size = SMALLEST_CHUNK;
+    let mut pieces: Vec<_> = value.chunks_mut(size).zip(rest.chunks_mut(size)).enumerate().collect();
+    in_chunks(&mut pieces, 1, |_, pieces| {
+        for (i, (value, rest)) in pieces {
+            for ((value, rest), &v) in value.iter_mut().zip(rest.iter_mut()).zip(&values[*i * size..]) {
+                *value = v as f32;
+                *rest = (v - *value as f64) as f32;
+            }
+        }
+    });
     (value, rest)
+}
+
+/// Entries per thread, at least, in [`in_chunks`]'s conversions (a thread costs ~10 µs).
+const SMALLEST_CHUNK: usize = 1 << 16;
+
+/// `each(start, chunk)` over `items` in one chunk per core natively (one in the browser): the
+/// conversions around a GPU product are memory-bound loops over hundreds of MB, and natively
+/// took longer than the product itself on one thread.
+fn in_chunks<T: Send>(items: &mut [T], smallest: usize, each: impl Fn(usize, &mut [T]) + Sync) {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let size = items.len().div_ceil(cores).max(smallest).max(1);
+        std::thread::scope(|scope| {
+            for (i, chunk) in items.chunks_mut(size).enumerate() {
+                let each = &each;
+                scope.spawn(move || each(i * size, chunk));
+            }
+        });
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        let _ = smallest;
+        each(0, items);
+    }
 }
 
 /// A callback's value handed to the task awaiting it: the callback (to give wgpu) and the
