@@ -460,9 +460,10 @@ enum GramFactor {
     /// `F = L^T` (d x d, upper triangular) from the Cholesky factorisation `G = L L^T`.
     /// (Each factor is shared, so that a GPU keeps it on the device for every layer.)
     Upper(Arc<DMatrix<f64>>),
-    /// `F = Λ^½ V^T` (k x d) over the eigenvalues above rounding: a Gram of rank below
-    /// d_model (a vocabulary smaller than the width, as the character model's), which has no
-    /// Cholesky factor and is cheaper this way anyway (k < d).
+    /// `F = (P L)^T` (k x d) from the pivoted Cholesky factorisation `P^T G P = L L^T`, cut at
+    /// the numerical rank k: a Gram of rank below d_model (a vocabulary smaller than the width,
+    /// as the character model's), which has no plain Cholesky factor and is cheaper this way
+    /// anyway (k < d).
     Dense(Arc<DMatrix<f64>>),
 }
 
@@ -473,19 +474,34 @@ impl GramFactor {
             let lower = cholesky.L();
             return Ok(GramFactor::Upper(Arc::new(DMatrix::from_fn(gram.nrows(), gram.ncols(), |i, j| lower[(j, i)]))));
         }
-        // Semi-definite: keep the eigenvalues above d·ε of the largest (the numerical rank;
-        // what is dropped is below the rounding of G itself).
-        let eigen = matrix
-            .self_adjoint_eigen(faer::Side::Lower)
-            .map_err(|_| "the Gram matrix's eigendecomposition did not converge".to_string())?;
-        let values: Vec<f64> = eigen.S().column_vector().iter().copied().collect();
-        let vectors = eigen.U();
-        let largest = values.iter().cloned().fold(0.0, f64::max);
-        let kept: Vec<usize> =
-            (0..values.len()).filter(|&i| values[i] > largest * gram.nrows() as f64 * f64::EPSILON).collect();
-        Ok(GramFactor::Dense(Arc::new(DMatrix::from_fn(kept.len(), gram.ncols(), |r, j| {
-            values[kept[r]].sqrt() * vectors[(j, kept[r])]
-        }))))
+        // Semi-definite: pivoted Cholesky stops where every remaining pivot is below d·ε of the
+        // largest diagonal entry (what is dropped is below the rounding of G itself). It was
+        // an eigendecomposition of G: 20 to 80 ms in each of the tab's workers before the
+        // demo's first head, where this is d·k² work.
+        use faer::dyn_stack::{MemBuffer, MemStack};
+        use faer::linalg::cholesky::llt_pivoting::factor::{cholesky_in_place, cholesky_in_place_scratch};
+        let n = gram.nrows();
+        let mut factored = matrix;
+        let (mut perm, mut perm_inv) = (vec![0usize; n], vec![0usize; n]);
+        let mut scratch =
+            MemBuffer::new(cholesky_in_place_scratch::<usize, f64>(n, faer::Par::Seq, Default::default()));
+        let (info, _) = cholesky_in_place(
+            factored.as_mut(),
+            &mut perm,
+            &mut perm_inv,
+            faer::Par::Seq,
+            MemStack::new(&mut scratch),
+            Default::default(),
+        )
+        .map_err(|_| "the Gram matrix is not positive semi-definite".to_string())?;
+        // Row i of P^T G P is G's row perm[i]; L is the lower triangle of `factored`.
+        let mut f = DMatrix::zeros(info.rank, n);
+        for r in 0..info.rank {
+            for i in r..n {
+                f[(r, perm[i])] = factored[(i, r)];
+            }
+        }
+        Ok(GramFactor::Dense(Arc::new(f)))
     }
 
     /// `F X`, on `backend`.

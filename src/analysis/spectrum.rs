@@ -111,18 +111,17 @@ impl Factored {
         // Restrict M to its range in an orthonormal basis: A^T A = U Σ U^T, R = Σ^½ U^T,
         // restricted = R (B A) R^+. Its eigenvalues are M's non-zero ones, its eigenvectors
         // M's own (in that basis), so κ does not depend on how W_V/W_O split the circuit.
-        let gram = to_faer(&self.gram_left);
-        let sym = gram
-            .self_adjoint_eigen(faer::Side::Lower)
-            .map_err(|_| "A^T A: eigendecomposition did not converge".to_string())?;
-        let values: Vec<f64> = sym.S().column_vector().iter().copied().collect();
+        // nalgebra's symmetric QR, not faer's: 1.5x faster natively and 2-3x in the tab at 64 x 64.
+        let sym = nalgebra::SymmetricEigen::try_new(self.gram_left.clone(), f64::EPSILON, SCHUR_SWEEPS * r.max(1))
+            .ok_or_else(|| "A^T A: eigendecomposition did not converge".to_string())?;
+        let values = sym.eigenvalues.as_slice();
         let largest = values.iter().cloned().fold(0.0, f64::max);
         let kept: Vec<usize> = (0..r).filter(|&i| values[i] > largest * RANK_TOLERANCE).collect();
         if kept.is_empty() {
             return Err("the circuit is zero: its left factor has rank 0".into());
         }
         let k = kept.len();
-        let u = sym.U();
+        let u = &sym.eigenvectors;
         let root = DMatrix::from_fn(k, r, |i, j| values[kept[i]].sqrt() * u[(j, kept[i])]);
         let root_pinv = DMatrix::from_fn(r, k, |i, j| u[(i, kept[j])] / values[kept[j]].sqrt());
         let restricted = &root * &self.small * &root_pinv;
@@ -366,10 +365,47 @@ fn eigenvector_condition(
         }
     }
 
-    let singular = unit.singular_values().map_err(|_| "eigenvector SVD did not converge".to_string())?;
-    let (largest, smallest) = (singular[0], singular[singular.len() - 1]);
+    let singular: Vec<f64> = match as_real(unit.as_ref()) {
+        Some(real) => nalgebra::SVD::try_new(real, false, false, f64::EPSILON, SCHUR_SWEEPS * n.max(1))
+            .map(|svd| svd.singular_values.iter().copied().collect())
+            .ok_or(()),
+        None => unit.singular_values().map_err(|_| ()),
+    }
+    .map_err(|_| "eigenvector SVD did not converge".to_string())?;
+    let largest = singular.iter().copied().fold(f64::NAN, f64::max);
+    let smallest = singular.iter().copied().fold(f64::NAN, f64::min);
     if !(smallest.is_finite() && largest.is_finite()) || smallest <= largest * DEFECTIVE_TOLERANCE {
         return Ok(None);
     }
     Ok(Some(largest / smallest))
+}
+
+/// `V U` for a unitary `U` that makes it real, when there is one this simple: each real column
+/// as is, and each conjugate pair of columns `[v, v̄]` as `[√2 Re v, √2 Im v]` (that is
+/// `[v, v̄] [[1, -i], [1, i]] / √2`). The singular values are `V`'s, from a real SVD: at 64 x 64
+/// nalgebra's takes 0.4 ms in the tab where faer's complex one took 2.6 ms (a third of the
+/// circuit). None unless every column is real or half of an exact conjugate pair beside it:
+/// back substitution on the real Schur form gives that; an orthonormalised cluster or faer's
+/// fallback need not.
+fn as_real(vectors: faer::MatRef<'_, c64>) -> Option<DMatrix<f64>> {
+    let (r, n) = (vectors.nrows(), vectors.ncols());
+    let mut real = DMatrix::<f64>::zeros(r, n);
+    let mut j = 0;
+    while j < n {
+        if (0..r).all(|i| vectors[(i, j)].im == 0.0) {
+            for i in 0..r {
+                real[(i, j)] = vectors[(i, j)].re;
+            }
+            j += 1;
+        } else if j + 1 < n && (0..r).all(|i| vectors[(i, j + 1)] == vectors[(i, j)].conj()) {
+            for i in 0..r {
+                real[(i, j)] = std::f64::consts::SQRT_2 * vectors[(i, j)].re;
+                real[(i, j + 1)] = std::f64::consts::SQRT_2 * vectors[(i, j)].im;
+            }
+            j += 2;
+        } else {
+            return None;
+        }
+    }
+    Some(real)
 }
