@@ -93,3 +93,50 @@ fn charts_escape_tokens_and_mark_induction_cells() {
     assert!(out.contains("&lt;") && out.contains("&amp;") && !out.contains("><<"));
     assert_eq!(out.matches("induction-cell").count(), 2);
 }
+
+/// A file past 4 GiB, as each of Llama-3-8B's shards is: only the header and the bytes asked
+/// for exist, and every read is recorded.
+struct Sparse {
+    header: Vec<u8>,
+    len: u64,
+    reads: std::cell::RefCell<Vec<(u64, usize)>>,
+}
+
+impl ByteSource for Sparse {
+    fn name(&self) -> &str {
+        "model-00001-of-00004.safetensors"
+    }
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn read_range(&self, offset: u64, len: usize) -> headprint::Result<Vec<u8>> {
+        self.reads.borrow_mut().push((offset, len));
+        Ok(match offset {
+            0 => self.header[..len].to_vec(),
+            8 => self.header[8..8 + len].to_vec(),
+            _ => 1.5f32.to_le_bytes().repeat(len / 4),
+        })
+    }
+}
+
+#[wasm_bindgen_test]
+fn a_file_over_4_gib_opens_and_reads_at_its_true_offsets() {
+    // wasm32's usize is 32 bits: byte offsets past 4 GiB must stay u64 all the way to the read.
+    let (big, late) = (5u64 << 30, 8u64);
+    let table = format!(
+        r#"{{"big":{{"dtype":"F32","shape":[{}],"data_offsets":[0,{big}]}},"late":{{"dtype":"F32","shape":[2],"data_offsets":[{big},{}]}}}}"#,
+        big / 4,
+        big + late
+    );
+    let mut header = (table.len() as u64).to_le_bytes().to_vec();
+    header.extend_from_slice(table.as_bytes());
+    let len = header.len() as u64 + big + late;
+    let source = Sparse { header, len, reads: Default::default() };
+    let file = headprint::weights::SafetensorsFile::open(&source).expect("a 5 GiB file opens in wasm");
+    let entry = &file.entries()["late"];
+    let data_start = 8 + table.len() as u64;
+    assert_eq!((entry.start, entry.end), (data_start + big, data_start + big + late));
+    let tensor = file.read("late").unwrap().unwrap();
+    assert_eq!(tensor.data, vec![1.5, 1.5]);
+    assert_eq!(source.reads.borrow().last(), Some(&(data_start + big, 8)));
+}

@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
-use safetensors::{Dtype, SafeTensorError, tensor::Metadata};
+use safetensors::{Dtype, SafeTensorError};
+use serde::Deserialize;
 
 use super::{ByteSource, Tensor};
 use crate::{Error, Result};
@@ -51,28 +52,26 @@ impl<'a> SafetensorsFile<'a> {
             return Err(not_safetensors("the header is not a JSON object"));
         }
         let header_text = std::str::from_utf8(&header).map_err(|_| not_safetensors("the header is not UTF-8"))?;
-        let parsed: Metadata =
-            serde_json::from_str(header_text).map_err(|e| describe_header_error(&file, &e.to_string()))?;
+        let table = HeaderTable::parse(header_text).map_err(|e| describe_header_error(&file, &e))?;
         let data_start = 8 + header_len;
-        let expected_len = data_start + parsed.data_len() as u64;
+        let expected_len = data_start + table.data_len;
         if expected_len > file_len {
             return Err(Error::Truncated { file, expected: expected_len, actual: file_len });
         }
-        let tensors = parsed
-            .tensors()
+        let tensors = table
+            .tensors
             .into_iter()
-            .map(|(name, info)| {
+            .map(|(name, t)| {
                 let entry = TensorEntry {
-                    dtype: info.dtype,
-                    shape: info.shape.clone(),
-                    start: data_start + info.data_offsets.0 as u64,
-                    end: data_start + info.data_offsets.1 as u64,
+                    dtype: t.dtype,
+                    shape: t.shape,
+                    start: data_start + t.data_offsets.0,
+                    end: data_start + t.data_offsets.1,
                 };
                 (name, entry)
             })
             .collect();
-        let metadata = parsed.metadata().clone().unwrap_or_default();
-        Ok(Self { source, tensors, metadata })
+        Ok(Self { source, tensors, metadata: table.metadata })
     }
 
     pub fn name(&self) -> &str {
@@ -148,7 +147,60 @@ impl<'a> SafetensorsFile<'a> {
     }
 }
 
-/// The safetensors crate reports table problems through serde; turn them into our messages.
+/// One tensor as the header lists it.
+#[derive(Deserialize)]
+struct HeaderTensor {
+    dtype: Dtype,
+    shape: Vec<usize>,
+    data_offsets: (u64, u64),
+}
+
+/// The header's table, checked as the safetensors crate checks it (`Metadata::validate`: byte
+/// ranges in order from 0 with no gaps or overlaps, each as long as its shape and dtype say),
+/// but with offsets in u64. The crate keeps them as usize, which is 32 bits in the tab: it
+/// refused every file over 4 GiB there, such as each of Llama-3-8B's 5 GB shards.
+struct HeaderTable {
+    tensors: Vec<(String, HeaderTensor)>,
+    metadata: HashMap<String, String>,
+    /// Bytes of tensor data after the header.
+    data_len: u64,
+}
+
+impl HeaderTable {
+    /// The error is a message in the safetensors crate's words, for [`describe_header_error`].
+    fn parse(text: &str) -> std::result::Result<HeaderTable, String> {
+        let mut entries: HashMap<String, serde_json::Value> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let metadata = match entries.remove("__metadata__") {
+            Some(value) => serde_json::from_value(value).map_err(|e| e.to_string())?,
+            None => HashMap::new(),
+        };
+        let mut tensors = entries
+            .into_iter()
+            .map(|(name, value)| Ok((name, serde_json::from_value::<HeaderTensor>(value).map_err(|e| e.to_string())?)))
+            .collect::<std::result::Result<Vec<_>, String>>()?;
+        tensors.sort_by_key(|(_, t)| t.data_offsets);
+        let mut end = 0u64;
+        for (name, t) in &tensors {
+            let (start, stop) = t.data_offsets;
+            if start != end || stop < start {
+                return Err(SafeTensorError::InvalidOffset(name.clone()).to_string());
+            }
+            end = stop;
+            let overflow = || SafeTensorError::ValidationOverflow.to_string();
+            let elements = t.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64)).ok_or_else(overflow)?;
+            let bits = elements.checked_mul(t.dtype.bitsize() as u64).ok_or_else(overflow)?;
+            if bits % 8 != 0 {
+                return Err(SafeTensorError::MisalignedSlice.to_string());
+            }
+            if stop - start != bits / 8 {
+                return Err(SafeTensorError::TensorInvalidInfo.to_string());
+            }
+        }
+        Ok(HeaderTable { tensors, metadata, data_len: end })
+    }
+}
+
+/// A table problem in the safetensors crate's words (its error messages), as ours.
 fn describe_header_error(file: &str, message: &str) -> Error {
     let bad = |reason: String| Error::BadOffsets { file: file.into(), reason };
     if message.contains("unknown variant") {
