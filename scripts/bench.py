@@ -12,7 +12,7 @@ same work:
   * probe: load, run the model on a 50-token random sequence repeated once (100 tokens) and
     read every head's attention (TL: run_with_cache).
 TransformerLens loads as its users do (see load_tl); both sides fold LayerNorm. Both run on every
-core (torch's default thread count, headprint's rayon pool): an earlier version gave
+core (torch's default thread count; headprint's threads and faer's products): an earlier version gave
 TransformerLens one thread, which doubled its time and the speed-up with it. Its times vary by
 ~25% from run to run on two cores, so it gets the best of TL_RUNS runs, as headprint the best of
 RUNS. Wall and CPU time are both reported.

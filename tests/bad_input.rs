@@ -324,6 +324,11 @@ fn absurd_shapes_and_indices_are_refused_before_allocating() {
     let huge = r#"{"a":{"dtype":"F32","shape":[1000000000,1000],"data_offsets":[0,4000000000000]}}"#;
     let m = message(load_bytes(with_header(huge, 8)));
     assert!(m.contains("truncated: the header says 40000000000") && m.ends_with("the file has 96"), "{m}");
+    // A table whose end is just below u64::MAX: adding the header's length must not wrap.
+    let end = u64::MAX - 4;
+    let wrapping = format!(r#"{{"a":{{"dtype":"U8","shape":[{end}],"data_offsets":[0,{end}]}}}}"#);
+    let m = message(load_bytes(with_header(&wrapping, 8)));
+    assert!(m.contains("bad tensor table") && m.contains("overflows"), "{m}");
 }
 
 #[test]

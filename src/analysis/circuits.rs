@@ -137,9 +137,10 @@ impl Grams {
     /// tab shows it); a GPU that fails restarts the count on the CPU. Awaited only where a GPU's
     /// results come through an event loop (the tab's worker).
     ///
-    /// The sum is taken as the tab's worker pool takes it: each segment of [`SEGMENT_ROWS`]
-    /// vocabulary rows summed from zero, then the segments added in order ([`Grams::add`]). So
-    /// the pool, whichever worker computed which segment, gives these same bits.
+    /// On the CPU the sum is taken as the tab's worker pool takes it: each segment of
+    /// [`SEGMENT_ROWS`] vocabulary rows summed from zero, then the segments added in order
+    /// ([`Grams::add`]). So the pool, whichever worker computed which segment, gives these same
+    /// bits. A GPU sums across segments on the device (its bits are its own anyway).
     pub async fn gather(
         model: &(impl Weights + ?Sized),
         backend: &mut Backend,
@@ -475,12 +476,15 @@ impl GramFactor {
             return Ok(GramFactor::Upper(Arc::new(DMatrix::from_fn(gram.nrows(), gram.ncols(), |i, j| lower[(j, i)]))));
         }
         // Semi-definite: pivoted Cholesky stops where every remaining pivot is below d·ε of the
-        // largest diagonal entry (what is dropped is below the rounding of G itself). It was
-        // an eigendecomposition of G: 20 to 80 ms in each of the tab's workers before the
-        // demo's first head, where this is d·k² work.
+        // largest diagonal entry (what is dropped is below the rounding of G itself); d·k² work,
+        // where an eigendecomposition is d³ and delayed the tab's first heads.
         use faer::dyn_stack::{MemBuffer, MemStack};
         use faer::linalg::cholesky::llt_pivoting::factor::{cholesky_in_place, cholesky_in_place_scratch};
         let n = gram.nrows();
+        if !(0..n).any(|i| gram[(i, i)] > 0.0) {
+            // A zero Gram (no rows, or all zero) has rank 0; faer would divide by its zero pivot.
+            return Ok(GramFactor::Dense(Arc::new(DMatrix::zeros(0, n))));
+        }
         let mut factored = matrix;
         let (mut perm, mut perm_inv) = (vec![0usize; n], vec![0usize; n]);
         let mut scratch =
@@ -567,8 +571,7 @@ pub struct LayerProducts {
 impl LayerProducts {
     /// `heads` are the layer's heads in order, all of them. The outer error is the backend's (a
     /// GPU that failed: the caller falls back); the inner one says the Grams could not be
-    /// factored (an eigendecomposition that did not converge), and then no token-space circuit
-    /// can be read.
+    /// factored (not positive semi-definite), and then no token-space circuit can be read.
     pub async fn new(
         config: &ModelConfig,
         heads: &[HeadWeights],

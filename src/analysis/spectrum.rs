@@ -1,7 +1,7 @@
 //! The fingerprint of one circuit `M = A B` from three small matrices (spec section 2):
 //! `B A` (whose eigenvalues are M's non-zero ones), `A^T A` and `B B^T`. Nothing here is ever
-//! larger than d_head x d_head, and every decomposition is bounded (faer returns an error on
-//! non-convergence instead of looping).
+//! larger than d_head x d_head, and every decomposition is bounded (nalgebra's run under an
+//! iteration cap, faer's return an error on non-convergence: none loops).
 
 use faer::Mat;
 use faer::c64;
@@ -111,7 +111,7 @@ impl Factored {
         // Restrict M to its range in an orthonormal basis: A^T A = U Σ U^T, R = Σ^½ U^T,
         // restricted = R (B A) R^+. Its eigenvalues are M's non-zero ones, its eigenvectors
         // M's own (in that basis), so κ does not depend on how W_V/W_O split the circuit.
-        // nalgebra's symmetric QR, not faer's: 1.5x faster natively and 2-3x in the tab at 64 x 64.
+        // nalgebra's symmetric QR, not faer's: faster at d_head sizes, natively and more so in wasm.
         let sym = nalgebra::SymmetricEigen::try_new(self.gram_left.clone(), f64::EPSILON, SCHUR_SWEEPS * r.max(1))
             .ok_or_else(|| "A^T A: eigendecomposition did not converge".to_string())?;
         let values = sym.eigenvalues.as_slice();
@@ -190,7 +190,8 @@ impl Eigen {
     }
 }
 
-/// Iterations per row allowed to nalgebra's Schur iteration before faer's solver is asked.
+/// Iterations per row allowed to nalgebra's Schur, symmetric QR and SVD iterations (the Schur
+/// form then falls back to faer's solver; the others report that they did not converge).
 const SCHUR_SWEEPS: usize = 100;
 
 /// The eigenvalues of a real Schur form `t` (quasi-upper-triangular: 1 x 1 and 2 x 2 diagonal
@@ -382,9 +383,8 @@ fn eigenvector_condition(
 
 /// `V U` for a unitary `U` that makes it real, when there is one this simple: each real column
 /// as is, and each conjugate pair of columns `[v, v̄]` as `[√2 Re v, √2 Im v]` (that is
-/// `[v, v̄] [[1, -i], [1, i]] / √2`). The singular values are `V`'s, from a real SVD: at 64 x 64
-/// nalgebra's takes 0.4 ms in the tab where faer's complex one took 2.6 ms (a third of the
-/// circuit). None unless every column is real or half of an exact conjugate pair beside it:
+/// `[v, v̄] [[1, -i], [1, i]] / √2`). The singular values are `V`'s, from a real SVD, several
+/// times cheaper than a complex one in the tab. None unless every column is real or half of an exact conjugate pair beside it:
 /// back substitution on the real Schur form gives that; an orthonormalised cluster or faer's
 /// fallback need not.
 fn as_real(vectors: faer::MatRef<'_, c64>) -> Option<DMatrix<f64>> {

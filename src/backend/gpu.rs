@@ -79,13 +79,18 @@ impl Gpu {
     /// hardware; in the browser the one WebGPU offers (high-performance preference). A software
     /// or fallback adapter (lavapipe, SwiftShader, WARP) is taken only when `allow_software`.
     pub async fn open(allow_software: bool) -> Result<Gpu, String> {
-        Self::open_with(allow_software, KERNELS, wgpu::ShaderRuntimeChecks::checked()).await
+        // SAFETY: with every runtime check on.
+        unsafe { Self::open_with(allow_software, KERNELS, wgpu::ShaderRuntimeChecks::checked()) }.await
     }
 
     /// [`Gpu::open`] with other kernels (the same entry points and bindings) and runtime checks:
     /// for examples/gpu_kernels.rs, which times variants of products.wgsl against each other.
+    ///
+    /// # Safety
+    /// With checks other than `ShaderRuntimeChecks::checked()`, `kernels` must never index
+    /// outside their bindings nor loop without end: nothing then stops them.
     #[doc(hidden)]
-    pub async fn open_with(
+    pub async unsafe fn open_with(
         allow_software: bool,
         kernels: &str,
         checks: wgpu::ShaderRuntimeChecks,
@@ -127,8 +132,7 @@ impl Gpu {
             label: Some("products.wgsl"),
             source: wgpu::ShaderSource::Wgsl(kernels.into()),
         };
-        // SAFETY: only the benchmark of kernel variants passes other checks than `checked()`,
-        // with kernels that index inside their bindings (as products.wgsl does).
+        // SAFETY: checks other than `checked()` come only through `open_with`'s own contract.
         let module = unsafe { device.create_shader_module_trusted(descriptor, checks) };
         let pipeline = |entry: &str| {
             device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
@@ -432,13 +436,24 @@ impl Gpu {
 
         let (signal, future) = signal();
         read_buffer.slice(..2 * size).map_async(wgpu::MapMode::Read, signal);
-        // Natively this waits for the device (and runs the callback); the browser's device
-        // needs no polling and the callback comes from its event loop.
-        self.wait()?;
-        let mapping = future.await;
-        self.check()?;
-        mapping.map_err(|e| format!("reading the result back: {e}"))?;
-        let view = read_buffer.get_mapped_range(..2 * size).map_err(|e| format!("reading the result back: {e}"))?;
+        let mapped = async {
+            // Natively this waits for the device (and runs the callback); the browser's device
+            // needs no polling and the callback comes from its event loop.
+            self.wait()?;
+            let mapping = future.await;
+            self.check()?;
+            mapping.map_err(|e| format!("reading the result back: {e}"))?;
+            read_buffer.get_mapped_range(..2 * size).map_err(|e| format!("reading the result back: {e}"))
+        }
+        .await;
+        let view = match mapped {
+            Ok(view) => view,
+            Err(e) => {
+                // The kept buffer may be left mapped or pending: a later read gets a new one.
+                self.scratch.lock().unwrap_or_else(|e| e.into_inner()).remove("read back");
+                return Err(e);
+            }
+        };
         let values: &[f32] = bytemuck::cast_slice(&view);
         let (high, low) = values.split_at(c.len());
         in_chunks(c, SMALLEST_CHUNK, |start, chunk| {

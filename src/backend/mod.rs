@@ -99,9 +99,11 @@ pub struct Sum {
 }
 
 enum SumKind {
-    /// The closed segments' total and the open segment's sum from zero, in f64: the total is
-    /// the same bits however the tab's pool split the segments among its workers.
-    Cpu { total: DMatrix<f64>, segment: DMatrix<f64> },
+    /// The closed segments' total (None: zero) and the open segment's sum from zero, in f64:
+    /// the total is the same bits however the tab's pool split the segments among its workers.
+    /// The open segment is 0 x 0 until a product is added to it, so a sum of one segment (each
+    /// pool worker's) holds one matrix, not two.
+    Cpu { total: Option<DMatrix<f64>>, segment: DMatrix<f64> },
     /// On the device, read back once: segments do not matter there (a GPU's bits are its own).
     #[cfg(feature = "gpu")]
     Gpu(gpu::Accumulator),
@@ -112,9 +114,25 @@ impl Sum {
     /// from zero).
     pub fn end_segment(&mut self) {
         if let SumKind::Cpu { total, segment } = &mut self.kind {
-            *total += &*segment;
-            segment.fill(0.0);
+            if segment.is_empty() {
+                return;
+            }
+            let closed = std::mem::replace(segment, DMatrix::zeros(0, 0));
+            match total {
+                // Zero plus the segment is the segment, bit for bit (it never holds -0.0: it
+                // is summed from +0.0).
+                None => *total = Some(closed),
+                Some(total) => *total += closed,
+            }
         }
+    }
+
+    /// The open segment on the CPU, made at zero if it is not yet.
+    fn open_segment(m: usize, n: usize, segment: &mut DMatrix<f64>) -> &mut DMatrix<f64> {
+        if segment.is_empty() {
+            *segment = DMatrix::zeros(m, n);
+        }
+        segment
     }
 }
 
@@ -210,7 +228,7 @@ impl Backend {
     /// An m x n sum at zero, on this backend.
     pub async fn sum(&self, m: usize, n: usize) -> Result<Sum> {
         let kind = match &self.kind {
-            Kind::Cpu => SumKind::Cpu { total: DMatrix::zeros(m, n), segment: DMatrix::zeros(m, n) },
+            Kind::Cpu => SumKind::Cpu { total: None, segment: DMatrix::zeros(0, 0) },
             #[cfg(feature = "gpu")]
             Kind::Gpu(gpu) => SumKind::Gpu(gpu.accumulator(m, n).await.map_err(Error::Gpu)?),
         };
@@ -222,7 +240,7 @@ impl Backend {
         check_shape(sum, a, b)?;
         match (&self.kind, &mut sum.kind) {
             (Kind::Cpu, SumKind::Cpu { segment, .. }) => {
-                cpu::add_product(a, b, segment);
+                cpu::add_product(a, b, Sum::open_segment(sum.m, sum.n, segment));
                 Ok(())
             }
             #[cfg(feature = "gpu")]
@@ -237,7 +255,7 @@ impl Backend {
         check_shape(sum, a, a)?;
         match (&self.kind, &mut sum.kind) {
             (Kind::Cpu, SumKind::Cpu { segment, .. }) => {
-                cpu::add_gram(a, segment);
+                cpu::add_gram(a, Sum::open_segment(sum.m, sum.n, segment));
                 Ok(())
             }
             #[cfg(feature = "gpu")]
@@ -251,7 +269,7 @@ impl Backend {
     pub async fn read(&self, mut sum: Sum) -> Result<DMatrix<f64>> {
         sum.end_segment();
         match (&self.kind, sum.kind) {
-            (Kind::Cpu, SumKind::Cpu { total, .. }) => Ok(total),
+            (Kind::Cpu, SumKind::Cpu { total, .. }) => Ok(total.unwrap_or_else(|| DMatrix::zeros(sum.m, sum.n))),
             #[cfg(feature = "gpu")]
             (Kind::Gpu(gpu), SumKind::Gpu(sum)) => gpu.read(&sum).await.map_err(Error::Gpu),
             #[cfg(feature = "gpu")]

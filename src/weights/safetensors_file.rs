@@ -54,7 +54,11 @@ impl<'a> SafetensorsFile<'a> {
         let header_text = std::str::from_utf8(&header).map_err(|_| not_safetensors("the header is not UTF-8"))?;
         let table = HeaderTable::parse(header_text).map_err(|e| describe_header_error(&file, &e))?;
         let data_start = 8 + header_len;
-        let expected_len = data_start + table.data_len;
+        // A claimed length near u64::MAX must not wrap past the check (then every offset below
+        // it is in the file, so the sums below cannot overflow).
+        let Some(expected_len) = data_start.checked_add(table.data_len) else {
+            return Err(Error::BadOffsets { file, reason: "a tensor's size overflows".into() });
+        };
         if expected_len > file_len {
             return Err(Error::Truncated { file, expected: expected_len, actual: file_len });
         }
@@ -170,9 +174,10 @@ impl HeaderTable {
     /// The error is a message in the safetensors crate's words, for [`describe_header_error`].
     fn parse(text: &str) -> std::result::Result<HeaderTable, String> {
         let mut entries: HashMap<String, serde_json::Value> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        // The crate takes a missing or null `__metadata__` alike.
         let metadata = match entries.remove("__metadata__") {
+            Some(serde_json::Value::Null) | None => HashMap::new(),
             Some(value) => serde_json::from_value(value).map_err(|e| e.to_string())?,
-            None => HashMap::new(),
         };
         let mut tensors = entries
             .into_iter()
