@@ -73,8 +73,8 @@ fn load_default(ctx: Ctx) {
 fn connect_worker(ctx: Ctx) {
     client::set_hooks(client::Hooks {
         on_progress: Box::new(move |mut progress| {
-            // Only the first model's load fills a preview grid; later loads keep the shown model.
-            if ctx.loaded.with_untracked(Option::is_none) {
+            // A load fills the preview grid (a raw fingerprint of the shown model does not).
+            if ctx.loading.with_untracked(Option::is_some) {
                 ctx.preview.update(|preview| state::Preview::update(preview, &mut progress));
             }
             progress.heads.clear();
@@ -227,7 +227,13 @@ fn App() -> impl IntoView {
                     }
                     Some(_) => {
                         match ctx.tab.get() {
-                            Tab::Overview => view! { <overview::Overview /> }.into_any(),
+                            Tab::Overview => {
+                                view! {
+                                    <overview::LoadingPreview />
+                                    <overview::Overview />
+                                }
+                                    .into_any()
+                            }
                             Tab::Head => view! { <head::HeadView /> }.into_any(),
                             Tab::Probes => view! { <probes::Probes /> }.into_any(),
                             Tab::Compare => view! { <compare::Compare /> }.into_any(),

@@ -324,7 +324,28 @@ pub fn Overview() -> impl IntoView {
     }
 }
 
-/// The grid of the first model while it is still being fingerprinted: cells fill as heads come.
+/// A model loaded while another is shown: its grid as it fills, above the shown model's
+/// overview, which stays until the new one's analysis (with its probe) is done.
+#[component]
+pub fn LoadingPreview() -> impl IntoView {
+    let ctx = expect_context::<Ctx>();
+    move || {
+        let name = ctx.loading.get()?;
+        ctx.preview.with(Option::is_some).then(|| {
+            view! {
+                <section id="loading-preview" class="loading-preview">
+                    <h2>{format!("Loading {name}")}</h2>
+                    <p class="note">
+                        "Its heads as they are fingerprinted; the model below stays shown until the analysis, with its induction probe, is done."
+                    </p>
+                    <PreviewGrid />
+                </section>
+            }
+        })
+    }
+}
+
+/// The grid of a model while it is still being fingerprinted: cells fill as heads come.
 /// Above the canvas threshold it is a canvas, as the final grid is (a thousand HTML cells
 /// rebuilt at every progress report would cost the page a long frame each).
 #[component]

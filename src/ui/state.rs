@@ -263,8 +263,11 @@ pub struct Ctx {
     pub hashing: RwSignal<Option<Progress>>,
     /// Suites being run (verdict tables), by request: named in the busy line, with Cancel.
     pub running: RwSignal<Vec<(u64, String)>>,
-    /// Heads fingerprinted so far while the first model loads (the grid fills as they come).
+    /// Heads fingerprinted so far while a model loads (the grid fills as they come).
     pub preview: RwSignal<Option<Preview>>,
+    /// The model being loaded, by name, while a load runs: a model loaded after another shows
+    /// its grid filling in above the shown one's (a large model's probe can take many minutes).
+    pub loading: RwSignal<Option<String>>,
     /// The worker's wasm memory (bytes; the peak so far).
     pub worker_memory: RwSignal<client::Memory>,
     /// The last load's error, shown until the next successful load.
@@ -300,6 +303,7 @@ impl Default for Ctx {
             hashing: RwSignal::new(None),
             running: RwSignal::new(Vec::new()),
             preview: RwSignal::new(None),
+            loading: RwSignal::new(None),
             worker_memory: RwSignal::new(client::Memory::default()),
             error: RwSignal::new(None),
             suite: RwSignal::new(Suite::builtin("bracket").expect("built-in suite")),
@@ -342,6 +346,8 @@ impl Drop for InFlight {
 /// Loads and analyses a model in the worker. On failure (or cancel) the page keeps what it had.
 pub async fn load(ctx: Ctx, label: String, demo: bool, files: Files) {
     ctx.busy.set(Some(format!("Loading {label}…")));
+    ctx.preview.set(None);
+    ctx.loading.set(Some(label.clone()));
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let names = files.iter().map(|(name, _)| name.clone()).collect();
     let prepend_bos = ctx.prepend_bos.get_untracked();
@@ -391,6 +397,7 @@ pub async fn load(ctx: Ctx, label: String, demo: bool, files: Files) {
     ctx.busy.set(None);
     ctx.progress.set(None);
     ctx.preview.set(None);
+    ctx.loading.set(None);
 }
 
 /// Makes a freshly analysed model the shown one.

@@ -67,6 +67,8 @@ watch(page);
 
 const results = [];
 async function test(name, body) {
+  // ONLY=regex runs the matching tests alone (while working on one).
+  if (process.env.ONLY && !new RegExp(process.env.ONLY).test(name)) return;
   const started = Date.now();
   try {
     await body();
@@ -758,9 +760,23 @@ await test('many heads get the canvas grid: hover gives the exact value, keyboar
   await first.close();
   await p.goto(origin + '/');
   await p.waitForSelector('#head-grid .cell', { timeout: 60000 });
+  // Loaded after the demo: its grid fills in above the demo's, which stays until it is done.
+  await p.evaluate(() => {
+    const seen = window.__loading = { beside: 0, notes: [] };
+    new MutationObserver(() => {
+      const preview = document.querySelector('#loading-preview #preview-grid-canvas');
+      if (preview && document.querySelector('#head-grid .cell') && /nietzsche/.test(document.querySelector('#model-info')?.textContent ?? '')) seen.beside++;
+      const note = document.querySelector('#loading-preview #preview-note')?.textContent;
+      if (note && seen.notes.at(-1) !== note) seen.notes.push(note);
+    }).observe(document.body, { childList: true, subtree: true, characterData: true, attributes: true });
+  });
   await p.setInputFiles('#file-input', file);
   await p.waitForFunction(() => /18 layers × 16 heads/.test(document.querySelector('#model-info')?.textContent ?? '')
     && !(document.querySelector('#busy')?.textContent ?? '').trim(), null, { timeout: 120000 });
+  const loading = await p.evaluate(() => window.__loading);
+  expect(loading.beside > 0, `the loading model's grid showed beside the demo's: ${JSON.stringify(loading)}`);
+  expect(loading.notes.some((n) => /of 288 heads so far/.test(n)), `it counted heads: ${loading.notes.join(' | ')}`);
+  expect(await p.locator('#loading-preview').count() === 0, 'the loading grid is gone once the model is shown');
   await p.click('#tab-overview');
   await p.waitForSelector('#head-grid-canvas');
   expect(await p.locator('#head-grid .cell').count() === 0, '288 heads: no button grid');
