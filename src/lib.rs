@@ -14,6 +14,7 @@ pub mod figures;
 pub mod forward;
 pub mod link;
 pub mod model;
+pub mod parallel;
 pub mod probes;
 pub mod tokens;
 pub mod weights;

@@ -10,6 +10,7 @@ use super::circuits::{Grams, HeadWeights, LayerProducts, Mode};
 use super::spectrum::Fingerprint;
 use crate::backend::{Backend, BackendInfo, block_on};
 use crate::model::{Layer, LoadParts, Model, ModelConfig, ModelStream, Norm, Weights};
+use crate::parallel::map_each;
 use crate::{Error, Result};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -159,7 +160,7 @@ fn fingerprint_circuits(
 /// Threaded on native: each head folds its own weights.
 pub fn layer_head_weights(config: &ModelConfig, layer: &Layer, ln_final: &Norm, mode: Mode) -> Vec<HeadWeights> {
     let heads: Vec<usize> = (0..config.heads).collect();
-    in_parallel(&heads, &|&h| HeadWeights::new(config, layer, ln_final, h, mode))
+    map_each(&heads, |&h| HeadWeights::new(config, layer, ln_final, h, mode))
 }
 
 /// Every head of one layer from its heads' weights: the layer's Gram products as a few large
@@ -174,7 +175,7 @@ async fn fingerprint_layer_heads(
 ) -> Result<Vec<HeadFingerprint>> {
     let products = LayerProducts::new(config, weights, grams, backend).await?;
     let ids: Vec<HeadId> = (0..config.heads).map(|h| HeadId::new(index, h)).collect();
-    Ok(in_parallel(&ids, &|&id| {
+    Ok(map_each(&ids, |&id| {
         let w = &weights[id.head];
         let token =
             |circuit: &dyn Fn(&LayerProducts) -> super::Factored| products.as_ref().map(circuit).map_err(Clone::clone);
@@ -279,24 +280,4 @@ pub fn assemble_fingerprint(
 ) -> ModelFingerprint {
     let summary = ModelSummary::from_config(config, parameters);
     ModelFingerprint { model: summary, mode: mode.name().into(), backend: backend.clone(), heads }
-}
-
-/// `each(item)` of every item, in order: split across all cores where there are threads
-/// (native), else in turn. Each item is computed alone, so the split changes no number.
-fn in_parallel<I: Sync, T: Send>(items: &[I], each: &(dyn Fn(&I) -> T + Sync)) -> Vec<T> {
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(items.len().max(1));
-        let chunk = items.len().div_ceil(workers).max(1);
-        let parts: Vec<Vec<T>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = items
-                .chunks(chunk)
-                .map(|part| scope.spawn(move || part.iter().map(each).collect::<Vec<_>>()))
-                .collect();
-            handles.into_iter().map(|h| h.join().expect("a worker thread panicked")).collect()
-        });
-        parts.into_iter().flatten().collect()
-    }
-    #[cfg(target_arch = "wasm32")]
-    items.iter().map(each).collect()
 }

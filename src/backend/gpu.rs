@@ -26,6 +26,8 @@ use std::task::{Poll, Waker};
 
 use nalgebra::DMatrix;
 
+use crate::parallel::each_chunk;
+
 const KERNELS: &str = include_str!("products.wgsl");
 /// Output tile of one workgroup (TILE in products.wgsl).
 const TILE: usize = 64;
@@ -48,9 +50,57 @@ pub struct Gpu {
     /// device lost), taken by the next product.
     failure: Arc<Mutex<Option<String>>>,
     /// Buffers kept between products, by role, each as large as the largest use so far.
-    scratch: Mutex<HashMap<&'static str, wgpu::Buffer>>,
-    /// Left operands of [`Gpu::multiply`] on the device, most recent last.
+    scratch: Mutex<HashMap<Role, wgpu::Buffer>>,
+    /// Left operands of [`Gpu::multiply`] on the device, most recently used last.
     resident: Mutex<Vec<Resident>>,
+}
+
+/// What a buffer kept between products ([`Gpu::scratch`]) holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Role {
+    A,
+    ARest,
+    B,
+    BRest,
+    CHigh,
+    CLow,
+    Shape,
+    Zero,
+    ReadBack,
+}
+
+impl Role {
+    /// The buffer's label (wgpu's messages name it) and, in errors, what would not fit.
+    fn label(self) -> &'static str {
+        match self {
+            Role::A => "a",
+            Role::ARest => "a rest",
+            Role::B => "b",
+            Role::BRest => "b rest",
+            Role::CHigh => "c high",
+            Role::CLow => "c low",
+            Role::Shape => "shape",
+            Role::Zero => "zero",
+            Role::ReadBack => "read back",
+        }
+    }
+}
+
+/// A product's input side, uploaded into its own kept buffers.
+#[derive(Debug, Clone, Copy)]
+enum Side {
+    A,
+    B,
+}
+
+impl Side {
+    /// The roles of the side's values and of their f32 rests.
+    fn roles(self) -> (Role, Role) {
+        match self {
+            Side::A => (Role::A, Role::ARest),
+            Side::B => (Role::B, Role::BRest),
+        }
+    }
 }
 
 /// A sum of `A^T B` (or `A^T A`) over blocks of rows, held on the device as two f32 parts per
@@ -223,8 +273,8 @@ impl Gpu {
         self.idle().await?;
         let scope = Scopes::push(&self.device);
         let uploaded = self
-            .upload("a", a.as_slice(), None)
-            .and_then(|a_operand| Ok((a_operand, b.map(|b| self.upload("b", b.as_slice(), None)).transpose()?)));
+            .upload(Side::A, a.as_slice(), None)
+            .and_then(|a_operand| Ok((a_operand, b.map(|b| self.upload(Side::B, b.as_slice(), None)).transpose()?)));
         if let Ok((a, b)) = &uploaded {
             let shape = Shape { rows, m, n, wide: false, a_transposed: false, accumulate: true };
             let encoder = self.encode(shape, a, b.as_ref().unwrap_or(a), (&sum.high, &sum.low), b.is_none());
@@ -261,20 +311,24 @@ impl Gpu {
         }
         let per_column = 4 * k.max(m) as u64;
         let columns = ((self.max_binding / per_column) as usize).clamp(1, WIDE_COLUMNS);
-        let (a_value, a_rest) = self.resident(a)?;
+        // Uploading A can fail (out of memory) like any product: inside an error scope too.
+        let scope = Scopes::push(&self.device);
+        let kept = self.resident(a);
+        scope.pop(self).await?;
+        let (a_value, a_rest) = kept?;
         for start in (0..x.ncols()).step_by(columns) {
             let width = columns.min(x.ncols() - start);
             let scope = Scopes::push(&self.device);
             let (x_value, x_rest) = split(&x.as_slice()[start * k..(start + width) * k]);
-            let b = self.upload("b", &x_value, Some(&x_rest));
+            let b = self.upload(Side::B, &x_value, Some(&x_rest));
             let output = (
                 self.scratch(
-                    "c high",
+                    Role::CHigh,
                     (4 * m * width) as u64,
                     wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
                 ),
                 self.scratch(
-                    "c low",
+                    Role::CLow,
                     (4 * m * width) as u64,
                     wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
                 ),
@@ -293,13 +347,16 @@ impl Gpu {
     }
 
     /// A's two parts on the device: kept from an earlier product with the same `Arc`, or
-    /// uploaded now (and the oldest of more than [`RESIDENT`] dropped).
+    /// uploaded now (and the least recently used of more than [`RESIDENT`] dropped).
     fn resident(&self, a: &Arc<DMatrix<f64>>) -> Result<(wgpu::Buffer, wgpu::Buffer), String> {
         let mut resident = self.resident.lock().unwrap_or_else(|e| e.into_inner());
         resident.retain(|r| r.source.strong_count() > 0);
         let source = Arc::downgrade(a);
-        if let Some(kept) = resident.iter().find(|r| Weak::ptr_eq(&r.source, &source)) {
-            return Ok((kept.value.clone(), kept.rest.clone()));
+        if let Some(at) = resident.iter().position(|r| Weak::ptr_eq(&r.source, &source)) {
+            let kept = resident.remove(at);
+            let buffers = (kept.value.clone(), kept.rest.clone());
+            resident.push(kept);
+            return Ok(buffers);
         }
         let bytes = 4 * a.len() as u64;
         self.fits("the left matrix", bytes)?;
@@ -334,14 +391,14 @@ impl Gpu {
     }
 
     /// The kept buffer for `role`, at least `bytes` long (made anew when it is not).
-    fn scratch(&self, role: &'static str, bytes: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
+    fn scratch(&self, role: Role, bytes: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
         let bytes = bytes.max(4);
         let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(buffer) = scratch.get(role).filter(|b| b.size() >= bytes) {
+        if let Some(buffer) = scratch.get(&role).filter(|b| b.size() >= bytes) {
             return buffer.clone();
         }
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some(role),
+            label: Some(role.label()),
             size: bytes,
             usage,
             mapped_at_creation: false,
@@ -350,18 +407,19 @@ impl Gpu {
         buffer
     }
 
-    /// f32 values (and their rests, for an f64 input) into the kept input buffers for `role`.
+    /// f32 values (and their rests, for an f64 input) into the kept input buffers of `side`.
     /// The queue orders the write after every product already submitted, so a buffer still in
     /// use is safe to refill.
-    fn upload(&self, role: &'static str, value: &[f32], rest: Option<&[f32]>) -> Result<Operand, String> {
+    fn upload(&self, side: Side, value: &[f32], rest: Option<&[f32]>) -> Result<Operand, String> {
         let bytes = 4 * value.len() as u64;
-        self.fits(role, bytes)?;
+        let (value_role, rest_role) = side.roles();
+        self.fits(value_role.label(), bytes)?;
         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
-        let value_buffer = self.scratch(role, bytes, usage);
+        let value_buffer = self.scratch(value_role, bytes, usage);
         self.queue.write_buffer(&value_buffer, 0, bytemuck::cast_slice(value));
         let rest_buffer = match rest {
             Some(rest) => {
-                let buffer = self.scratch(if role == "a" { "a rest" } else { "b rest" }, bytes, usage);
+                let buffer = self.scratch(rest_role, bytes, usage);
                 self.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(rest));
                 Some(buffer)
             }
@@ -390,9 +448,9 @@ impl Gpu {
             0,
             0,
         ];
-        let shape_buffer = self.scratch("shape", 32, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
+        let shape_buffer = self.scratch(Role::Shape, 32, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
         self.queue.write_buffer(&shape_buffer, 0, bytemuck::cast_slice(&uniform));
-        let zero = self.scratch("zero", 4, wgpu::BufferUsages::STORAGE);
+        let zero = self.scratch(Role::Zero, 4, wgpu::BufferUsages::STORAGE);
         let pipeline = if gram { &self.syrk } else { &self.gemm };
         let output_len = shape.m * shape.n;
         // An input without rests binds its values again in their place (never read).
@@ -427,7 +485,7 @@ impl Gpu {
         let size = (4 * c.len()) as u64;
         let scope = Scopes::push(&self.device);
         let read_buffer =
-            self.scratch("read back", 2 * size, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+            self.scratch(Role::ReadBack, 2 * size, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
         let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
         encoder.copy_buffer_to_buffer(high, 0, &read_buffer, 0, size);
         encoder.copy_buffer_to_buffer(low, 0, &read_buffer, size, size);
@@ -450,13 +508,13 @@ impl Gpu {
             Ok(view) => view,
             Err(e) => {
                 // The kept buffer may be left mapped or pending: a later read gets a new one.
-                self.scratch.lock().unwrap_or_else(|e| e.into_inner()).remove("read back");
+                self.scratch.lock().unwrap_or_else(|e| e.into_inner()).remove(&Role::ReadBack);
                 return Err(e);
             }
         };
         let values: &[f32] = bytemuck::cast_slice(&view);
         let (high, low) = values.split_at(c.len());
-        in_chunks(c, SMALLEST_CHUNK, |start, chunk| {
+        each_chunk(c, SMALLEST_CHUNK, |start, chunk| {
             let parts = high[start..].iter().zip(&low[start..]);
             for (entry, (&h, &l)) in chunk.iter_mut().zip(parts) {
                 *entry = h as f64 + l as f64;
@@ -499,8 +557,8 @@ impl Gpu {
         let values = |count: usize| (0..count).map(|i| (i % 7) as f32 - 3.0).collect::<Vec<_>>();
         let (a_value, b_value) = (values(rows * m), values(rows * n));
         let rests = |len: usize| wide.then(|| vec![0f32; len]);
-        let a = self.upload("a", &a_value, rests(a_value.len()).as_deref())?;
-        let b = self.upload("b", &b_value, rests(b_value.len()).as_deref())?;
+        let a = self.upload(Side::A, &a_value, rests(a_value.len()).as_deref())?;
+        let b = self.upload(Side::B, &b_value, rests(b_value.len()).as_deref())?;
         let sum = pollster::block_on(self.accumulator(m, n))?;
         let shape = Shape { rows, m, n, wide, a_transposed: false, accumulate: false };
         let mut seconds = Vec::new();
@@ -582,7 +640,7 @@ fn split(values: &[f64]) -> (Vec<f32>, Vec<f32>) {
     let (mut value, mut rest) = (vec![0f32; values.len()], vec![0f32; values.len()]);
     let size = SMALLEST_CHUNK;
     let mut pieces: Vec<_> = value.chunks_mut(size).zip(rest.chunks_mut(size)).enumerate().collect();
-    in_chunks(&mut pieces, 1, |_, pieces| {
+    each_chunk(&mut pieces, 1, |_, pieces| {
         for (i, (value, rest)) in pieces {
             for ((value, rest), &v) in value.iter_mut().zip(rest.iter_mut()).zip(&values[*i * size..]) {
                 *value = v as f32;
@@ -593,30 +651,9 @@ fn split(values: &[f64]) -> (Vec<f32>, Vec<f32>) {
     (value, rest)
 }
 
-/// Entries per thread, at least, in [`in_chunks`]'s conversions (a thread costs ~10 µs).
+/// Entries per task in the conversions around a GPU product: memory-bound loops over hundreds
+/// of MB, which natively took longer than the product itself on one thread (a task costs µs).
 const SMALLEST_CHUNK: usize = 1 << 16;
-
-/// `each(start, chunk)` over `items` in one chunk per core natively (one in the browser): the
-/// conversions around a GPU product are memory-bound loops over hundreds of MB, and natively
-/// took longer than the product itself on one thread.
-fn in_chunks<T: Send>(items: &mut [T], smallest: usize, each: impl Fn(usize, &mut [T]) + Sync) {
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let size = items.len().div_ceil(cores).max(smallest).max(1);
-        std::thread::scope(|scope| {
-            for (i, chunk) in items.chunks_mut(size).enumerate() {
-                let each = &each;
-                scope.spawn(move || each(i * size, chunk));
-            }
-        });
-    }
-    #[cfg(target_arch = "wasm32")]
-    {
-        let _ = smallest;
-        each(0, items);
-    }
-}
 
 /// A callback's value handed to the task awaiting it: the callback (to give wgpu) and the
 /// future (to await).
