@@ -12,7 +12,8 @@ use headprint::backend::BackendChoice;
 use headprint::compare::ComparisonRow;
 use headprint::probes::Suite;
 use headprint::weights::{ByteSource, MemorySource};
-use headprint::worker::protocol::{ProbeSequence, Progress, Reply, Request};
+use headprint::worker::pool::combine_induction;
+use headprint::worker::protocol::{InductionShare, ProbeSequence, Progress, Reply, Request};
 use headprint::worker::session::{POOL_BUDGET_BYTES, Reporter, Session, pool_workers};
 
 fn clock() -> f64 {
@@ -239,6 +240,52 @@ fn the_held_out_text_probe_says_which_sequence_it_used() {
     let request = Request::Induction { model: 1, sequence: too_short, prepend_bos: true };
     let Ok(Reply::Induction(run)) = ask(&mut session, request, vec![]) else { panic!("probe answers") };
     assert!(run.report.unwrap_err().contains("fewer than the 12"));
+}
+
+/// The tab's pool gives each worker a share of a probe's sequences: put back together, in any
+/// split (shares of one sequence, uneven ones, more shares than sequences), they are the whole
+/// probe's report to the bit, with the BOS and without.
+#[test]
+fn an_induction_probe_split_into_shares_is_the_whole_probe() {
+    let mut session = Session::new(clock);
+    let (names, sources) = folder("gpt2", &["config.json", "tokenizer.json", "model.safetensors"]);
+    let request = Request::Load { model: 1, names, analyse: false, prepend_bos: true, backend: BackendChoice::Cpu };
+    assert!(matches!(ask(&mut session, request, sources), Ok(Reply::Loaded)));
+    for prepend_bos in [true, false] {
+        let sequence = ProbeSequence::UniformRandom { seed: 3, len: 9, count: 5 };
+        let request = Request::Induction { model: 1, sequence: sequence.clone(), prepend_bos };
+        let Ok(Reply::Induction(whole)) = ask(&mut session, request, vec![]) else { panic!("probe answers") };
+        let report = whole.report.as_ref().unwrap();
+        assert_eq!((report.sequences.len(), report.tokens.len()), (5, 18 + usize::from(prepend_bos)));
+        for shares in [1, 2, 3, 5, 7] {
+            let parts: Vec<InductionShare> = (0..shares)
+                .map(|share| {
+                    let request =
+                        Request::InductionShare { model: 1, sequence: sequence.clone(), prepend_bos, share, shares };
+                    let Ok(Reply::InductionShare(part)) = ask(&mut session, request, vec![]) else {
+                        panic!("share {share} of {shares} answers")
+                    };
+                    part
+                })
+                .collect();
+            let counts: Vec<usize> = parts.iter().map(|p| p.scores.as_ref().unwrap().len()).collect();
+            assert_eq!(counts.iter().sum::<usize>(), 5, "{shares} shares: {counts:?}");
+            let combined = combine_induction(parts);
+            assert_eq!(combined.sequence, whole.sequence);
+            let json = |run: &headprint::worker::protocol::InductionRun| serde_json::to_string(run).unwrap();
+            assert_eq!(json(&combined), json(&whole), "{shares} shares, BOS {prepend_bos}");
+        }
+    }
+    // A share that does not exist is the probe's error, not a panic.
+    let request = Request::InductionShare {
+        model: 1,
+        sequence: ProbeSequence::UniformRandom { seed: 0, len: 9, count: 2 },
+        prepend_bos: true,
+        share: 2,
+        shares: 2,
+    };
+    let Ok(Reply::InductionShare(part)) = ask(&mut session, request, vec![]) else { panic!("share answers") };
+    assert!(part.scores.unwrap_err().contains("no share 2 of 2"));
 }
 
 #[test]

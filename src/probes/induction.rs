@@ -96,6 +96,14 @@ pub struct SequenceScores {
     pub copy_ranks: Vec<Vec<usize>>,
 }
 
+impl SequenceScores {
+    /// Positions the copy scores count: the second copy's, but its last (the first copy's
+    /// length less one), in a sequence of a BOS (when `bos` is one) and the first copy twice.
+    fn counted_positions(&self, bos: Option<usize>) -> usize {
+        ((self.tokens.len() - usize::from(bos.is_some())) / 2).saturating_sub(1)
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct InductionReport {
     /// Where the first sequence came from (each sequence's own is in `sequences`).
@@ -206,7 +214,21 @@ pub fn induction_probe_with_progress(
     bos: Option<usize>,
     each_layer: &mut dyn FnMut(usize, usize),
 ) -> Result<InductionReport> {
-    let first = copies.first().ok_or_else(|| Error::BadTokens("an induction probe needs a sequence".into()))?;
+    if copies.is_empty() {
+        return Err(Error::BadTokens("an induction probe needs a sequence".into()));
+    }
+    induction_report(bos, score_sequences(model, copies, bos, each_layer)?)
+}
+
+/// Each copy's sequence run and scored on its own: the part of a probe that one worker of the
+/// tab's pool does for its share of the sequences (no sequence's numbers depend on which others
+/// ran beside it, see [`forward::run_batch`]). [`induction_report`] averages them.
+pub fn score_sequences(
+    model: &(impl Weights + ?Sized),
+    copies: &[FirstCopy],
+    bos: Option<usize>,
+    each_layer: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<SequenceScores>> {
     let prepared: Vec<Prepared> = copies.iter().map(|copy| prepare(model, copy, bos)).collect::<Result<_>>()?;
     let runs: Vec<(&[usize], HeadOutputs)> =
         prepared.iter().map(|p| (p.tokens.as_slice(), HeadOutputs::Projected(&p.directions))).collect();
@@ -222,9 +244,16 @@ pub fn induction_probe_with_progress(
         let scored = copies[range.clone()].iter().zip(&prepared[range]).zip(&outputs);
         sequences.extend(scored.map(|((copy, p), output)| score(copy, p, output)));
     }
+    Ok(sequences)
+}
+
+/// The probe's report from its sequences' scores, in sequence order: per head, the means over
+/// the sequences and their spread.
+pub fn induction_report(bos: Option<usize>, sequences: Vec<SequenceScores>) -> Result<InductionReport> {
+    let first = sequences.first().ok_or_else(|| Error::BadTokens("an induction probe needs a sequence".into()))?;
     let accuracies: Vec<f64> = sequences.iter().map(|s| s.prefix_copy_accuracy).collect();
-    let counted: Vec<usize> = copies.iter().map(|c| c.tokens.len() - 1).collect();
-    let heads = (0..sequences[0].heads.len())
+    let counted: Vec<usize> = sequences.iter().map(|s| s.counted_positions(bos)).collect();
+    let heads = (0..first.heads.len())
         .map(|i| {
             let per_sequence =
                 |score: fn(&HeadScores) -> f64| -> Vec<f64> { sequences.iter().map(|s| score(&s.heads[i])).collect() };
@@ -233,8 +262,8 @@ pub fn induction_probe_with_progress(
             let duplicate = per_sequence(|h| h.duplicate_token_score);
             let fidelity = per_sequence(|h| h.copy_fidelity);
             HeadScores {
-                layer: sequences[0].heads[i].layer,
-                head: sequences[0].heads[i].head,
+                layer: first.heads[i].layer,
+                head: first.heads[i].head,
                 induction_score: mean(&induction),
                 previous_token_score: mean(&previous),
                 duplicate_token_score: mean(&duplicate),
@@ -251,7 +280,7 @@ pub fn induction_probe_with_progress(
     Ok(InductionReport {
         source: first.source.clone(),
         bos,
-        tokens: sequences[0].tokens.clone(),
+        tokens: first.tokens.clone(),
         prefix_copy_accuracy: pooled(&accuracies, &counted),
         prefix_copy_accuracy_spread: Spread::of(&accuracies),
         heads,

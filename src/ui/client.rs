@@ -271,9 +271,9 @@ pub fn warm_up() {
     CLIENT.with_borrow_mut(|c| ensure_workers(c, pool_size()).ok());
 }
 
-/// Sends one request (with the files of a `Load`) and waits for the answer. Loads and
-/// fingerprints are split across the pool (`pool.rs`), a `Forget` goes to every worker, and
-/// everything else to the lead, which holds the models.
+/// Sends one request (with the files of a `Load`) and waits for the answer. Loads,
+/// fingerprints and induction probes are split across the pool (`pool.rs`), a `Forget` goes to
+/// every worker, and everything else to the lead, which holds the models.
 pub async fn request(request: &Request, files: &Files) -> Result<Reply, String> {
     match request.clone() {
         Request::Load { model, names, analyse: true, prepend_bos, backend } => {
@@ -283,6 +283,7 @@ pub async fn request(request: &Request, files: &Files) -> Result<Reply, String> 
             pool::open(model, names, files.clone(), false, backend).await.map(|_| Reply::Loaded)
         }
         Request::Fingerprint { model, mode } => pool::fingerprint(model, mode).await,
+        Request::Induction { model, sequence, prepend_bos } => pool::induction(model, sequence, prepend_bos).await,
         Request::Forget { model } => pool::forget(model).await,
         request => send_to(0, request, files, true, generation()).await,
     }

@@ -1,9 +1,12 @@
 //! The arithmetic of the tab's worker pool, as plain Rust (the page's side, which sends the
 //! parts to the workers, is `src/ui/pool.rs`). The pool splits the two large stages of a load:
-//! the Grams into segments of vocabulary rows and the fingerprint into layers. Whatever worker
+//! the Grams into segments of vocabulary rows and the fingerprint into layers; the induction
+//! probe splits into shares of its sequences. Whatever worker
 //! computed which part, and in whatever order the parts come back, the results are the bits of
 //! one worker doing it all: each segment is summed from zero and the segments are added in
-//! order ([`GramSum`]), as `Grams::stream_with_progress` adds them; each head is computed alone.
+//! order ([`GramSum`]), as `Grams::stream_with_progress` adds them; each head is computed alone;
+//! each probe sequence is run alone and the shares are averaged in sequence order
+//! ([`combine_induction`]).
 
 use std::collections::BTreeMap;
 
@@ -12,6 +15,8 @@ use crate::analysis::fingerprint::assemble_fingerprint;
 use crate::analysis::{HeadFingerprint, Mode, ModelFingerprint};
 use crate::backend::BackendInfo;
 use crate::model::ModelConfig;
+use crate::probes::induction::induction_report;
+use crate::worker::protocol::{InductionRun, InductionShare};
 use crate::{Error, Result};
 
 /// The Grams of a model summed from its segments as they arrive, in segment order.
@@ -85,4 +90,21 @@ impl LayerHeads {
         let heads = self.layers.into_iter().flatten().flatten().collect();
         Ok(assemble_fingerprint(config, parameters, backend, mode, heads))
     }
+}
+
+/// An induction probe's run from its shares, in share order (share i holds the sequences
+/// before share i + 1's): the first share's error if any failed, else the sequences averaged.
+pub fn combine_induction(shares: Vec<InductionShare>) -> InductionRun {
+    let Some(first) = shares.first() else {
+        return InductionRun {
+            sequence: String::new(),
+            report: Err("no share of the induction probe came back".into()),
+        };
+    };
+    let (sequence, bos) = (first.sequence.clone(), first.bos);
+    let report =
+        shares.into_iter().map(|share| share.scores).collect::<std::result::Result<Vec<_>, String>>().and_then(
+            |scores| induction_report(bos, scores.into_iter().flatten().collect()).map_err(|e| e.to_string()),
+        );
+    InductionRun { sequence, report }
 }

@@ -9,7 +9,7 @@ use crate::analysis::{HeadFingerprint, HeadId, Mode, ModelFingerprint};
 use crate::backend::{BackendChoice, BackendInfo};
 use crate::model::ModelConfig;
 use crate::probes::Suite;
-use crate::probes::induction::InductionReport;
+use crate::probes::induction::{InductionReport, SequenceScores};
 use crate::probes::suite::VerdictRow;
 use crate::tokens::Bos;
 
@@ -55,6 +55,9 @@ pub enum Request {
     FingerprintLayer { model: ModelId, mode: Mode, layer: usize, backend: BackendChoice },
     /// The induction probe on other repeated sequences, with or without the model's BOS.
     Induction { model: ModelId, sequence: ProbeSequence, prepend_bos: bool },
+    /// Pool: share `share` of `shares` of an induction probe's sequences, each scored alone
+    /// (the page averages every share's with `worker::pool::combine_induction`).
+    InductionShare { model: ModelId, sequence: ProbeSequence, prepend_bos: bool, share: usize, shares: usize },
     /// The tokens with the largest self-copy logits, raw and normalised.
     SelfCopy { model: ModelId, mode: Mode, head: HeadId, top: usize },
     /// One entry of the token-space OV circuit, tokens as written by the user.
@@ -177,6 +180,13 @@ impl ProbeSequence {
         copy
     }
 
+    /// How many seeded sequences the probe averages over.
+    pub fn count(&self) -> usize {
+        match self {
+            ProbeSequence::UniformRandom { count, .. } | ProbeSequence::TextWindow { count, .. } => *count,
+        }
+    }
+
     /// How the page names the sequences a score came from.
     pub fn describe(&self, bos: Option<&Bos>) -> String {
         // Seeds wrap past u64::MAX as the probe draws them; a count of 0 is refused by the probe.
@@ -213,6 +223,16 @@ pub struct ModelInfo {
 pub struct InductionRun {
     pub sequence: String,
     pub report: Result<InductionReport, String>,
+}
+
+/// A share of an induction probe's sequences, scored by one worker of the pool.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InductionShare {
+    /// The whole probe's sequence, described (as [`InductionRun`]'s).
+    pub sequence: String,
+    /// The BOS put in front of every sequence.
+    pub bos: Option<usize>,
+    pub scores: Result<Vec<SequenceScores>, String>,
 }
 
 /// One timed step of a load (the browser benchmark reads these).
@@ -259,6 +279,7 @@ pub enum Reply {
     Loaded,
     Done,
     Induction(InductionRun),
+    InductionShare(InductionShare),
     SelfCopy {
         raw: Vec<Scored>,
         normalised: Vec<Scored>,

@@ -7,9 +7,10 @@ use std::rc::Rc;
 
 use sha2::{Digest, Sha256};
 
+use super::pool::combine_induction;
 use super::protocol::{
-    Analysis, GramsData, InductionRun, ModelId, ModelInfo, Pattern, ProbeSequence, Progress, Reply, Request, Role,
-    Scored, Timing,
+    Analysis, GramsData, InductionRun, InductionShare, ModelId, ModelInfo, Pattern, ProbeSequence, Progress, Reply,
+    Request, Role, Scored, Timing,
 };
 use crate::analysis::circuits::{Grams, segments};
 use crate::analysis::fingerprint::{fingerprint_layer, fingerprint_layer_on, fingerprint_layers};
@@ -18,7 +19,7 @@ use crate::analysis::{HeadId, Mode, ModelFingerprint, OvTokenLogits};
 use crate::backend::{Backend, BackendChoice, block_on};
 use crate::model::{ModelConfig, ModelStream, Weights};
 use crate::probes::induction::{
-    DEFAULT_SEQUENCES, induction_cells, induction_probe_with_progress, random_first_copies, text_window_first_copies,
+    DEFAULT_SEQUENCES, induction_cells, random_first_copies, score_sequences, text_window_first_copies,
 };
 use crate::probes::verdict_table;
 use crate::tokens::{Bos, Tokenizer, choose_bos, with_bos};
@@ -125,6 +126,19 @@ impl Held {
     }
 
     fn induction(&self, sequence: &ProbeSequence, prepend_bos: bool, report: &Reporter) -> InductionRun {
+        combine_induction(vec![self.induction_share(sequence, prepend_bos, 0, 1, report)])
+    }
+
+    /// Share `share` of `shares` of the probe's sequences (the pool gives each worker one),
+    /// each run and scored alone.
+    fn induction_share(
+        &self,
+        sequence: &ProbeSequence,
+        prepend_bos: bool,
+        share: usize,
+        shares: usize,
+        report: &Reporter,
+    ) -> InductionShare {
         let bos = self.bos(prepend_bos);
         // A BOS can leave one position too few for the copies asked for: they are shortened,
         // and the description names the length actually used.
@@ -133,7 +147,10 @@ impl Held {
                 sequence.with_len(probe_len_with(&self.config, *len, bos))
             }
         };
-        let report = (|| {
+        let scores = (|| {
+            if share >= shares {
+                return Err(Error::Invalid(format!("no share {share} of {shares} of the induction probe")));
+            }
             let model = self.stream()?;
             let copies = match &sequence {
                 ProbeSequence::UniformRandom { seed, len, count } => {
@@ -143,12 +160,16 @@ impl Held {
                     text_window_first_copies(&self.encode(text)?, *len, *seed, *count)?
                 }
             };
-            induction_probe_with_progress(&model, &copies, bos, &mut |done, total| {
+            let mine = &copies[share * copies.len() / shares..(share + 1) * copies.len() / shares];
+            if mine.is_empty() {
+                return Ok(Vec::new());
+            }
+            score_sequences(&model, mine, bos, &mut |done, total| {
                 report(Progress::new(PROBE_STAGE, done as u64, total as u64))
             })
         })();
         let shown_bos = self.bos.as_ref().filter(|_| prepend_bos);
-        InductionRun { sequence: sequence.describe(shown_bos), report: report.map_err(|e| e.to_string()) }
+        InductionShare { sequence: sequence.describe(shown_bos), bos, scores: scores.map_err(|e| e.to_string()) }
     }
 }
 
@@ -175,20 +196,28 @@ const BASE_BYTES: u64 = 64 << 20;
 ///   position's logits (positions x vocabulary, f32).
 pub fn estimated_peak_bytes(config: &ModelConfig, tied: bool, tokenizer_json: u64) -> u64 {
     let sizes = Sizes::of(config, tied);
-    let positions = (2 * INDUCTION_LEN + 1) as u64;
-    let [layers, heads, vocab] = [config.layers, config.heads, config.vocab].map(|v| v as u64);
-    let probe = DEFAULT_SEQUENCES as u64 * 4 * (layers * heads * positions * positions + positions * vocab);
+    let probe = probe_bytes(config, DEFAULT_SEQUENCES);
     let stages = (sizes.grams + sizes.gram_block).max(sizes.layer + probe).max(sizes.attention);
     BASE_BYTES + sizes.grams + sizes.factors + stages + 8 * tokenizer_json
 }
 
 /// A helper of the tab's pool: it holds the Grams and the tokenizer, computes Gram segments
-/// (one segment's Grams, a block of rows, and the segment's entries copied out to the page)
-/// and reads one layer's attention at a time (no MLP, no probe).
+/// (one segment's Grams, a block of rows, and the segment's entries copied out to the page),
+/// reads one layer's attention at a time, and runs its share of the induction probe's
+/// sequences (half of them at most: a pool with a helper has two workers or more).
 pub fn estimated_helper_bytes(config: &ModelConfig, tied: bool, tokenizer_json: u64) -> u64 {
     let sizes = Sizes::of(config, tied);
-    let stages = (2 * sizes.grams + sizes.gram_block).max(sizes.attention);
+    let probe = probe_bytes(config, DEFAULT_SEQUENCES.div_ceil(2));
+    let stages = (2 * sizes.grams + sizes.gram_block).max(sizes.attention).max(sizes.layer + probe);
     BASE_BYTES + sizes.grams + sizes.factors + stages + 8 * tokenizer_json
+}
+
+/// What the forward pass keeps of `sequences` induction sequences (BOS + 2 x 50 tokens) until
+/// they are scored: every head's pattern and every position's logits (f32).
+fn probe_bytes(config: &ModelConfig, sequences: usize) -> u64 {
+    let positions = (2 * INDUCTION_LEN + 1) as u64;
+    let [layers, heads, vocab] = [config.layers, config.heads, config.vocab].map(|v| v as u64);
+    sequences as u64 * 4 * (layers * heads * positions * positions + positions * vocab)
 }
 
 /// How many workers the pool uses for a model: up to `hardware` (at least 2), as many as fit
@@ -424,6 +453,9 @@ impl Session {
             Request::Induction { model, sequence, prepend_bos } => {
                 Ok(Reply::Induction(self.held(model)?.induction(&sequence, prepend_bos, &report)))
             }
+            Request::InductionShare { model, sequence, prepend_bos, share, shares } => Ok(Reply::InductionShare(
+                self.held(model)?.induction_share(&sequence, prepend_bos, share, shares, &report),
+            )),
             Request::SelfCopy { model, mode, head, top } => {
                 let (held, logits) = self.logits(model, mode, head)?;
                 let (raw, normalised) = (logits.diagonal(), logits.normalised_diagonal());
