@@ -311,11 +311,20 @@ impl Gpu {
         }
         let per_column = 4 * k.max(m) as u64;
         let columns = ((self.max_binding / per_column) as usize).clamp(1, WIDE_COLUMNS);
-        // Uploading A can fail (out of memory) like any product: inside an error scope too.
-        let scope = Scopes::push(&self.device);
-        let kept = self.resident(a);
-        scope.pop(self).await?;
-        let (a_value, a_rest) = kept?;
+        let (a_value, a_rest) = match self.kept(a) {
+            Some(buffers) => buffers,
+            None => {
+                // Uploading A can fail (out of memory) like any product: inside an error scope,
+                // and kept for later products only once it worked.
+                let scope = Scopes::push(&self.device);
+                let uploaded = self.upload_left(a);
+                scope.pop(self).await?;
+                let uploaded = uploaded?;
+                let buffers = (uploaded.value.clone(), uploaded.rest.clone());
+                self.keep(uploaded);
+                buffers
+            }
+        };
         for start in (0..x.ncols()).step_by(columns) {
             let width = columns.min(x.ncols() - start);
             let scope = Scopes::push(&self.device);
@@ -346,18 +355,21 @@ impl Gpu {
         Ok(c)
     }
 
-    /// A's two parts on the device: kept from an earlier product with the same `Arc`, or
-    /// uploaded now (and the least recently used of more than [`RESIDENT`] dropped).
-    fn resident(&self, a: &Arc<DMatrix<f64>>) -> Result<(wgpu::Buffer, wgpu::Buffer), String> {
+    /// A's two parts kept on the device from an earlier product with the same `Arc`, now the
+    /// most recently used.
+    fn kept(&self, a: &Arc<DMatrix<f64>>) -> Option<(wgpu::Buffer, wgpu::Buffer)> {
         let mut resident = self.resident.lock().unwrap_or_else(|e| e.into_inner());
         resident.retain(|r| r.source.strong_count() > 0);
         let source = Arc::downgrade(a);
-        if let Some(at) = resident.iter().position(|r| Weak::ptr_eq(&r.source, &source)) {
-            let kept = resident.remove(at);
-            let buffers = (kept.value.clone(), kept.rest.clone());
-            resident.push(kept);
-            return Ok(buffers);
-        }
+        let at = resident.iter().position(|r| Weak::ptr_eq(&r.source, &source))?;
+        let kept = resident.remove(at);
+        let buffers = (kept.value.clone(), kept.rest.clone());
+        resident.push(kept);
+        Some(buffers)
+    }
+
+    /// A's two parts uploaded to the device (no lock held: the split runs on rayon).
+    fn upload_left(&self, a: &Arc<DMatrix<f64>>) -> Result<Resident, String> {
         let bytes = 4 * a.len() as u64;
         self.fits("the left matrix", bytes)?;
         let (value, rest) = split(a.as_slice());
@@ -371,13 +383,17 @@ impl Gpu {
             self.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(data));
             buffer
         };
-        let kept = Resident { source, value: buffer("resident value", &value), rest: buffer("resident rest", &rest) };
-        let buffers = (kept.value.clone(), kept.rest.clone());
-        if resident.len() == RESIDENT {
+        let (value, rest) = (buffer("resident value", &value), buffer("resident rest", &rest));
+        Ok(Resident { source: Arc::downgrade(a), value, rest })
+    }
+
+    /// Keeps an uploaded left matrix, dropping the least recently used of more than [`RESIDENT`].
+    fn keep(&self, uploaded: Resident) {
+        let mut resident = self.resident.lock().unwrap_or_else(|e| e.into_inner());
+        if resident.len() >= RESIDENT {
             resident.remove(0);
         }
-        resident.push(kept);
-        Ok(buffers)
+        resident.push(uploaded);
     }
 
     /// An error when `bytes` exceed one binding.

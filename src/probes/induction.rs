@@ -214,9 +214,6 @@ pub fn induction_probe_with_progress(
     bos: Option<usize>,
     each_layer: &mut dyn FnMut(usize, usize),
 ) -> Result<InductionReport> {
-    if copies.is_empty() {
-        return Err(Error::BadTokens("an induction probe needs a sequence".into()));
-    }
     induction_report(bos, score_sequences(model, copies, bos, each_layer)?)
 }
 

@@ -6,7 +6,9 @@
 //! weights from the `File`s by byte range. The order of the sums is fixed
 //! (`worker::pool::GramSum`), so the numbers are those of one worker doing it all.
 //!
-//! The lead (worker 0) holds the models for every other request; the probe runs there.
+//! The induction probe's sequences are shared out too, one share to each worker.
+//!
+//! The lead (worker 0) holds the models for every other request.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -22,8 +24,10 @@ use crate::analysis::{Mode, ModelFingerprint};
 use crate::backend::{BackendChoice, BackendInfo};
 use crate::model::ModelConfig;
 use crate::worker::js_message;
-use crate::worker::pool::{GramSum, LayerHeads};
-use crate::worker::protocol::{Analysis, GramsData, ModelId, ModelInfo, Progress, Reply, Request, Role, Timing};
+use crate::worker::pool::{GramSum, LayerHeads, combine_induction};
+use crate::worker::protocol::{
+    Analysis, GramsData, InductionRun, ModelId, ModelInfo, ProbeSequence, Progress, Reply, Request, Role, Timing,
+};
 use crate::worker::session::{PROBE_STAGE, default_sequence, fingerprint_stage, gram_stage, pool_workers};
 
 /// What the page keeps of a model the pool holds, to split its later fingerprints.
@@ -287,12 +291,39 @@ pub async fn analyse(
 
     run.report(Progress::new(PROBE_STAGE, 0, info.config.layers as u64 + 1));
     let started = now();
-    let probe = Request::Induction { model, sequence: default_sequence(&info.config), prepend_bos };
-    let Reply::Induction(induction) = run.send(0, probe, &Vec::new()).await? else {
-        return Err(unexpected("the induction probe"));
-    };
+    let induction = probe(run, default_sequence(&info.config), prepend_bos).await?;
     timings.push(Timing { step: "induction probe".into(), ms: now() - started });
     Ok(Reply::Analysed(Box::new(Analysis { info, folded, induction, timings })))
+}
+
+/// An induction probe with its sequences shared out, one share to each worker (the lead's
+/// progress is the one shown), averaged in sequence order.
+async fn probe(run: Run, sequence: ProbeSequence, prepend_bos: bool) -> Result<InductionRun, String> {
+    let shares = run.workers.min(sequence.count()).max(1);
+    let collected = Rc::new(RefCell::new(vec![None; shares]));
+    let model = run.model;
+    on_every_worker(shares, |share| {
+        let (collected, sequence) = (collected.clone(), sequence.clone());
+        async move {
+            let ask = Request::InductionShare { model, sequence, prepend_bos, share, shares };
+            let Reply::InductionShare(scored) = run.send(share, ask, &Vec::new()).await? else {
+                return Err(unexpected("a share of the induction probe"));
+            };
+            collected.borrow_mut()[share] = Some(scored);
+            Ok(())
+        }
+    })
+    .await?;
+    let collected = Rc::try_unwrap(collected).map_err(|_| "the probe's shares are still shared".to_string())?;
+    let shares = collected.into_inner().into_iter().collect::<Option<Vec<_>>>();
+    Ok(combine_induction(shares.ok_or("a share of the induction probe did not come back")?))
+}
+
+/// The induction probe on other sequences of a held model, across the pool.
+pub async fn induction(model: ModelId, sequence: ProbeSequence, prepend_bos: bool) -> Result<Reply, String> {
+    let pooled = pooled(model)?;
+    let run = Run { model, workers: pooled.workers, generation: client::generation(), shows_progress: true };
+    Ok(Reply::Induction(probe(run, sequence, prepend_bos).await?))
 }
 
 fn pooled(model: ModelId) -> Result<Pooled, String> {
