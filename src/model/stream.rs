@@ -5,6 +5,7 @@
 //! through `Weights`, so they run the same on either.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::ops::Range;
 
 use nalgebra::{DMatrix, DVector};
@@ -60,10 +61,22 @@ pub trait Weights {
     }
 }
 
+/// The rows of `tokens`, each distinct token's read once: a probe's second copy repeats its
+/// first, and in the tab every read is a `FileReaderSync` call of about a millisecond.
 fn rows_of(tokens: &[usize], d_model: usize, row: impl Fn(usize) -> Result<DMatrix<f32>>) -> Result<DMatrix<f32>> {
     let mut out = DMatrix::zeros(tokens.len(), d_model);
+    let mut first_at: HashMap<usize, usize> = HashMap::with_capacity(tokens.len());
     for (i, &t) in tokens.iter().enumerate() {
-        out.row_mut(i).copy_from(&row(t)?.row(0));
+        match first_at.get(&t) {
+            Some(&earlier) => {
+                let read = out.row(earlier).into_owned();
+                out.row_mut(i).copy_from(&read);
+            }
+            None => {
+                out.row_mut(i).copy_from(&row(t)?.row(0));
+                first_at.insert(t, i);
+            }
+        }
     }
     Ok(out)
 }
@@ -196,5 +209,30 @@ impl Weights for ModelStream<'_> {
     }
     fn unembedding_bias(&self) -> Option<&DVector<f32>> {
         self.b_u.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+
+    #[test]
+    fn a_repeated_token_is_read_once_and_every_row_is_its_own() {
+        let reads = RefCell::new(Vec::new());
+        let row = |t: usize| {
+            reads.borrow_mut().push(t);
+            Ok(DMatrix::from_fn(1, 3, |_, j| (10 * t + j) as f32))
+        };
+        let tokens = [5, 3, 5, 0, 3, 5];
+        let rows = rows_of(&tokens, 3, row).unwrap();
+        assert_eq!(*reads.borrow(), vec![5, 3, 0]);
+        for (i, &t) in tokens.iter().enumerate() {
+            assert_eq!(
+                rows.row(i).iter().copied().collect::<Vec<f32>>(),
+                vec![10.0 * t as f32, 10.0 * t as f32 + 1.0, 10.0 * t as f32 + 2.0]
+            );
+        }
     }
 }
