@@ -83,6 +83,43 @@ fn fingerprint_is_gauge_invariant() {
     }
 }
 
+/// A left factor with a repeated column (rank r - 1), exactly or to within 1e-8 (singular values
+/// 1e-8 of the largest count as zero), is restricted to its range: the same fingerprint as the
+/// circuit written with r - 1 columns, plus one zero eigenvalue. Full-rank left factors take a
+/// Cholesky restriction and these an eigendecomposition; both must describe the same circuit.
+#[test]
+fn a_rank_deficient_left_factor_is_restricted_to_its_range() {
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    for trial in 0..40 {
+        let (n, k) = (24, 3 + trial % 5);
+        let nudge = if trial % 2 == 0 { 0.0 } else { 1e-8 };
+        let (a, b) = (random(n, k, &mut rng), random(k, n, &mut rng));
+        let (extra, noise) = (random(1, n, &mut rng), random(n, 1, &mut rng));
+        // M = [a | a_0] [b; extra] = a (b + e_0 extra), up to the nudge.
+        let a_wide =
+            DMatrix::from_fn(n, k + 1, |i, j| if j == k { a[(i, 0)] + nudge * noise[(i, 0)] } else { a[(i, j)] });
+        let b_tall = DMatrix::from_fn(k + 1, n, |i, j| if i == k { extra[(0, j)] } else { b[(i, j)] });
+        let mut b_folded = b.clone();
+        b_folded.row_mut(0).zip_apply(&extra.row(0), |x, e| *x += e);
+        // Tolerances: rounding, or the nudge's share of the circuit where there is one.
+        let tolerance = 1e-8_f64.max(100.0 * nudge);
+
+        let full = factored(&a, &b_folded).fingerprint().unwrap();
+        let deficient = factored(&a_wide, &b_tall).fingerprint().unwrap();
+        assert_eq!(deficient.eigenvalues.len(), k + 1);
+        let last = deficient.eigenvalues[k];
+        assert!(last.abs() == 0.0 || (nudge == 0.0 && last.abs() < 1e-9 * full.scale), "trial {trial}: {last:?}");
+        for (x, y) in full.eigenvalues.iter().zip(&deficient.eigenvalues) {
+            let close = (x.re - y.re).abs() < tolerance && (x.im.abs() - y.im.abs()).abs() < tolerance;
+            assert!(close, "trial {trial}: {x:?} vs {y:?}");
+        }
+        assert!((full.copying_score - deficient.copying_score).abs() < tolerance);
+        assert!((full.departure_from_normality - deficient.departure_from_normality).abs() < tolerance);
+        let (k1, k2) = (full.eigenvector_condition.unwrap(), deficient.eigenvector_condition.unwrap());
+        assert!((k1 - k2).abs() < 100.0 * tolerance * k1, "trial {trial}: κ {k1} vs {k2}");
+    }
+}
+
 #[test]
 fn zero_and_nan_circuits_are_errors_not_hangs() {
     let zero =

@@ -108,22 +108,10 @@ impl Factored {
             return Err("the circuit is zero: no eigenvalues to read".into());
         }
 
-        // Restrict M to its range in an orthonormal basis: A^T A = U Σ U^T, R = Σ^½ U^T,
-        // restricted = R (B A) R^+. Its eigenvalues are M's non-zero ones, its eigenvectors
-        // M's own (in that basis), so κ does not depend on how W_V/W_O split the circuit.
-        // nalgebra's symmetric QR, not faer's: faster at d_head sizes, natively and more so in wasm.
-        let sym = nalgebra::SymmetricEigen::try_new(self.gram_left.clone(), f64::EPSILON, SCHUR_SWEEPS * r.max(1))
-            .ok_or_else(|| "A^T A: eigendecomposition did not converge".to_string())?;
-        let values = sym.eigenvalues.as_slice();
-        let largest = values.iter().cloned().fold(0.0, f64::max);
-        let kept: Vec<usize> = (0..r).filter(|&i| values[i] > largest * RANK_TOLERANCE).collect();
-        if kept.is_empty() {
-            return Err("the circuit is zero: its left factor has rank 0".into());
-        }
-        let k = kept.len();
-        let u = &sym.eigenvectors;
-        let root = DMatrix::from_fn(k, r, |i, j| values[kept[i]].sqrt() * u[(j, kept[i])]);
-        let root_pinv = DMatrix::from_fn(r, k, |i, j| u[(i, kept[j])] / values[kept[j]].sqrt());
+        // Restrict M to its range in an orthonormal basis: restricted = R (B A) R^+ for any R with
+        // R^T R = A^T A. Its eigenvalues are M's non-zero ones, its eigenvectors M's own (in that
+        // basis), so κ does not depend on how W_V/W_O split the circuit.
+        let (root, root_pinv) = restriction(&self.gram_left)?;
         let restricted = &root * &self.small * &root_pinv;
 
         let eigen = Eigen::of(&restricted)?;
@@ -159,6 +147,43 @@ impl Factored {
             error: None,
         })
     }
+}
+
+/// `R` and `R^+` with `R^T R = A^T A` (spec section 2), R spanning the directions of A's
+/// range: those whose eigenvalue of `A^T A` is above `RANK_TOLERANCE` of the largest.
+///
+/// Cholesky (`R = L^T`, upper triangular) when A has full rank beyond doubt: every eigenvalue of
+/// `A^T A` lies in `[1 / ‖R^-1‖_F², ‖R‖_F²]`, so when that whole interval's ratio is above the
+/// tolerance no direction is dropped. It is about 20x cheaper at d_head 64 than the symmetric
+/// eigendecomposition, which decides every other case (rank-deficient, or too close to tell) by
+/// the eigenvalues themselves. Any two such R differ by an orthogonal factor, which changes
+/// neither the eigenvalues nor κ.
+fn restriction(gram_left: &DMatrix<f64>) -> Result<(DMatrix<f64>, DMatrix<f64>), String> {
+    let r = gram_left.nrows();
+    if let Some(cholesky) = gram_left.clone().cholesky() {
+        let lower = cholesky.unpack();
+        if let Some(lower_inverse) = lower.solve_lower_triangular(&DMatrix::identity(r, r)) {
+            let (norm, inverse_norm) = (lower.norm_squared(), lower_inverse.norm_squared());
+            if inverse_norm.is_finite() && 1.0 / inverse_norm > RANK_TOLERANCE * norm {
+                return Ok((lower.transpose(), lower_inverse.transpose()));
+            }
+        }
+    }
+    // A^T A = U Σ U^T, R = Σ^½ U^T over the kept eigenvalues.
+    // nalgebra's symmetric QR, not faer's: faster at d_head sizes, natively and more so in wasm.
+    let sym = nalgebra::SymmetricEigen::try_new(gram_left.clone(), f64::EPSILON, SCHUR_SWEEPS * r.max(1))
+        .ok_or_else(|| "A^T A: eigendecomposition did not converge".to_string())?;
+    let values = sym.eigenvalues.as_slice();
+    let largest = values.iter().cloned().fold(0.0, f64::max);
+    let kept: Vec<usize> = (0..r).filter(|&i| values[i] > largest * RANK_TOLERANCE).collect();
+    if kept.is_empty() {
+        return Err("the circuit is zero: its left factor has rank 0".into());
+    }
+    let k = kept.len();
+    let u = &sym.eigenvectors;
+    let root = DMatrix::from_fn(k, r, |i, j| values[kept[i]].sqrt() * u[(j, kept[i])]);
+    let root_pinv = DMatrix::from_fn(r, k, |i, j| u[(i, kept[j])] / values[kept[j]].sqrt());
+    Ok((root, root_pinv))
 }
 
 /// The eigenvalues and unit eigenvectors of a real matrix X, the vectors in the basis of

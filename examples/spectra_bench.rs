@@ -1,0 +1,47 @@
+//! The cost of one circuit's fingerprint (the per-head eigen work), at d_head 64 and 128, with
+//! the decompositions it is made of timed alone beside it. One thread; random factors of
+//! GPT-2's width (768). Run: `cargo run --release --example spectra_bench`.
+
+use headprint::analysis::Factored;
+use nalgebra::DMatrix;
+use rand::{Rng, SeedableRng};
+use std::time::Instant;
+
+fn main() {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    for (r, count) in [(64, 200), (128, 40)] {
+        let d = 768;
+        let circuits: Vec<Factored> = (0..count)
+            .map(|_| {
+                let a = DMatrix::from_fn(d, r, |_, _| rng.random::<f64>() - 0.5);
+                let b = DMatrix::from_fn(r, d, |_, _| rng.random::<f64>() - 0.5);
+                Factored { small: &b * &a, gram_left: a.transpose() * &a, gram_right: &b * b.transpose() }
+            })
+            .collect();
+        let time = |what: &str, each: &dyn Fn(&Factored)| {
+            // One pass to warm the caches and the allocator, then the timed one.
+            circuits.iter().take(count / 10).for_each(each);
+            let start = Instant::now();
+            circuits.iter().for_each(each);
+            println!("d_head {r}: {what}: {:.3} ms", start.elapsed().as_secs_f64() * 1e3 / count as f64);
+        };
+        time("whole fingerprint", &|c| {
+            std::hint::black_box(c.fingerprint().expect("a random circuit has a fingerprint"));
+        });
+        time("  Cholesky of A^T A", &|c| {
+            std::hint::black_box(c.gram_left.clone().cholesky());
+        });
+        time("  symmetric eigendecomposition of A^T A (the rank-deficient fallback)", &|c| {
+            std::hint::black_box(nalgebra::SymmetricEigen::new(c.gram_left.clone()));
+        });
+        time("  real Schur form with Q", &|c| {
+            std::hint::black_box(nalgebra::Schur::new(c.small.clone()));
+        });
+        time("  eigenvalues alone (no Q)", &|c| {
+            std::hint::black_box(c.small.complex_eigenvalues());
+        });
+        time("  singular values (κ's SVD)", &|c| {
+            std::hint::black_box(nalgebra::SVD::new(c.small.clone(), false, false));
+        });
+    }
+}
