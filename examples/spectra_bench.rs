@@ -28,8 +28,9 @@ fn main() {
         time("whole fingerprint", &|c| {
             std::hint::black_box(c.fingerprint().expect("a random circuit has a fingerprint"));
         });
-        time("  Cholesky of A^T A", &|c| {
-            std::hint::black_box(c.gram_left.clone().cholesky());
+        time("  Cholesky of A^T A and the inverse of its factor (the full-rank restriction)", &|c| {
+            let lower = c.gram_left.clone().cholesky().expect("a random A has full rank").unpack();
+            std::hint::black_box(lower.solve_lower_triangular(&DMatrix::identity(r, r)));
         });
         time("  symmetric eigendecomposition of A^T A (the rank-deficient fallback)", &|c| {
             std::hint::black_box(nalgebra::SymmetricEigen::new(c.gram_left.clone()));

@@ -76,7 +76,8 @@ impl Fingerprint {
     }
 }
 
-/// Singular values below this fraction of the largest count as zero (rank detection).
+/// Eigenvalues of `A^T A` below this fraction of the largest count as zero (rank detection: A's
+/// singular values below 1e-5 of its largest).
 const RANK_TOLERANCE: f64 = 1e-10;
 /// Eigenvector matrices with σ_min/σ_max below this are reported as defective (κ = +∞).
 ///
@@ -108,8 +109,8 @@ impl Factored {
             return Err("the circuit is zero: no eigenvalues to read".into());
         }
 
-        // Restrict M to its range in an orthonormal basis: restricted = R (B A) R^+ for any R with
-        // R^T R = A^T A. Its eigenvalues are M's non-zero ones, its eigenvectors M's own (in that
+        // Restrict M to its range in an orthonormal basis: restricted = R (B A) R^+ for any R of
+        // full row rank with R^T R = A^T A. Its eigenvalues are M's non-zero ones, its eigenvectors M's own (in that
         // basis), so κ does not depend on how W_V/W_O split the circuit.
         let (root, root_pinv) = restriction(&self.gram_left)?;
         let restricted = &root * &self.small * &root_pinv;
@@ -149,15 +150,17 @@ impl Factored {
     }
 }
 
-/// `R` and `R^+` with `R^T R = A^T A` (spec section 2), R spanning the directions of A's
-/// range: those whose eigenvalue of `A^T A` is above `RANK_TOLERANCE` of the largest.
+/// `R` and `R^+` with `R^T R = A^T A` (spec section 2), R of full row rank and spanning the
+/// directions of A's range: those whose eigenvalue of `A^T A` is above `RANK_TOLERANCE` of the
+/// largest.
 ///
 /// Cholesky (`R = L^T`, upper triangular) when A has full rank beyond doubt: every eigenvalue of
-/// `A^T A` lies in `[1 / ‖R^-1‖_F², ‖R‖_F²]`, so when that whole interval's ratio is above the
-/// tolerance no direction is dropped. It is about 20x cheaper at d_head 64 than the symmetric
-/// eigendecomposition, which decides every other case (rank-deficient, or too close to tell) by
-/// the eigenvalues themselves. Any two such R differ by an orthogonal factor, which changes
-/// neither the eigenvalues nor κ.
+/// `A^T A` lies in `[1 / ‖R^-1‖_F², ‖R‖_F²]`, so when `1 / ‖R^-1‖_F² > RANK_TOLERANCE ‖R‖_F²`
+/// no direction is dropped. With `R^-1` that takes about a fifth of the time of the symmetric
+/// eigendecomposition at d_head 64 (`examples/spectra_bench.rs`), which decides every other case
+/// (rank-deficient, or too close to tell: the bounds can be loose by up to r²) by the eigenvalues
+/// themselves. Any two such square R differ by an orthogonal factor, which changes neither the
+/// eigenvalues nor κ.
 fn restriction(gram_left: &DMatrix<f64>) -> Result<(DMatrix<f64>, DMatrix<f64>), String> {
     let r = gram_left.nrows();
     if let Some(cholesky) = gram_left.clone().cholesky() {
