@@ -110,8 +110,9 @@ impl Factored {
         }
 
         // Restrict M to its range in an orthonormal basis: restricted = R (B A) R^+ for any R of
-        // full row rank with R^T R = A^T A. Its eigenvalues are M's non-zero ones, its eigenvectors M's own (in that
-        // basis), so κ does not depend on how W_V/W_O split the circuit.
+        // full row rank with R^T R = A^T A. Its eigenvalues are M's non-zero ones, its
+        // eigenvectors M's own (in that basis), so κ does not depend on how W_V/W_O split the
+        // circuit.
         let (root, root_pinv) = restriction(&self.gram_left)?;
         let restricted = &root * &self.small * &root_pinv;
 
