@@ -21,6 +21,6 @@ if [ "$page_tests" = yes ]; then
   scripts/e2e.sh
   # Seed 000's Pythia-1B at full size (a 2.09 GB random checkpoint written here): the CLI's
   # fingerprint checked against float64 numpy on three heads, and the tab from the file input to
-  # the grid and the probe within 1.5 GB of worker memory (about 6 minutes).
+  # the grid and the probe within 1.5 GB of worker memory (about 4 minutes here).
   BIG_RESULTS=target/big-models-tab.json scripts/big_models.sh
 fi
