@@ -1,4 +1,4 @@
-//! The cost of one circuit's fingerprint (the per-head eigen work), at d_head 64 and 128, with
+//! The cost of one circuit's fingerprint (the per-head eigen work), at d_head 64 to 256, with
 //! the decompositions it is made of timed alone beside it. One thread; random factors of
 //! GPT-2's width (768). Run: `cargo run --release --example spectra_bench`.
 
@@ -9,7 +9,7 @@ use std::time::Instant;
 
 fn main() {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
-    for (r, count) in [(64, 200), (128, 40)] {
+    for (r, count) in [(64, 200), (80, 100), (96, 100), (128, 40), (256, 10)] {
         let d = 768;
         let circuits: Vec<Factored> = (0..count)
             .map(|_| {
@@ -35,11 +35,38 @@ fn main() {
         time("  symmetric eigendecomposition of A^T A (the rank-deficient fallback)", &|c| {
             std::hint::black_box(nalgebra::SymmetricEigen::new(c.gram_left.clone()));
         });
-        time("  real Schur form with Q", &|c| {
+        time("  nalgebra's real Schur form with Q (the route below d_head 192)", &|c| {
             std::hint::black_box(nalgebra::Schur::new(c.small.clone()));
         });
         time("  eigenvalues alone (no Q)", &|c| {
             std::hint::black_box(c.small.complex_eigenvalues());
+        });
+        time("  faer's eigendecomposition with vectors, one thread (the route from d_head 192 natively)", &|c| {
+            use faer::linalg::evd;
+            let m = faer::Mat::from_fn(r, r, |i, j| c.small[(i, j)]);
+            let (mut re, mut im) = (faer::diag::Diag::<f64>::zeros(r), faer::diag::Diag::<f64>::zeros(r));
+            let mut u = faer::Mat::<f64>::zeros(r, r);
+            let par = faer::Par::Seq;
+            let scratch = evd::evd_scratch::<f64>(
+                r,
+                evd::ComputeEigenvectors::No,
+                evd::ComputeEigenvectors::Yes,
+                par,
+                Default::default(),
+            );
+            let mut buffer = faer::dyn_stack::MemBuffer::new(scratch);
+            evd::evd_real(
+                m.as_ref(),
+                re.as_mut(),
+                im.as_mut(),
+                None,
+                Some(u.as_mut()),
+                par,
+                faer::dyn_stack::MemStack::new(&mut buffer),
+                Default::default(),
+            )
+            .unwrap();
+            std::hint::black_box(u);
         });
         time("  singular values (κ's SVD)", &|c| {
             std::hint::black_box(nalgebra::SVD::new(c.small.clone(), false, false));

@@ -7,7 +7,12 @@ trick for the residual circuits):
 - OV (token space) W_E W_V W_O W_U: its nonzero eigenvalues are those of the d_head x d_head
   (W_O W_U)(W_E W_V), formed from the vocabulary-sized factors themselves.
 
-Eigenvalues are compared as multisets to `--tolerance` x the largest |λ|. GPT-NeoX (Pythia) and
+Eigenvalues are compared as multisets to `--tolerance` x the largest |λ|. Each circuit's
+eigenvector condition κ and departure from normality are checked too, from the circuit restricted
+to A's range the way numpy's own LAPACK does it: with A = Q R (QR), M's nonzero eigenvectors are
+Q times those of R B Q, so κ is the condition number of the latter's unit eigenvectors, and
+‖M‖_F² = tr((AᵀA)(B Bᵀ)). κ to `--kappa-tolerance` relative, the departure to `--tolerance`.
+GPT-NeoX (Pythia) and
 Llama layouts, one file or shards; f32, f16 and bf16. Needs only numpy (Debian's python3-numpy
 will do). Exits non-zero with one line per mismatch.
 
@@ -95,12 +100,24 @@ def unmatched(got, want, tolerance):
     return bad
 
 
+def small_form(a, b):
+    """κ of M = A B's unit eigenvectors (nonzero eigenvalues; A of full column rank) and M's
+    departure from normality, sqrt(‖M‖_F² - Σ|λ|²) / ‖M‖_F."""
+    q, r = np.linalg.qr(a, mode="reduced")
+    values, vectors = np.linalg.eig(r @ b @ q)
+    vectors = vectors / np.linalg.norm(vectors, axis=0, keepdims=True)
+    frobenius2 = float(np.trace((a.T @ a) @ (b @ b.T)))
+    departure = np.sqrt(max(0.0, frobenius2 - float(np.sum(np.abs(values) ** 2)))) / np.sqrt(frobenius2)
+    return float(np.linalg.cond(vectors)), float(departure)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", type=Path)
     parser.add_argument("fingerprint", type=Path, help="`headprint fingerprint MODEL --raw --json` output")
     parser.add_argument("--heads", nargs="+", default=["L0H0"])
     parser.add_argument("--tolerance", type=float, default=1e-6, help="relative to the largest |eigenvalue|")
+    parser.add_argument("--kappa-tolerance", type=float, default=1e-6, help="relative to numpy's κ")
     args = parser.parse_args()
     config = json.loads((args.model / "config.json").read_text())
     report = json.loads(args.fingerprint.read_text())
@@ -110,17 +127,29 @@ def main():
     w_e, w_u = embeddings(load, config)
     failures = []
     worst = 0.0
+    worst_kappa = worst_departure = 0.0
     for name in args.heads:
         layer, head = (int(x) for x in name[1:].split("H"))
         w_q, w_k, w_v, w_o = head_weights(load, config, layer, head)
         d_head = w_q.shape[1]
         got = next(h for h in report["heads"] if h["layer"] == layer and h["head"] == head)
+        factors = {"qk": (w_q, w_k.T), "ov_residual": (w_v, w_o), "ov": (w_e @ w_v, w_o @ w_u)}
         references = {
             "qk": np.linalg.eigvals(w_q @ w_k.T),
             "ov_residual": np.linalg.eigvals(w_v @ w_o),
-            "ov": np.linalg.eigvals((w_o @ w_u) @ (w_e @ w_v)),
+            "ov": np.linalg.eigvals(factors["ov"][1] @ factors["ov"][0]),
         }
         for circuit, full in references.items():
+            kappa, departure = small_form(*factors[circuit])
+            mine_kappa = got[circuit]["eigenvector_condition"]
+            mine_departure = got[circuit]["departure_from_normality"]
+            kappa_error = abs(mine_kappa - kappa) / kappa if mine_kappa is not None else float("inf")
+            worst_kappa = max(worst_kappa, kappa_error)
+            worst_departure = max(worst_departure, abs(mine_departure - departure))
+            if not kappa_error <= args.kappa_tolerance:
+                failures.append(f"{name} {circuit}: κ headprint {mine_kappa} vs numpy {kappa:.9g}")
+            if abs(mine_departure - departure) > args.tolerance:
+                failures.append(f"{name} {circuit}: departure headprint {mine_departure:.9g} vs numpy {departure:.9g}")
             want = sorted(full, key=lambda z: -abs(z))[:d_head]  # the rank-d_head part
             mine = [complex(re, im) for re, im in got[circuit]["eigenvalues"]]
             scale = max(abs(z) for z in want)
@@ -130,8 +159,10 @@ def main():
                 failures.append(f"{name} {circuit}: {len(mine)} eigenvalues, expected {d_head}")
             for g, w in bad[:3]:
                 failures.append(f"{name} {circuit}: headprint {g:.6g} vs numpy {w:.6g} (scale {scale:.3g})")
-        print(f"{name}: qk, ov_residual, ov checked ({d_head} eigenvalues each)")
-    print(f"largest relative difference: {worst:.2e} (tolerance {args.tolerance:g})")
+        kappas = ", ".join(f"{got[c]['eigenvector_condition']:.4g}" for c in factors)
+        print(f"{name}: qk, ov_residual, ov checked ({d_head} eigenvalues each; κ {kappas})")
+    print(f"largest relative difference: eigenvalues {worst:.2e} (tolerance {args.tolerance:g}), "
+          f"κ {worst_kappa:.2e} (tolerance {args.kappa_tolerance:g}), departure {worst_departure:.2e}")
     if failures:
         print("\n".join(failures), file=sys.stderr)
         sys.exit(1)

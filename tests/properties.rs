@@ -325,3 +325,88 @@ fn a_nilpotent_circuit_is_named_as_such() {
     let error = factored(&a, &b_noisy).fingerprint().unwrap_err();
     assert!(error.contains("nilpotent"), "{error}");
 }
+
+/// `X` of size `r`: `special` beside a normal block of distinct eigenvalues (reals and
+/// conjugate pairs, all with real part ≥ 4, far from the special block's), turned by a random
+/// orthogonal similarity. Its eigenvectors are the special block's beside orthonormal ones, so
+/// κ and defectiveness are the special block's at any size. Returns X and its eigenvalues.
+fn beside_a_normal_block(special: &DMatrix<f64>, r: usize, rng: &mut ChaCha8Rng) -> (DMatrix<f64>, Vec<(f64, f64)>) {
+    let k = special.nrows();
+    let mut x = DMatrix::<f64>::zeros(r, r);
+    x.view_mut((0, 0), (k, k)).copy_from(special);
+    let mut values = Vec::new();
+    let mut i = k;
+    while i < r {
+        let (re, im) = (4.0 + 0.013 * i as f64, 0.3 + 0.007 * i as f64);
+        if i + 1 < r {
+            x[(i, i)] = re;
+            x[(i + 1, i + 1)] = re;
+            x[(i, i + 1)] = -im;
+            x[(i + 1, i)] = im;
+            values.extend([(re, im), (re, -im)]);
+            i += 2;
+        } else {
+            x[(i, i)] = re;
+            values.push((re, 0.0));
+            i += 1;
+        }
+    }
+    let q = orthonormal(r, r, rng);
+    (&q * x * q.transpose(), values)
+}
+
+/// `X` as a rank-r circuit in a space 8 wider, split through a well-conditioned random gauge.
+fn embedded_wide(x: &DMatrix<f64>, rng: &mut ChaCha8Rng) -> Factored {
+    let r = x.nrows();
+    let u = orthonormal(r + 8, r, rng);
+    let g = DMatrix::identity(r, r) * 2.0 + random(r, r, rng) / (r as f64).sqrt();
+    let g_inv = g.clone().try_inverse().unwrap();
+    factored(&(&u * &g), &(g_inv * x * u.transpose()))
+}
+
+/// Small circuits take nalgebra's Schur route and large ones (d_head 256 natively) faer's
+/// blocked eigendecomposition: both must give the eigenvalues, the analytic κ of an
+/// ill-conditioned pair, an infinite κ for a perturbed Jordan block and κ = 1 for a repeated
+/// eigenvalue of a normal matrix.
+#[test]
+fn small_and_large_circuits_keep_the_same_properties() {
+    let mut rng = ChaCha8Rng::seed_from_u64(13);
+    for r in [24, 256] {
+        // [[1, 1], [0, 1 + g]]: κ = √((1 + c) / (1 − c)), c = 1/√(1 + g²) (see above).
+        let g = 2e-3f64;
+        let pair = DMatrix::from_row_slice(2, 2, &[1.0, 1.0, 0.0, 1.0 + g]);
+        let (x, mut values) = beside_a_normal_block(&pair, r, &mut rng);
+        values.extend([(1.0, 0.0), (1.0 + g, 0.0)]);
+        let fp = embedded_wide(&x, &mut rng).fingerprint().unwrap();
+        let c = 1.0 / (1.0 + g * g).sqrt();
+        let analytic = ((1.0 + c) / (1.0 - c)).sqrt();
+        let kappa = fp.eigenvector_condition.expect("finite");
+        assert!((kappa - analytic).abs() < 1e-6 * analytic, "r {r}: κ {kappa} vs analytic {analytic}");
+        assert_eq!(fp.eigenvalues.len(), r);
+        let mut unmatched = values.clone();
+        for l in &fp.eigenvalues {
+            let nearest = (0..unmatched.len())
+                .min_by(|&i, &j| {
+                    let d = |(re, im): (f64, f64)| (re - l.re).hypot(im - l.im);
+                    d(unmatched[i]).total_cmp(&d(unmatched[j]))
+                })
+                .unwrap();
+            let (re, im) = unmatched.swap_remove(nearest);
+            assert!((re - l.re).hypot(im - l.im) < 1e-9, "r {r}: {l:?} against {re} {im}i");
+        }
+
+        // A Jordan block perturbed within rounding: defective.
+        let mut jordan = DMatrix::from_row_slice(2, 2, &[1.5, 1.0, 0.0, 1.5]);
+        jordan[(1, 0)] = 1e-14;
+        let (x, _) = beside_a_normal_block(&jordan, r, &mut rng);
+        let fp = embedded_wide(&x, &mut rng).fingerprint().unwrap();
+        assert_eq!(fp.eigenvector_condition, None, "r {r}: a Jordan block must be defective");
+
+        // 2 I on three directions beside the normal block: normal, so κ = 1.
+        let (x, _) = beside_a_normal_block(&(DMatrix::identity(3, 3) * 2.0), r, &mut rng);
+        let fp = embedded_wide(&x, &mut rng).fingerprint().unwrap();
+        let kappa = fp.eigenvector_condition.expect("semisimple");
+        assert!((kappa - 1.0).abs() < 1e-9, "r {r}: repeated eigenvalue of a normal matrix: κ {kappa}");
+        assert!(fp.departure_from_normality < 1e-6, "r {r}: departure {}", fp.departure_from_normality);
+    }
+}

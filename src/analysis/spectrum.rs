@@ -200,23 +200,85 @@ struct Eigen {
 }
 
 impl Eigen {
-    /// Through nalgebra's real Schur form and back substitution on it (as LAPACK's `trevc`):
-    /// measured 2x faster than faer's `eigen` at d_head 64, which matters since every circuit
-    /// has one. faer's is the fallback when the Schur iteration does not converge.
+    /// Below `BLOCKED_FROM` rows, through nalgebra's real Schur form and back substitution on it
+    /// (as LAPACK's `trevc`); from there on, faer's blocked eigendecomposition, which is also the
+    /// fallback when the Schur iteration does not converge.
     fn of(x: &DMatrix<f64>) -> Result<Eigen, String> {
         let n = x.nrows();
-        if let Some(schur) = nalgebra::linalg::Schur::try_new(x.clone(), f64::EPSILON, SCHUR_SWEEPS * n.max(1)) {
+        if n < BLOCKED_FROM
+            && let Some(schur) = nalgebra::linalg::Schur::try_new(x.clone(), f64::EPSILON, SCHUR_SWEEPS * n.max(1))
+        {
             let (_, t) = schur.unpack();
             let (values, vectors) = schur_eigenvectors(&t);
             return Ok(Eigen { values, vectors, matrix: t });
         }
-        let eigen = to_faer(x).eigen().map_err(|_| "eigendecomposition did not converge".to_string())?;
-        Ok(Eigen {
-            values: eigen.S().column_vector().iter().copied().collect(),
-            vectors: eigen.U().to_owned(),
-            matrix: x.clone(),
-        })
+        let (values, vectors) = blocked_eigen(x)?;
+        Ok(Eigen { values, vectors, matrix: x.clone() })
     }
+}
+
+/// From this many rows on, faer's route is the faster for the whole fingerprint natively.
+/// nalgebra's unblocked Schur iteration wins at d_head 64 (0.9 ms and 0.2 of back substitution,
+/// against 1.3 ms for faer's eigendecomposition); faer's is 2.6x faster at d_head 256 (24
+/// against 64 ms). But κ's SVD is cheaper on the triangular eigenvector matrix that back
+/// substitution gives than on faer's dense one, so the whole fingerprint only breaks even near
+/// 170 (d_head 128: 8.5 against 8.9 ms; 192: 25.5 against 24.1; 256: 80 against 50). One
+/// thread, `examples/spectra_bench.rs`. In wasm faer's has no SIMD and never wins (256: 89
+/// against 78 ms for the Schur form alone, in Chromium), so the tab keeps nalgebra's.
+const BLOCKED_FROM: usize = if cfg!(target_arch = "wasm32") { usize::MAX } else { 192 };
+
+/// The eigenvalues and right eigenvectors (not normalised) of `x` through faer's Hessenberg reduction,
+/// multishift QR and back substitution, on this thread: the per-head work is already spread over
+/// the cores, so faer's own parallelism would only contend with it. A conjugate pair of
+/// eigenvalues comes as two adjacent columns `v`, `v̄`.
+fn blocked_eigen(x: &DMatrix<f64>) -> Result<(Vec<c64>, Mat<c64>), String> {
+    use faer::dyn_stack::{MemBuffer, MemStack};
+    use faer::linalg::evd;
+    let n = x.nrows();
+    let (mut real, mut imaginary) = (faer::diag::Diag::<f64>::zeros(n), faer::diag::Diag::<f64>::zeros(n));
+    let mut packed = Mat::<f64>::zeros(n, n);
+    let scratch = evd::evd_scratch::<f64>(
+        n,
+        evd::ComputeEigenvectors::No,
+        evd::ComputeEigenvectors::Yes,
+        faer::Par::Seq,
+        Default::default(),
+    );
+    evd::evd_real(
+        to_faer(x).as_ref(),
+        real.as_mut(),
+        imaginary.as_mut(),
+        None,
+        Some(packed.as_mut()),
+        faer::Par::Seq,
+        MemStack::new(&mut MemBuffer::new(scratch)),
+        Default::default(),
+    )
+    .map_err(|_| "eigendecomposition did not converge".to_string())?;
+    // LAPACK's packing: a pair's columns hold the real and imaginary parts of the first vector.
+    let mut values = Vec::with_capacity(n);
+    let mut vectors = Mat::<c64>::zeros(n, n);
+    let mut j = 0;
+    while j < n {
+        let (re, im) = (real[j], imaginary[j]);
+        if im == 0.0 {
+            values.push(c64::new(re, 0.0));
+            for i in 0..n {
+                vectors[(i, j)] = c64::new(packed[(i, j)], 0.0);
+            }
+            j += 1;
+        } else if j + 1 < n {
+            values.extend([c64::new(re, im), c64::new(re, -im)]);
+            for i in 0..n {
+                vectors[(i, j)] = c64::new(packed[(i, j)], packed[(i, j + 1)]);
+                vectors[(i, j + 1)] = c64::new(packed[(i, j)], -packed[(i, j + 1)]);
+            }
+            j += 2;
+        } else {
+            return Err("eigendecomposition: a complex eigenvalue without its conjugate".into());
+        }
+    }
+    Ok((values, vectors))
 }
 
 /// Iterations per row allowed to nalgebra's Schur, symmetric QR and SVD iterations (the Schur
