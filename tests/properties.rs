@@ -366,10 +366,12 @@ fn embedded_wide(x: &DMatrix<f64>, rng: &mut ChaCha8Rng) -> Factored {
 
 /// Small circuits take nalgebra's Schur route and large ones (d_head 256 natively) faer's
 /// blocked eigendecomposition: both must give the eigenvalues, the analytic κ of an
-/// ill-conditioned pair, an infinite κ for a perturbed Jordan block and κ = 1 for a repeated
-/// eigenvalue of a normal matrix.
+/// ill-conditioned pair of real eigenvalues and of complex ones, an infinite κ for a perturbed
+/// Jordan block and κ = 1 for a repeated eigenvalue (real, and a complex pair) of a normal matrix.
 #[test]
 fn small_and_large_circuits_keep_the_same_properties() {
+    // r = 256 must take faer's route (a compile error when the threshold moves past it).
+    const { assert!(256 >= headprint::analysis::spectrum::BLOCKED_FROM) };
     let mut rng = ChaCha8Rng::seed_from_u64(13);
     for r in [24, 256] {
         // [[1, 1], [0, 1 + g]]: κ = √((1 + c) / (1 − c)), c = 1/√(1 + g²) (see above).
@@ -383,7 +385,7 @@ fn small_and_large_circuits_keep_the_same_properties() {
         let kappa = fp.eigenvector_condition.expect("finite");
         assert!((kappa - analytic).abs() < 1e-6 * analytic, "r {r}: κ {kappa} vs analytic {analytic}");
         assert_eq!(fp.eigenvalues.len(), r);
-        let mut unmatched = values.clone();
+        let mut unmatched = values;
         for l in &fp.eigenvalues {
             let nearest = (0..unmatched.len())
                 .min_by(|&i, &j| {
@@ -394,6 +396,15 @@ fn small_and_large_circuits_keep_the_same_properties() {
             let (re, im) = unmatched.swap_remove(nearest);
             assert!((re - l.re).hypot(im - l.im) < 1e-9, "r {r}: {l:?} against {re} {im}i");
         }
+
+        // [[1, b], [-c, 1]]: eigenvalues 1 ± i√(bc), unit eigenvectors (√b, ±i√c)/√(b + c), whose
+        // Gram matrix [[1, (b - c)/(b + c)], [.., 1]] gives κ = √(b/c).
+        let (b, c) = (100.0f64, 0.01f64);
+        let rotation = DMatrix::from_row_slice(2, 2, &[1.0, b, -c, 1.0]);
+        let (x, _) = beside_a_normal_block(&rotation, r, &mut rng);
+        let fp = embedded_wide(&x, &mut rng).fingerprint().unwrap();
+        let kappa = fp.eigenvector_condition.expect("finite");
+        assert!((kappa - (b / c).sqrt()).abs() < 1e-6 * (b / c).sqrt(), "r {r}: complex pair's κ {kappa}, not 100");
 
         // A Jordan block perturbed within rounding: defective.
         let mut jordan = DMatrix::from_row_slice(2, 2, &[1.5, 1.0, 0.0, 1.5]);
@@ -408,5 +419,22 @@ fn small_and_large_circuits_keep_the_same_properties() {
         let kappa = fp.eigenvector_condition.expect("semisimple");
         assert!((kappa - 1.0).abs() < 1e-9, "r {r}: repeated eigenvalue of a normal matrix: κ {kappa}");
         assert!(fp.departure_from_normality < 1e-6, "r {r}: departure {}", fp.departure_from_normality);
+
+        // The same rotation-scaling twice: a repeated complex pair of a normal matrix, κ = 1 (its
+        // eigenspaces are orthonormalised only if each vector is paired with its own eigenvalue).
+        let twice = DMatrix::from_row_slice(
+            4,
+            4,
+            &[
+                1.0, -2.0, 0.0, 0.0, //
+                2.0, 1.0, 0.0, 0.0, //
+                0.0, 0.0, 1.0, -2.0, //
+                0.0, 0.0, 2.0, 1.0,
+            ],
+        );
+        let (x, _) = beside_a_normal_block(&twice, r, &mut rng);
+        let fp = embedded_wide(&x, &mut rng).fingerprint().unwrap();
+        let kappa = fp.eigenvector_condition.expect("semisimple");
+        assert!((kappa - 1.0).abs() < 1e-9, "r {r}: repeated complex pair of a normal matrix: κ {kappa}");
     }
 }

@@ -1,7 +1,8 @@
 //! The fingerprint of one circuit `M = A B` from three small matrices (spec section 2):
 //! `B A` (whose eigenvalues are M's non-zero ones), `A^T A` and `B B^T`. Nothing here is ever
 //! larger than d_head x d_head, and every decomposition is bounded (nalgebra's run under an
-//! iteration cap, faer's return an error on non-convergence: none loops).
+//! iteration cap, faer's return an error on non-convergence or, for its eigendecomposition, are
+//! checked by their residuals: none loops).
 
 use faer::Mat;
 use faer::c64;
@@ -83,7 +84,7 @@ const RANK_TOLERANCE: f64 = 1e-10;
 ///
 /// Why 1e-5. The eigensolver is backward stable: it returns the eigenvectors of `X + E` with
 /// ‖E‖ ≈ p(r)·u·‖X‖ (u = 2.2e-16), and forming the restricted matrix X = R (B A) R⁺ adds a
-/// relative error of about u·κ(R)·r. With d_head up to 128 and left factors conditioned up to
+/// relative error of about u·κ(R)·r. With d_head up to 256 and left factors conditioned up to
 /// κ(R) ~ 1e4, we budget ε = 1e-10 for the relative error of the matrix we decompose. A Jordan
 /// block of size k perturbed by ε splits into eigenvalues ε^(1/k) apart, and its unit
 /// eigenvectors form a scaled Vandermonde matrix with σ_min/σ_max ≈ ε^((k-1)/k) ≤ √ε (k = 2
@@ -190,8 +191,8 @@ fn restriction(gram_left: &DMatrix<f64>) -> Result<(DMatrix<f64>, DMatrix<f64>),
     Ok((root, root_pinv))
 }
 
-/// The eigenvalues and unit eigenvectors of a real matrix X, the vectors in the basis of
-/// `matrix`: X itself, or its real Schur form T = Qᵀ X Q. An orthogonal change of basis keeps
+/// The eigenvalues and eigenvectors (of any length) of a real matrix X, the vectors in the basis
+/// of `matrix`: X itself, or its real Schur form T = Qᵀ X Q. An orthogonal change of basis keeps
 /// every quantity read from them (κ of the unit eigenvectors, eigenspace residuals).
 struct Eigen {
     values: Vec<c64>,
@@ -201,42 +202,49 @@ struct Eigen {
 
 impl Eigen {
     /// Below `BLOCKED_FROM` rows, through nalgebra's real Schur form and back substitution on it
-    /// (as LAPACK's `trevc`); from there on, faer's blocked eigendecomposition, which is also the
-    /// fallback when the Schur iteration does not converge.
+    /// (as LAPACK's `trevc`); from there on, faer's blocked eigendecomposition. Each is the
+    /// other's fallback when it does not converge.
     fn of(x: &DMatrix<f64>) -> Result<Eigen, String> {
         let n = x.nrows();
-        if n < BLOCKED_FROM
-            && let Some(schur) = nalgebra::linalg::Schur::try_new(x.clone(), f64::EPSILON, SCHUR_SWEEPS * n.max(1))
-        {
-            let (_, t) = schur.unpack();
+        let schur = || {
+            let (_, t) = nalgebra::linalg::Schur::try_new(x.clone(), f64::EPSILON, SCHUR_SWEEPS * n.max(1))?.unpack();
             let (values, vectors) = schur_eigenvectors(&t);
-            return Ok(Eigen { values, vectors, matrix: t });
-        }
-        let (values, vectors) = blocked_eigen(x)?;
-        Ok(Eigen { values, vectors, matrix: x.clone() })
+            Some(Eigen { values, vectors, matrix: t })
+        };
+        let blocked = || blocked_eigen(x).map(|(values, vectors)| Eigen { values, vectors, matrix: x.clone() });
+        if n < BLOCKED_FROM { schur().map_or_else(blocked, Ok) } else { blocked().or_else(|e| schur().ok_or(e)) }
     }
 }
 
 /// From this many rows on, faer's route is the faster for the whole fingerprint natively.
 /// nalgebra's unblocked Schur iteration wins at d_head 64 (0.9 ms and 0.2 of back substitution,
 /// against 1.3 ms for faer's eigendecomposition); faer's is 2.6x faster at d_head 256 (24
-/// against 64 ms). But κ's SVD is cheaper on the triangular eigenvector matrix that back
-/// substitution gives than on faer's dense one, so the whole fingerprint only breaks even near
-/// 170 (d_head 128: 8.5 against 8.9 ms; 192: 25.5 against 24.1; 256: 80 against 50). One
-/// thread, `examples/spectra_bench.rs`. In wasm faer's has no SIMD and never wins (256: 89
+/// against 64 ms; both timed alone by `examples/spectra_bench.rs`). But κ's SVD is cheaper on
+/// the triangular eigenvector matrix that back substitution gives than on faer's dense one, so
+/// the whole fingerprint only breaks even between 160 and 192 (one thread, builds with this
+/// constant at 0 and at usize::MAX: d_head 128 8.5 against 8.9 ms, 160 15.4 against 15.6, 192
+/// 25.5 against 24.1, 256 80 against 50). In wasm faer's has no SIMD and never wins (256: 89
 /// against 78 ms for the Schur form alone, in Chromium), so the tab keeps nalgebra's.
-const BLOCKED_FROM: usize = if cfg!(target_arch = "wasm32") { usize::MAX } else { 192 };
+pub const BLOCKED_FROM: usize = if cfg!(target_arch = "wasm32") { usize::MAX } else { 192 };
 
-/// The eigenvalues and right eigenvectors (not normalised) of `x` through faer's Hessenberg reduction,
-/// multishift QR and back substitution, on this thread: the per-head work is already spread over
-/// the cores, so faer's own parallelism would only contend with it. A conjugate pair of
-/// eigenvalues comes as two adjacent columns `v`, `v̄`.
+/// An eigenpair is accepted from faer when `‖X v − λ v‖ ≤ this × ‖X‖_F ‖v‖`. A backward
+/// stable solver leaves about d_head·u (6e-14 at 256); the 1e-10 is the error budget of
+/// `DEFECTIVE_TOLERANCE`. faer's QR iteration does not report non-convergence (it leaves the
+/// eigenvalues it did not reach at zero), so this is how a failure shows.
+const RESIDUAL_TOLERANCE: f64 = 1e-10;
+
+/// The eigenvalues and right eigenvectors (not normalised) of `x` through faer's Hessenberg
+/// reduction, multishift QR and back substitution, on this thread: the per-head work is already
+/// spread over the cores, so faer's own parallelism would only contend with it. A conjugate pair
+/// of eigenvalues comes as two adjacent columns `v`, `v̄`. Every pair is checked against
+/// [`RESIDUAL_TOLERANCE`].
 fn blocked_eigen(x: &DMatrix<f64>) -> Result<(Vec<c64>, Mat<c64>), String> {
     use faer::dyn_stack::{MemBuffer, MemStack};
     use faer::linalg::evd;
     let n = x.nrows();
     let (mut real, mut imaginary) = (faer::diag::Diag::<f64>::zeros(n), faer::diag::Diag::<f64>::zeros(n));
     let mut packed = Mat::<f64>::zeros(n, n);
+    let matrix = to_faer(x);
     let scratch = evd::evd_scratch::<f64>(
         n,
         evd::ComputeEigenvectors::No,
@@ -245,7 +253,7 @@ fn blocked_eigen(x: &DMatrix<f64>) -> Result<(Vec<c64>, Mat<c64>), String> {
         Default::default(),
     );
     evd::evd_real(
-        to_faer(x).as_ref(),
+        matrix.as_ref(),
         real.as_mut(),
         imaginary.as_mut(),
         None,
@@ -255,27 +263,57 @@ fn blocked_eigen(x: &DMatrix<f64>) -> Result<(Vec<c64>, Mat<c64>), String> {
         Default::default(),
     )
     .map_err(|_| "eigendecomposition did not converge".to_string())?;
-    // LAPACK's packing: a pair's columns hold the real and imaginary parts of the first vector.
+    // LAPACK's packing: a pair's columns hold the real and imaginary parts of the first vector,
+    // p + iq for λ = a + ib, so X p = a p − b q and X q = b p + a q.
+    let mut product = Mat::<f64>::zeros(n, n);
+    faer::linalg::matmul::matmul(
+        product.as_mut(),
+        faer::Accum::Replace,
+        matrix.as_ref(),
+        packed.as_ref(),
+        1.0,
+        faer::Par::Seq,
+    );
+    let bound = RESIDUAL_TOLERANCE * x.norm();
+    let residual = |column: usize, expected: &dyn Fn(usize) -> f64| -> f64 {
+        (0..n).map(|i| (product[(i, column)] - expected(i)).powi(2)).sum::<f64>()
+    };
+    let length = |column: usize| (0..n).map(|i| packed[(i, column)].powi(2)).sum::<f64>();
     let mut values = Vec::with_capacity(n);
     let mut vectors = Mat::<c64>::zeros(n, n);
     let mut j = 0;
     while j < n {
         let (re, im) = (real[j], imaginary[j]);
+        let (squared, length) = if im == 0.0 {
+            (residual(j, &|i| re * packed[(i, j)]), length(j))
+        } else if j + 1 < n {
+            let (p, q) = (|i| packed[(i, j)], |i| packed[(i, j + 1)]);
+            let real = residual(j, &|i| re * p(i) - im * q(i));
+            (real + residual(j + 1, &|i| im * p(i) + re * q(i)), length(j) + length(j + 1))
+        } else {
+            return Err("eigendecomposition: a complex eigenvalue without its conjugate".into());
+        };
+        // False for a NaN residual too.
+        let accepted = squared.sqrt() <= bound * length.sqrt();
+        if !accepted {
+            return Err(format!(
+                "eigendecomposition did not converge (an eigenvector's residual is {:.1e} of ‖X‖)",
+                squared.sqrt() / length.sqrt() / x.norm()
+            ));
+        }
         if im == 0.0 {
             values.push(c64::new(re, 0.0));
             for i in 0..n {
                 vectors[(i, j)] = c64::new(packed[(i, j)], 0.0);
             }
             j += 1;
-        } else if j + 1 < n {
+        } else {
             values.extend([c64::new(re, im), c64::new(re, -im)]);
             for i in 0..n {
                 vectors[(i, j)] = c64::new(packed[(i, j)], packed[(i, j + 1)]);
                 vectors[(i, j + 1)] = c64::new(packed[(i, j)], -packed[(i, j + 1)]);
             }
             j += 2;
-        } else {
-            return Err("eigendecomposition: a complex eigenvalue without its conjugate".into());
         }
     }
     Ok((values, vectors))
@@ -476,8 +514,8 @@ fn eigenvector_condition(
 /// as is, and each conjugate pair of columns `[v, v̄]` as `[√2 Re v, √2 Im v]` (that is
 /// `[v, v̄] [[1, -i], [1, i]] / √2`). The singular values are `V`'s, from a real SVD, several
 /// times cheaper than a complex one in the tab. None unless every column is real or half of an exact conjugate pair beside it:
-/// back substitution on the real Schur form gives that; an orthonormalised cluster or faer's
-/// fallback need not.
+/// back substitution on the real Schur form and faer's eigendecomposition (`blocked_eigen`) give
+/// that; an orthonormalised cluster need not.
 fn as_real(vectors: faer::MatRef<'_, c64>) -> Option<DMatrix<f64>> {
     let (r, n) = (vectors.nrows(), vectors.ncols());
     let mut real = DMatrix::<f64>::zeros(r, n);
@@ -499,4 +537,35 @@ fn as_real(vectors: faer::MatRef<'_, c64>) -> Option<DMatrix<f64>> {
         }
     }
     Some(real)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// The two routes `Eigen::of` chooses between, on the same matrices (real and complex
+    /// eigenvalues, non-normal): the same eigenvalues and the same κ.
+    #[test]
+    fn the_schur_and_blocked_routes_agree() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(17);
+        for n in [3, 40, 200] {
+            let x = DMatrix::from_fn(n, n, |_, _| rng.random_range(-1.0..1.0));
+            let (_, t) = nalgebra::linalg::Schur::new(x.clone()).unpack();
+            let (schur_values, schur_vectors) = schur_eigenvectors(&t);
+            let (blocked_values, blocked_vectors) = blocked_eigen(&x).expect("a random matrix converges");
+            assert!(schur_values.iter().any(|v| v.im != 0.0), "n {n}: no complex pair tested");
+            let largest = schur_values.iter().map(|v| v.norm()).fold(0.0, f64::max);
+            for v in &blocked_values {
+                let nearest = schur_values.iter().map(|w| (v - w).norm()).fold(f64::INFINITY, f64::min);
+                assert!(nearest < 1e-10 * largest, "n {n}: {v} is {nearest:e} from every Schur eigenvalue");
+            }
+            let schur_kappa = eigenvector_condition(&t, &schur_values, schur_vectors.as_ref()).unwrap().unwrap();
+            let blocked_kappa = eigenvector_condition(&x, &blocked_values, blocked_vectors.as_ref()).unwrap().unwrap();
+            assert!(
+                (schur_kappa - blocked_kappa).abs() < 1e-8 * schur_kappa,
+                "n {n}: κ {schur_kappa} against {blocked_kappa}"
+            );
+        }
+    }
 }
