@@ -6,9 +6,12 @@
 Both sides start from the same files (bench-data/gpt2-small: config.json + model.safetensors,
 random weights from `scripts/make_fixtures.py --gpt2-small`, made here if missing) and do the
 same work:
-  * fingerprint: load, fold LayerNorm, then the eigenvalues of QK, OV (residual) and the
-    token-space OV circuit W_E OV W_U for all 144 heads (headprint also computes copying score,
-    imaginary fraction, κ and departure from normality for each, which TL does not);
+  * fingerprint: load, fold LayerNorm, then the eigenvalues of the four circuits headprint
+    reports for all 144 heads: QK and OV in the residual space, and the token-space circuits
+    W_E QK W_E^T and W_E OV W_U (headprint also computes copying score, imaginary fraction, κ
+    and departure from normality for each, which TL does not). A second row gives TL only the
+    three circuits of its documentation (without W_E QK W_E^T) against headprint's four: a
+    bound that favours TL;
   * probe: load, run the model on a 50-token random sequence repeated once (100 tokens) and
     read every head's attention (TL: run_with_cache).
 TransformerLens loads as its users do (see load_tl); both sides fold LayerNorm. Both run on every
@@ -78,11 +81,16 @@ def load_tl():
     return model
 
 
-def tl_fingerprint():
+def tl_fingerprint(token_qk=True):
+    """The eigenvalues of every head's circuits, through TL's FactoredMatrix (its own way to
+    these spectra): all four that headprint reports, or (token_qk=False) the three without
+    W_E QK W_E^T."""
     model = load_tl()
     model.QK.eigenvalues
     model.OV.eigenvalues
     (model.W_E @ model.OV @ model.W_U).eigenvalues
+    if token_qk:
+        (model.W_E @ model.QK @ model.W_E.T).eigenvalues
 
 
 def tl_probe():
@@ -101,9 +109,12 @@ def main():
     if not (MODEL / "model.safetensors").exists():
         subprocess.run([sys.executable, str(REPO / "scripts" / "make_fixtures.py"), "--gpt2-small", str(MODEL)], check=True)
     subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=REPO, check=True)
+    ours = best_of(lambda: headprint("fingerprint"))
     rows = [
-        ("fingerprint, 144 heads (load + QK, OV, OV-token spectra)",
-         best_of(lambda: headprint("fingerprint")), best_of(tl_fingerprint, runs=TL_RUNS)),
+        ("fingerprint, 144 heads: load + the same four circuits' spectra (QK, OV, QK and OV in token space)",
+         ours, best_of(tl_fingerprint, runs=TL_RUNS)),
+        ("fingerprint, TL given three circuits only (no token-space QK), headprint still four",
+         ours, best_of(lambda: tl_fingerprint(token_qk=False), runs=TL_RUNS)),
         ("forward + induction probe, 2 x 50 tokens (load included)",
          best_of(lambda: headprint("probe", "--induction", "--len", "50", "--seed", "0", "--sequences", "1", "--no-bos")), best_of(tl_probe, runs=TL_RUNS)),
     ]

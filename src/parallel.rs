@@ -5,6 +5,17 @@
 #[cfg(not(target_arch = "wasm32"))]
 use rayon::prelude::*;
 
+/// What several threads may read at once natively (`Sync`); every type in the tab, where each
+/// worker is one thread (its file handles are JavaScript objects, which are not `Sync`).
+#[cfg(not(target_arch = "wasm32"))]
+pub trait Shareable: Sync {}
+#[cfg(not(target_arch = "wasm32"))]
+impl<T: Sync + ?Sized> Shareable for T {}
+#[cfg(target_arch = "wasm32")]
+pub trait Shareable {}
+#[cfg(target_arch = "wasm32")]
+impl<T: ?Sized> Shareable for T {}
+
 /// `each(item)` of every item, in order.
 pub fn map_each<I: Sync, T: Send>(items: &[I], each: impl Fn(&I) -> T + Sync + Send) -> Vec<T> {
     #[cfg(not(target_arch = "wasm32"))]

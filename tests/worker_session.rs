@@ -5,6 +5,8 @@ mod common;
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::{assert_close, assert_verdicts_match, expected, fixture};
 use headprint::analysis::{HeadId, Mode};
@@ -542,7 +544,7 @@ struct HeaderOnly {
     name: String,
     header: Vec<u8>,
     len: u64,
-    read: Rc<std::cell::Cell<u64>>,
+    read: Arc<AtomicU64>,
 }
 
 impl ByteSource for HeaderOnly {
@@ -553,7 +555,7 @@ impl ByteSource for HeaderOnly {
         self.len
     }
     fn read_range(&self, offset: u64, len: usize) -> headprint::Result<Vec<u8>> {
-        self.read.set(self.read.get() + len as u64);
+        self.read.fetch_add(len as u64, Ordering::Relaxed);
         let mut out = vec![0u8; len];
         for (i, byte) in out.iter_mut().enumerate() {
             if let Some(&b) = self.header.get(offset as usize + i) {
@@ -566,7 +568,7 @@ impl ByteSource for HeaderOnly {
 
 /// A bf16 Llama-2-70B-shaped checkpoint (80 layers of width 8192, 64 heads, 8 key/value heads,
 /// MLP 28672, vocabulary 32000) and its config.json, as header-only sources.
-fn llama_70b_shaped(read: &Rc<std::cell::Cell<u64>>) -> (Vec<String>, Vec<Box<dyn ByteSource>>) {
+fn llama_70b_shaped(read: &Arc<AtomicU64>) -> (Vec<String>, Vec<Box<dyn ByteSource>>) {
     let (d, layers, d_kv, d_mlp, vocab) = (8192u64, 80, 1024u64, 28672u64, 32000u64);
     let mut tensors: Vec<(String, Vec<u64>)> = vec![
         ("model.embed_tokens.weight".into(), vec![vocab, d]),
@@ -614,7 +616,7 @@ fn llama_70b_shaped(read: &Rc<std::cell::Cell<u64>>) -> (Vec<String>, Vec<Box<dy
 fn a_model_over_the_workers_budget_is_refused_in_one_line_before_its_weights_are_read() {
     let mut session = Session::new(clock);
     load(&mut session, 1, "gptchar", bytes("gptchar")).unwrap();
-    let read = Rc::new(std::cell::Cell::new(0));
+    let read = Arc::new(AtomicU64::new(0));
     let (names, sources) = llama_70b_shaped(&read);
     let size = sources[1].len();
     assert!(size > 130_000_000_000, "a 70B model's size: {size}");
@@ -627,7 +629,8 @@ fn a_model_over_the_workers_budget_is_refused_in_one_line_before_its_weights_are
     assert!(need > 3.22, "{error}");
     assert!(error.contains("budget of 3.22 GB"), "{error}");
     // Refused from the headers: nothing beyond them and the final norm was read.
-    assert!(read.get() < 4 << 20, "{} bytes read before refusing", read.get());
+    let read = read.load(Ordering::Relaxed);
+    assert!(read < 4 << 20, "{read} bytes read before refusing");
     // The model shown stays, and answers.
     assert_eq!(session.models_held(), 1);
     let pattern = Request::Pattern { model: 1, head: HeadId::new(0, 0), text: "abc".into(), prepend_bos: true };

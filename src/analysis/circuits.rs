@@ -10,7 +10,8 @@ use nalgebra::{DMatrix, DMatrixView};
 use super::HeadId;
 use super::spectrum::Factored;
 use crate::Result;
-use crate::backend::{Backend, BackendInfo, Factor, Sum, block_on, cpu};
+use crate::backend::cpu::{self, inner};
+use crate::backend::{Backend, BackendInfo, Factor, Sum, block_on};
 use crate::model::{Layer, Model, ModelConfig, Norm, NormKind, Weights};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -78,6 +79,11 @@ fn scale_rows(norm: &Norm, w: &mut DMatrix<f64>) {
 /// order of the sums everywhere, so every path gives the same bits). 4096 rows of GPT-2's
 /// width are ~6 GFLOP, far more than passing the 768 x 768 result between workers.
 pub const SEGMENT_ROWS: usize = 4096;
+
+/// The most memory the CLI's segments summed at once may take (natively; see
+/// `Grams::segments_at_once`).
+#[cfg(not(target_arch = "wasm32"))]
+const SEGMENTS_MEMORY: u64 = 512 << 20;
 
 /// How many segments a vocabulary's Grams are summed from (at least one).
 pub fn segments(vocab: usize) -> usize {
@@ -158,6 +164,12 @@ impl Grams {
         each: &mut dyn FnMut(usize, usize),
     ) -> Result<Grams> {
         let count = count.min(segments(model.config().vocab));
+        #[cfg(not(target_arch = "wasm32"))]
+        if !backend.is_gpu() {
+            let mut grams = Self::segments_at_once(model, count, each)?;
+            grams.backend = backend.info();
+            return Ok(grams);
+        }
         let mut grams = backend
             .with_fallback(async |backend| {
                 let mut sums = RunningGrams::new(model, backend).await?;
@@ -169,6 +181,42 @@ impl Grams {
             .await?;
         grams.backend = backend.info();
         Ok(grams)
+    }
+
+    /// The first `count` segments on the CPU natively, several at once, each on its own thread
+    /// (its rows read, widened and multiplied there; read on one thread between products, the
+    /// rows left the other cores idle a fifth of the time), as many at once as fit
+    /// [`SEGMENTS_MEMORY`] (one at a time, its products on every core, when a single segment's
+    /// sums are that large: Llama-3-8B's). Added in order as they come, so the bits are those of
+    /// one segment after another, and `each(rows done, vocabulary)` follows every segment.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn segments_at_once(
+        model: &(impl Weights + ?Sized),
+        count: usize,
+        each: &mut dyn FnMut(usize, usize),
+    ) -> Result<Grams> {
+        let (d_model, vocab, tied) = (model.config().d_model, model.config().vocab, model.tied());
+        let (sums, blocks) = if tied { (1, 1) } else { (3, 2) };
+        // Each segment's sums, and its block of rows as read (f32) and widened (f64).
+        let segment_bytes = (sums * d_model * d_model * 8 + blocks * cpu::BLOCK_ROWS * d_model * 12) as u64;
+        let at_once = usize::try_from(SEGMENTS_MEMORY / segment_bytes.max(1))
+            .unwrap_or(usize::MAX)
+            .clamp(1, rayon::current_num_threads().max(1));
+        let mut total: Option<Grams> = None;
+        let all: Vec<usize> = (0..count).collect();
+        for wave in all.chunks(at_once) {
+            let parts = crate::parallel::map_each(wave, |&segment| Grams::segment(model, &mut Backend::cpu(), segment));
+            for (&segment, part) in wave.iter().zip(parts) {
+                let part = part?;
+                match &mut total {
+                    // The first segment is the total so far, bit for bit.
+                    None => total = Some(part),
+                    Some(total) => total.add(&part)?,
+                }
+                each(segment_rows(vocab, segment).end, vocab);
+            }
+        }
+        Ok(total.unwrap_or_else(|| Grams::zeros(d_model, tied)))
     }
 
     /// One segment's share of the Grams (`segment` < [`segments`]), summed from zero: what one
@@ -402,7 +450,7 @@ impl HeadWeights {
     /// QK in residual space: `W_Q W_K^T` (A = W_Q, B = W_K^T).
     pub fn qk(&self) -> Factored {
         let (q, k) = (self.w_q.as_view(), self.w_k.as_view());
-        Factored { small: inner(k, q), gram_left: inner(q, q), gram_right: inner(k, k) }
+        Factored { small: inner(k, q), gram_left: cpu::gram(q), gram_right: cpu::gram(k) }
     }
 
     /// QK in token space: `W_E W_Q W_K^T W_E^T` (A = W_E W_Q, B = W_K^T W_E^T), through the
@@ -422,11 +470,11 @@ impl HeadWeights {
 
     /// OV in residual space: `W_V W_O` (A = W_V, B = W_O).
     pub fn ov_residual(&self) -> Factored {
-        let w = self;
+        let o_transposed = self.w_o.transpose();
         Factored {
-            small: &w.w_o * &w.w_v,
-            gram_left: inner(w.w_v.as_view(), w.w_v.as_view()),
-            gram_right: &w.w_o * w.w_o.transpose(),
+            small: inner(o_transposed.as_view(), self.w_v.as_view()),
+            gram_left: cpu::gram(self.w_v.as_view()),
+            gram_right: cpu::gram(o_transposed.as_view()),
         }
     }
 
@@ -546,11 +594,6 @@ fn side_by_side<'a>(
     joined
 }
 
-/// `a^T b` through the blocked product (nalgebra's `tr_mul` is a loop of dot products).
-fn inner(a: DMatrixView<f64>, b: DMatrixView<f64>) -> DMatrix<f64> {
-    cpu::product(a.transpose().as_view(), b)
-}
-
 /// The vocabulary-Gram products of every head of one layer, as a few large products on the
 /// backend instead of one per head, through the Grams' factors ([`GramFactor`]): one
 /// `F_E [W_Q | W_K | W_V]` over all query heads and, once each, the key/value heads (grouped-query
@@ -630,7 +673,7 @@ impl LayerProducts {
     /// `B B^T = W_K^T G_E W_K` (see [`HeadWeights::qk_token`]).
     pub fn qk_token(&self, head: usize) -> Factored {
         let (q, k) = (self.query(head), self.key(head / self.group));
-        Factored { small: inner(k, q), gram_left: inner(q, q), gram_right: inner(k, k) }
+        Factored { small: inner(k, q), gram_left: cpu::gram(q), gram_right: cpu::gram(k) }
     }
 
     /// Head `head`'s token-space OV circuit: `B A = Ô C W_V` (`Ô G_E W_V` tied),
@@ -644,6 +687,6 @@ impl LayerProducts {
             Some(cross_v) => &w.w_o_unembed * cross_v.columns(kv * d, d),
             None => inner(o, v),
         };
-        Factored { small, gram_left: inner(v, v), gram_right: inner(o, o) }
+        Factored { small, gram_left: cpu::gram(v), gram_right: cpu::gram(o) }
     }
 }

@@ -69,11 +69,48 @@ pub fn product(a: DMatrixView<f64>, b: DMatrixView<f64>) -> DMatrix<f64> {
     c
 }
 
+/// `a^T b` for the small per-head products (d_head x d_head over d_model). Natively on this
+/// thread, reading `a^T` as a view: the heads are already spread over the cores, and splitting a
+/// product this small costs more than it saves.
+pub fn inner(a: DMatrixView<f64>, b: DMatrixView<f64>) -> DMatrix<f64> {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        assert_eq!(a.nrows(), b.nrows(), "inner: {}x{} against {}x{}", a.nrows(), a.ncols(), b.nrows(), b.ncols());
+        let mut c = DMatrix::zeros(a.ncols(), b.ncols());
+        let (target, a, b) = (faer_mut(c.as_view_mut()), faer_ref(a).transpose(), faer_ref(b));
+        faer::linalg::matmul::matmul(target, faer::Accum::Replace, a, b, 1.0, faer::Par::Seq);
+        c
+    }
+    // The tab's kernel reads column-major operands only.
+    #[cfg(target_arch = "wasm32")]
+    product(a.transpose().as_view(), b)
+}
+
+/// `a^T a`, exactly symmetric: [`inner`] of a matrix with itself, natively its lower triangle
+/// only, then mirrored (0.098 against 0.119 ms for a head's 768 x 64 factor;
+/// `examples/products_bench.rs`).
+pub fn gram(a: DMatrixView<f64>) -> DMatrix<f64> {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use faer::linalg::matmul::triangular::{BlockStructure, matmul};
+        let mut c = DMatrix::zeros(a.ncols(), a.ncols());
+        let (lower, full) = (BlockStructure::TriangularLower, BlockStructure::Rectangular);
+        let (target, a) = (faer_mut(c.as_view_mut()), faer_ref(a));
+        matmul(target, lower, faer::Accum::Replace, a.transpose(), full, a, full, 1.0, faer::Par::Seq);
+        mirror_lower(&mut c);
+        c
+    }
+    #[cfg(target_arch = "wasm32")]
+    inner(a, a)
+}
+
 /// Rows of `U X` per product in [`upper_product`].
 const TRIANGLE_PANEL: usize = 128;
 
 /// `U X` for an upper-triangular U (d x d): a panel of rows at a time, each from its diagonal
-/// block on (the zeros left of it skipped), half the work of a full product.
+/// block on (the zeros left of it skipped), half the work of a full product. (Natively faer's
+/// own triangular product was slower: 20.0-20.4 against 18.1-19.2 ms at GPT-2's width for a
+/// layer's queries, keys and values, 335 against 323 ms at 2048; `examples/products_bench.rs`.)
 pub fn upper_product(upper: &DMatrix<f64>, x: &DMatrix<f64>) -> DMatrix<f64> {
     let d = upper.nrows();
     let mut y = DMatrix::zeros(d, x.ncols());
@@ -86,19 +123,25 @@ pub fn upper_product(upper: &DMatrix<f64>, x: &DMatrix<f64>) -> DMatrix<f64> {
 
 /// `acc += A^T B`.
 pub fn add_product(a: &DMatrix<f32>, b: &DMatrix<f32>, acc: &mut DMatrix<f64>) {
-    gemm(acc.as_view_mut(), a.map(f64::from).transpose().as_view(), b.map(f64::from).as_view());
+    gemm(acc.as_view_mut(), widened(a).transpose().as_view(), widened(b).as_view());
 }
 
 /// Columns of `A^T A` computed per product in [`add_gram`] (in the tab).
 #[cfg(target_arch = "wasm32")]
 const SYRK_PANEL: usize = 128;
 
-/// `acc += A^T A`, as a SYRK: only the lower triangle is computed (58% of the full product's
-/// work at GPT-2's width), then mirrored, so `acc` stays exactly symmetric. Natively faer's
-/// triangular product reads A^T as a view of A; in the tab a panel of columns at a time, each
-/// from the diagonal down, goes through [`gemm`].
+/// `acc += A^T A`, exactly symmetric: [`add_gram_lower`], then the lower triangle mirrored.
 pub fn add_gram(a: &DMatrix<f32>, acc: &mut DMatrix<f64>) {
-    let a = a.map(f64::from);
+    add_gram_lower(a, acc);
+    mirror_lower(acc);
+}
+
+/// `acc += A^T A` in the lower triangle only, as a SYRK (58% of the full product's work at
+/// GPT-2's width); the upper triangle is left as it was, so a sum over many blocks mirrors once
+/// at its end ([`mirror_lower`]). Natively faer's triangular product reads A^T as a view of A;
+/// in the tab a panel of columns at a time, each from the diagonal down, goes through [`gemm`].
+pub fn add_gram_lower(a: &DMatrix<f32>, acc: &mut DMatrix<f64>) {
+    let a = widened(a);
     #[cfg(not(target_arch = "wasm32"))]
     {
         use faer::linalg::matmul::triangular::{BlockStructure, matmul};
@@ -117,7 +160,19 @@ pub fn add_gram(a: &DMatrix<f32>, acc: &mut DMatrix<f64>) {
             gemm(acc.view_mut((start, start), (below, width)), a_t.rows(start, below), a.columns(start, width));
         }
     }
-    mirror_lower(acc);
+}
+
+/// `a` in f64, widened on every core natively (a block of vocabulary rows is megabytes, and
+/// widening it on one thread left the other idle between products).
+fn widened(a: &DMatrix<f32>) -> DMatrix<f64> {
+    let source = a.as_slice();
+    let mut wide = vec![0.0; source.len()];
+    crate::parallel::each_chunk(&mut wide, 1 << 16, |start, chunk| {
+        for (w, &v) in chunk.iter_mut().zip(&source[start..]) {
+            *w = f64::from(v);
+        }
+    });
+    DMatrix::from_vec(a.nrows(), a.ncols(), wide)
 }
 
 /// Edge of the square blocks [`mirror_lower`] copies in (a plain loop reads a whole row's stride
@@ -125,7 +180,7 @@ pub fn add_gram(a: &DMatrix<f32>, acc: &mut DMatrix<f64>) {
 const MIRROR_BLOCK: usize = 32;
 
 /// Copies the lower triangle onto the upper one.
-fn mirror_lower(acc: &mut DMatrix<f64>) {
+pub fn mirror_lower(acc: &mut DMatrix<f64>) {
     let n = acc.nrows();
     for j0 in (0..n).step_by(MIRROR_BLOCK) {
         for i0 in (0..=j0).step_by(MIRROR_BLOCK) {

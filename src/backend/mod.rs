@@ -102,8 +102,9 @@ enum SumKind {
     /// The closed segments' total (None: zero) and the open segment's sum from zero, in f64:
     /// the total is the same bits however the tab's pool split the segments among its workers.
     /// The open segment is 0 x 0 until a product is added to it, so a sum of one segment (each
-    /// pool worker's) holds one matrix, not two.
-    Cpu { total: Option<DMatrix<f64>>, segment: DMatrix<f64> },
+    /// pool worker's) holds one matrix, not two. A Gram's segment (`lower`) is summed in its
+    /// lower triangle only and mirrored when it closes.
+    Cpu { total: Option<DMatrix<f64>>, segment: DMatrix<f64>, lower: bool },
     /// On the device, read back once: segments do not matter there (a GPU's bits are its own).
     #[cfg(feature = "gpu")]
     Gpu(gpu::Accumulator),
@@ -113,11 +114,14 @@ impl Sum {
     /// Closes the open segment (on the CPU, adds its sum to the total and starts the next one
     /// from zero).
     pub fn end_segment(&mut self) {
-        if let SumKind::Cpu { total, segment } = &mut self.kind {
+        if let SumKind::Cpu { total, segment, lower } = &mut self.kind {
             if segment.is_empty() {
                 return;
             }
-            let closed = std::mem::replace(segment, DMatrix::zeros(0, 0));
+            let mut closed = std::mem::replace(segment, DMatrix::zeros(0, 0));
+            if *lower {
+                cpu::mirror_lower(&mut closed);
+            }
             match total {
                 // Zero plus the segment is the segment, bit for bit (it never holds -0.0: it
                 // is summed from +0.0).
@@ -228,7 +232,7 @@ impl Backend {
     /// An m x n sum at zero, on this backend.
     pub async fn sum(&self, m: usize, n: usize) -> Result<Sum> {
         let kind = match &self.kind {
-            Kind::Cpu => SumKind::Cpu { total: None, segment: DMatrix::zeros(0, 0) },
+            Kind::Cpu => SumKind::Cpu { total: None, segment: DMatrix::zeros(0, 0), lower: false },
             #[cfg(feature = "gpu")]
             Kind::Gpu(gpu) => SumKind::Gpu(gpu.accumulator(m, n).await.map_err(Error::Gpu)?),
         };
@@ -239,7 +243,8 @@ impl Backend {
     pub async fn add_product(&mut self, a: &DMatrix<f32>, b: &DMatrix<f32>, sum: &mut Sum) -> Result<()> {
         check_shape(sum, a, b)?;
         match (&self.kind, &mut sum.kind) {
-            (Kind::Cpu, SumKind::Cpu { segment, .. }) => {
+            (Kind::Cpu, SumKind::Cpu { segment, lower, .. }) => {
+                debug_assert!(!*lower, "a Gram's sum takes no other products");
                 cpu::add_product(a, b, Sum::open_segment(sum.m, sum.n, segment));
                 Ok(())
             }
@@ -254,8 +259,9 @@ impl Backend {
     pub async fn add_gram(&mut self, a: &DMatrix<f32>, sum: &mut Sum) -> Result<()> {
         check_shape(sum, a, a)?;
         match (&self.kind, &mut sum.kind) {
-            (Kind::Cpu, SumKind::Cpu { segment, .. }) => {
-                cpu::add_gram(a, Sum::open_segment(sum.m, sum.n, segment));
+            (Kind::Cpu, SumKind::Cpu { segment, lower, .. }) => {
+                *lower = true;
+                cpu::add_gram_lower(a, Sum::open_segment(sum.m, sum.n, segment));
                 Ok(())
             }
             #[cfg(feature = "gpu")]

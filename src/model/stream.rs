@@ -18,8 +18,8 @@ use crate::weights::{ModelFiles, TensorStore};
 /// is needed (the logits of a forward pass, the token-level OV views).
 pub const VOCAB_BLOCK: usize = 1024;
 
-/// A model's weights, wherever they are.
-pub trait Weights {
+/// A model's weights, wherever they are (natively read from several threads at once).
+pub trait Weights: crate::parallel::Shareable {
     fn config(&self) -> &ModelConfig;
     fn ln_final(&self) -> &Norm;
     /// Token strings of character models (file metadata `vocab`).

@@ -3,8 +3,9 @@
 
 use crate::{Error, Result};
 
-/// Random access to the bytes of one file.
-pub trait ByteSource {
+/// Random access to the bytes of one file. Natively read from several threads at once (the
+/// Grams' segments).
+pub trait ByteSource: crate::parallel::Shareable {
     /// A name for error messages (the file name).
     fn name(&self) -> &str;
     /// Total size in bytes.
