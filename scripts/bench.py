@@ -4,8 +4,8 @@
     .venv/bin/python scripts/bench.py            # prints a Markdown table for the README
 
 Both sides start from the same files (bench-data/gpt2-small: config.json + model.safetensors,
-random weights from `scripts/make_fixtures.py --gpt2-small`, made here if missing) and do the
-same work:
+random weights from `scripts/make_fixtures.py --gpt2-small`, made here if missing) and compute
+the same results, each its own way:
   * fingerprint: load, fold LayerNorm, then the eigenvalues of the four circuits headprint
     reports for all 144 heads: QK and OV in the residual space, and the token-space circuits
     W_E QK W_E^T and W_E OV W_U (headprint also computes copying score, imaginary fraction, κ

@@ -76,12 +76,13 @@ fn scale_rows(norm: &Norm, w: &mut DMatrix<f64>) {
 /// ones have) makes `A^T A = W_V^T G_E W_V` ill-conditioned, and κ of the token-space OV circuit
 /// came out up to 3% off. In f64 the same comparison agrees to ~1e-10.
 /// Vocabulary rows per Gram segment: the unit of work the tab's pool hands a worker (and the
-/// order of the sums everywhere, so every path gives the same bits). 4096 rows of GPT-2's
+/// order of the sums everywhere, so every path on one machine gives the same bits: the tab's
+/// kernel and faer's native ones round differently). 4096 rows of GPT-2's
 /// width are ~6 GFLOP, far more than passing the 768 x 768 result between workers.
 pub const SEGMENT_ROWS: usize = 4096;
 
-/// The most memory the CLI's segments summed at once may take (natively; see
-/// `Grams::segments_at_once`).
+/// The most memory the Grams' segments summed at once natively may take, the running total
+/// included (see `Grams::segments_at_once`).
 #[cfg(not(target_arch = "wasm32"))]
 const SEGMENTS_MEMORY: u64 = 512 << 20;
 
@@ -140,7 +141,8 @@ impl Grams {
     /// The Grams with the products on `backend`: W_E and W_U are read a block of token rows at a
     /// time (from memory or by byte range: the same blocks either way, so the same sums in the
     /// same order) and never held whole. `each(rows done, vocabulary)` follows every block (the
-    /// tab shows it); a GPU that fails restarts the count on the CPU. Awaited only where a GPU's
+    /// tab shows it; natively on the CPU every segment); a GPU that fails restarts the count on
+    /// the CPU. Awaited only where a GPU's
     /// results come through an event loop (the tab's worker).
     ///
     /// On the CPU the sum is taken as the tab's worker pool takes it: each segment of
@@ -164,14 +166,13 @@ impl Grams {
         each: &mut dyn FnMut(usize, usize),
     ) -> Result<Grams> {
         let count = count.min(segments(model.config().vocab));
-        #[cfg(not(target_arch = "wasm32"))]
-        if !backend.is_gpu() {
-            let mut grams = Self::segments_at_once(model, count, each)?;
-            grams.backend = backend.info();
-            return Ok(grams);
-        }
         let mut grams = backend
             .with_fallback(async |backend| {
+                // The CPU natively, a GPU's fallback included.
+                #[cfg(not(target_arch = "wasm32"))]
+                if !backend.is_gpu() {
+                    return Self::segments_at_once(model, count, each);
+                }
                 let mut sums = RunningGrams::new(model, backend).await?;
                 for segment in 0..count {
                     sums.add_segment(model, backend, segment, each).await?;
@@ -196,10 +197,11 @@ impl Grams {
         each: &mut dyn FnMut(usize, usize),
     ) -> Result<Grams> {
         let (d_model, vocab, tied) = (model.config().d_model, model.config().vocab, model.tied());
-        let (sums, blocks) = if tied { (1, 1) } else { (3, 2) };
-        // Each segment's sums, and its block of rows as read (f32) and widened (f64).
-        let segment_bytes = (sums * d_model * d_model * 8 + blocks * cpu::BLOCK_ROWS * d_model * 12) as u64;
-        let at_once = usize::try_from(SEGMENTS_MEMORY / segment_bytes.max(1))
+        let sums_bytes = (if tied { 1 } else { 3 } * d_model * d_model * 8) as u64;
+        // Per entry of a block of rows: as read (f32) and widened (f64); untied, W_E's and W_U's,
+        // each widened again for `W_U W_E` and W_U's then transposed.
+        let block_bytes = (cpu::BLOCK_ROWS * d_model * if tied { 12 } else { 40 }) as u64;
+        let at_once = usize::try_from(SEGMENTS_MEMORY.saturating_sub(sums_bytes) / (sums_bytes + block_bytes).max(1))
             .unwrap_or(usize::MAX)
             .clamp(1, rayon::current_num_threads().max(1));
         let mut total: Option<Grams> = None;

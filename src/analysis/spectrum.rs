@@ -508,9 +508,9 @@ fn eigenvector_condition(
     Ok(Some(largest / smallest))
 }
 
-/// The singular values of a real matrix: natively faer's (0.32 against 0.45 ms for nalgebra's
-/// at 64 x 64, 8.5 against 17.5 ms at 256; `examples/spectra_bench.rs`), in the tab nalgebra's
-/// (faer has no wasm SIMD there).
+/// The singular values of a real matrix: natively faer's on this thread (0.31 against 0.45 ms
+/// for nalgebra's at 64 x 64, 7.1 against 17.5 ms at 256; `examples/spectra_bench.rs`), in the
+/// tab nalgebra's (faer has no wasm SIMD there).
 fn real_singular_values(real: DMatrix<f64>) -> Result<Vec<f64>, ()> {
     #[cfg(not(target_arch = "wasm32"))]
     return singular_values_here(to_faer(&real).as_ref());

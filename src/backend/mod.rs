@@ -102,9 +102,10 @@ enum SumKind {
     /// The closed segments' total (None: zero) and the open segment's sum from zero, in f64:
     /// the total is the same bits however the tab's pool split the segments among its workers.
     /// The open segment is 0 x 0 until a product is added to it, so a sum of one segment (each
-    /// pool worker's) holds one matrix, not two. A Gram's segment (`lower`) is summed in its
-    /// lower triangle only and mirrored when it closes.
-    Cpu { total: Option<DMatrix<f64>>, segment: DMatrix<f64>, lower: bool },
+    /// pool worker's) holds one matrix, not two. A Gram's segment (`gram`: Some(true)) is
+    /// summed in its lower triangle only and mirrored when it closes; the first product added
+    /// decides, and a sum of both kinds is an error.
+    Cpu { total: Option<DMatrix<f64>>, segment: DMatrix<f64>, gram: Option<bool> },
     /// On the device, read back once: segments do not matter there (a GPU's bits are its own).
     #[cfg(feature = "gpu")]
     Gpu(gpu::Accumulator),
@@ -114,12 +115,12 @@ impl Sum {
     /// Closes the open segment (on the CPU, adds its sum to the total and starts the next one
     /// from zero).
     pub fn end_segment(&mut self) {
-        if let SumKind::Cpu { total, segment, lower } = &mut self.kind {
+        if let SumKind::Cpu { total, segment, gram } = &mut self.kind {
             if segment.is_empty() {
                 return;
             }
             let mut closed = std::mem::replace(segment, DMatrix::zeros(0, 0));
-            if *lower {
+            if *gram == Some(true) {
                 cpu::mirror_lower(&mut closed);
             }
             match total {
@@ -232,7 +233,7 @@ impl Backend {
     /// An m x n sum at zero, on this backend.
     pub async fn sum(&self, m: usize, n: usize) -> Result<Sum> {
         let kind = match &self.kind {
-            Kind::Cpu => SumKind::Cpu { total: None, segment: DMatrix::zeros(0, 0), lower: false },
+            Kind::Cpu => SumKind::Cpu { total: None, segment: DMatrix::zeros(0, 0), gram: None },
             #[cfg(feature = "gpu")]
             Kind::Gpu(gpu) => SumKind::Gpu(gpu.accumulator(m, n).await.map_err(Error::Gpu)?),
         };
@@ -243,8 +244,8 @@ impl Backend {
     pub async fn add_product(&mut self, a: &DMatrix<f32>, b: &DMatrix<f32>, sum: &mut Sum) -> Result<()> {
         check_shape(sum, a, b)?;
         match (&self.kind, &mut sum.kind) {
-            (Kind::Cpu, SumKind::Cpu { segment, lower, .. }) => {
-                debug_assert!(!*lower, "a Gram's sum takes no other products");
+            (Kind::Cpu, SumKind::Cpu { segment, gram, .. }) => {
+                one_kind(gram, false)?;
                 cpu::add_product(a, b, Sum::open_segment(sum.m, sum.n, segment));
                 Ok(())
             }
@@ -255,12 +256,12 @@ impl Backend {
         }
     }
 
-    /// `sum += A^T A` for a block of rows A (rows x n); the sum stays exactly symmetric.
+    /// `sum += A^T A` for a block of rows A (rows x n); the sum is exactly symmetric as read.
     pub async fn add_gram(&mut self, a: &DMatrix<f32>, sum: &mut Sum) -> Result<()> {
         check_shape(sum, a, a)?;
         match (&self.kind, &mut sum.kind) {
-            (Kind::Cpu, SumKind::Cpu { segment, lower, .. }) => {
-                *lower = true;
+            (Kind::Cpu, SumKind::Cpu { segment, gram, .. }) => {
+                one_kind(gram, true)?;
                 cpu::add_gram_lower(a, Sum::open_segment(sum.m, sum.n, segment));
                 Ok(())
             }
@@ -329,6 +330,15 @@ fn check_shape(sum: &Sum, a: &DMatrix<f32>, b: &DMatrix<f32>) -> Result<()> {
 
 /// A sum made on one backend, given to another (after a fallback, sums are made anew).
 #[cfg(feature = "gpu")]
+/// An error unless a CPU sum so far holds only Grams (`gram`) or only products; the first
+/// product added decides (a GPU's sum checks the same).
+fn one_kind(kind: &mut Option<bool>, gram: bool) -> Result<()> {
+    match *kind.get_or_insert(gram) == gram {
+        true => Ok(()),
+        false => Err(Error::Invalid("a sum of Grams and of products at once".into())),
+    }
+}
+
 fn another_backends_sum() -> Error {
     Error::Invalid("a sum made on another backend".into())
 }
@@ -352,5 +362,35 @@ pub fn block_on<T>(future: impl Future<Output = Result<T>>) -> Result<T> {
         std::task::Poll::Pending => {
             Err(Error::Gpu("a GPU's results are awaited in the browser; this path cannot wait for them".into()))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Gram's sum over blocks and two segments, from integer entries (every partial sum is
+    /// exact): as read it is exactly `A^T A`, symmetric, though only its lower triangle was
+    /// summed. A sum of Grams and of products is refused in either order.
+    #[test]
+    fn a_gram_sum_over_segments_is_the_exact_symmetric_gram() {
+        let a = DMatrix::<f32>::from_fn(300, 40, |i, j| ((i * 7 + j * 13) % 17) as f32 - 8.0);
+        let mut backend = Backend::cpu();
+        let mut sum = block_on(backend.sum(40, 40)).unwrap();
+        for (start, rows) in [(0, 100), (100, 50), (150, 150)] {
+            block_on(backend.add_gram(&a.rows(start, rows).into_owned(), &mut sum)).unwrap();
+            if start == 100 {
+                sum.end_segment();
+            }
+        }
+        let wide = a.map(f64::from);
+        assert_eq!(block_on(backend.read(sum)).unwrap(), wide.transpose() * &wide);
+
+        let mut products_first = block_on(backend.sum(40, 40)).unwrap();
+        block_on(backend.add_product(&a, &a, &mut products_first)).unwrap();
+        assert!(block_on(backend.add_gram(&a, &mut products_first)).is_err(), "a Gram after a product");
+        let mut grams_first = block_on(backend.sum(40, 40)).unwrap();
+        block_on(backend.add_gram(&a, &mut grams_first)).unwrap();
+        assert!(block_on(backend.add_product(&a, &a, &mut grams_first)).is_err(), "a product after a Gram");
     }
 }
