@@ -328,8 +328,6 @@ fn check_shape(sum: &Sum, a: &DMatrix<f32>, b: &DMatrix<f32>) -> Result<()> {
     }
 }
 
-/// A sum made on one backend, given to another (after a fallback, sums are made anew).
-#[cfg(feature = "gpu")]
 /// An error unless a CPU sum so far holds only Grams (`gram`) or only products; the first
 /// product added decides (a GPU's sum checks the same).
 fn one_kind(kind: &mut Option<bool>, gram: bool) -> Result<()> {
@@ -339,6 +337,8 @@ fn one_kind(kind: &mut Option<bool>, gram: bool) -> Result<()> {
     }
 }
 
+/// A sum made on one backend, given to another (after a fallback, sums are made anew).
+#[cfg(feature = "gpu")]
 fn another_backends_sum() -> Error {
     Error::Invalid("a sum made on another backend".into())
 }
