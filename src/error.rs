@@ -47,6 +47,28 @@ pub enum Error {
     Tokenizer(String),
     #[error("{0}")]
     Invalid(String),
+    /// A model link that names no model (`hf:ORG/NAME[@REVISION]` or an http(s) folder).
+    #[error("bad model link `{link}`: {reason}")]
+    BadLink { link: String, reason: String },
+    /// The network failed where retrying did not help.
+    #[error("{what}: {reason}")]
+    Network { what: String, reason: String },
+    /// A server said the repository, revision or file does not exist.
+    #[error("{what}: not found on the server{detail}")]
+    NotFound { what: String, detail: String },
+    /// The Hub refused without a token: a gated or private repository.
+    #[error(
+        "{repo}: the server refused access ({status}): the repository is gated or private; accept its terms on the Hub, then give the command line a token in HF_TOKEN (the page sends none)"
+    )]
+    Refused { repo: String, status: u16 },
+    /// The bytes behind a pinned name are not those that were opened: never mix two versions.
+    #[error(
+        "{file} changed on the server since it was opened ({detail}); open the model again to read the new version"
+    )]
+    Changed { file: String, detail: String },
+    /// Offline and not stored.
+    #[error("offline: {what} is not stored here; run once without --offline (and without HF_HUB_OFFLINE) to fetch it")]
+    Offline { what: String },
     /// A GPU product failed (device lost, out of memory, a limit); the backend falls back to the CPU.
     #[error("GPU: {0}")]
     Gpu(String),

@@ -266,6 +266,7 @@ impl Model {
     /// Detects the family, maps its tensors and checks every shape.
     pub fn load(files: &ModelFiles, parts: LoadParts) -> Result<Model> {
         let store = TensorStore::open(files)?;
+        store.announce(|name| !is_buffer(name) && (parts == LoadParts::Everything || !is_mlp(name)));
         let blueprint = Blueprint::read(&store, files)?;
         let mut reader = Reader { store: &store, family: blueprint.config.family };
         let (vocab, d_model) = (blueprint.config.vocab, blueprint.config.d_model);
@@ -507,6 +508,12 @@ impl Reader<'_> {
             .map(|e| e.shape.iter().product::<usize>() as u64)
             .sum()
     }
+}
+
+/// MLP weights, which every family names `…mlp…` (the character model `…ffwd…`): what a
+/// forward pass reads beyond the circuits.
+pub(crate) fn is_mlp(name: &str) -> bool {
+    name.contains(".mlp.") || name.contains(".ffwd.")
 }
 
 /// Buffers that checkpoints converted from older code carry (causal masks, rotary tables): not

@@ -10,7 +10,9 @@ use std::ops::Range;
 
 use nalgebra::{DMatrix, DVector};
 
-use super::{Blueprint, Layer, LoadParts, Model, ModelConfig, Norm, Reader};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::{Blueprint, Layer, LoadParts, Model, ModelConfig, Norm, Reader, is_buffer, is_mlp};
 use crate::Result;
 use crate::weights::{ModelFiles, TensorStore};
 
@@ -135,13 +137,17 @@ pub struct ModelStream<'a> {
     b_u: Option<DVector<f32>>,
     store: TensorStore<'a>,
     blueprint: Blueprint,
+    /// Whether the sources were told that the MLPs will be read too.
+    announced_everything: AtomicBool,
 }
 
 impl<'a> ModelStream<'a> {
     /// Reads the headers, config.json, the final norm and the unembedding bias; no layer and
-    /// no embedding yet.
+    /// no embedding yet. Sources that fetch are told what the circuits will read: every tensor
+    /// but the MLPs and the buffers.
     pub fn open(files: &'a ModelFiles) -> Result<Self> {
         let store = TensorStore::open(files)?;
+        store.announce(|name| !is_buffer(name) && !is_mlp(name));
         let blueprint = Blueprint::read(&store, files)?;
         let config = blueprint.config.clone();
         let mut reader = Reader { store: &store, family: config.family };
@@ -150,7 +156,15 @@ impl<'a> ModelStream<'a> {
             Some(name) => Some(reader.optional_vector(name, config.vocab)?),
             None => None,
         };
-        Ok(ModelStream { parameter_count: blueprint.parameter_count, config, ln_final, b_u, store, blueprint })
+        Ok(ModelStream {
+            parameter_count: blueprint.parameter_count,
+            config,
+            ln_final,
+            b_u,
+            store,
+            blueprint,
+            announced_everything: AtomicBool::new(false),
+        })
     }
 
     fn reader(&self) -> Reader<'_> {
@@ -184,6 +198,9 @@ impl Weights for ModelStream<'_> {
     }
     /// Layer `l`, exactly as `Model::load` would hold it.
     fn layer(&self, l: usize, parts: LoadParts) -> Result<Cow<'_, Layer>> {
+        if parts == LoadParts::Everything && !self.announced_everything.swap(true, Ordering::Relaxed) {
+            self.store.announce(|name| !is_buffer(name));
+        }
         Ok(Cow::Owned(self.blueprint.layer(&mut self.reader(), l, parts)?))
     }
     fn embedding_rows(&self, rows: Range<usize>) -> Result<DMatrix<f32>> {

@@ -1,10 +1,12 @@
 //! Reading weights: byte sources, safetensors headers, and a store that finds a named
 //! tensor across shards and hands it over as f32.
 
+pub mod remote;
 mod safetensors_file;
 mod source;
 mod store;
 
+pub use remote::ModelLink;
 pub use safetensors_file::{MAX_HEADER_BYTES, SafetensorsFile, TensorEntry};
 #[cfg(not(target_arch = "wasm32"))]
 pub use source::FileSource;

@@ -86,6 +86,10 @@ impl<'a> SafetensorsFile<'a> {
         &self.metadata
     }
 
+    pub fn source(&self) -> &'a dyn ByteSource {
+        self.source
+    }
+
     pub fn entries(&self) -> &HashMap<String, TensorEntry> {
         &self.tensors
     }

@@ -15,6 +15,9 @@ pub trait ByteSource: crate::parallel::Shareable {
     }
     /// Reads `len` bytes starting at `offset`; callers have already checked the range.
     fn read_range(&self, offset: u64, len: usize) -> Result<Vec<u8>>;
+    /// Says which byte ranges are about to be read, so a source that fetches can ask for them
+    /// together; sources that have every byte at hand ignore it.
+    fn will_read(&self, _ranges: Vec<std::ops::Range<u64>>) {}
 }
 
 /// Bytes already in memory (tests, fetched demo model).

@@ -117,6 +117,17 @@ impl<'a> TensorStore<'a> {
         Ok(Self { files: opened, location })
     }
 
+    /// Tells each file's source which bytes are about to be read: the tensors `wanted` names.
+    pub fn announce(&self, wanted: impl Fn(&str) -> bool) {
+        for file in &self.files {
+            let ranges: Vec<_> =
+                file.entries().iter().filter(|(name, _)| wanted(name)).map(|(_, e)| e.start..e.end).collect();
+            if !ranges.is_empty() {
+                file.source().will_read(ranges);
+            }
+        }
+    }
+
     pub fn contains(&self, name: &str) -> bool {
         self.location.contains_key(name)
     }
@@ -148,7 +159,7 @@ impl<'a> TensorStore<'a> {
     }
 }
 
-fn shards_named_by_index(text: &str) -> Result<Vec<String>> {
+pub(crate) fn shards_named_by_index(text: &str) -> Result<Vec<String>> {
     let index: serde_json::Value =
         serde_json::from_str(text).map_err(|e| Error::Io(format!("model.safetensors.index.json: {e}")))?;
     let map = index

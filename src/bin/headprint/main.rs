@@ -4,6 +4,11 @@
 // The CLI reads files from disk, so it exists natively only; a wasm32 build of the whole
 // package (`cargo build --target wasm32-unknown-unknown`) gets an empty binary.
 #[cfg(not(target_arch = "wasm32"))]
+mod http;
+#[cfg(not(target_arch = "wasm32"))]
+mod open;
+
+#[cfg(not(target_arch = "wasm32"))]
 mod native {
     use std::path::PathBuf;
     use std::process::ExitCode;
@@ -30,6 +35,8 @@ mod native {
     use headprint::tokens::{Bos, Tokenizer, choose_bos, parse_ids, with_bos};
     use headprint::weights::ModelFiles;
     use headprint::{Error, Result};
+
+    use crate::open::{self, LinkFacts, LinkSettings};
     use serde_json::json;
 
     #[derive(Parser)]
@@ -37,12 +44,17 @@ mod native {
     struct Cli {
         #[command(subcommand)]
         command: Command,
+        /// Never touch the network: models by link come from the caches or fail, naming what is
+        /// missing (as HF_HUB_OFFLINE=1 does).
+        #[arg(long, global = true)]
+        offline: bool,
     }
 
     #[derive(Args)]
     struct Common {
-        /// A .safetensors file, or a folder with config.json / tokenizer.json / shards.
-        model: PathBuf,
+        /// A .safetensors file, a folder with config.json / tokenizer.json / shards, or a link:
+        /// hf:ORG/NAME[@REVISION] or an http(s) folder in the same layout.
+        model: String,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -120,8 +132,8 @@ mod native {
 
     #[derive(Args)]
     struct FigureArgs {
-        /// A .safetensors file, or a folder with config.json / tokenizer.json / shards.
-        model: PathBuf,
+        /// A .safetensors file, a folder, or a link (hf:ORG/NAME[@REVISION], an http(s) folder).
+        model: String,
         #[arg(long, value_enum)]
         kind: FigureKind,
         /// The file to write: FILE.svg or FILE.png.
@@ -181,9 +193,9 @@ mod native {
 
     #[derive(Args)]
     struct CompareArgs {
-        /// Models (.safetensors files or folders), one row each.
+        /// Models (.safetensors files, folders or links), one row each.
         #[arg(required = true, num_args = 1..)]
-        models: Vec<PathBuf>,
+        models: Vec<String>,
         /// Print JSON instead of tables.
         #[arg(long)]
         json: bool,
@@ -226,7 +238,10 @@ mod native {
                 return ExitCode::from(2);
             }
         };
-        match run(cli.command) {
+        open::configure(LinkSettings { offline: cli.offline });
+        let outcome = run(cli.command);
+        open::print_notes();
+        match outcome {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 eprintln!("headprint: {error}");
@@ -248,6 +263,8 @@ mod native {
     struct Loaded {
         files: ModelFiles,
         tokenizer: Tokenizer,
+        link: Option<LinkFacts>,
+        label: String,
     }
 
     impl Loaded {
@@ -281,9 +298,10 @@ mod native {
     }
 
     fn load(common: &Common) -> Result<Loaded> {
-        let files = ModelFiles::from_path(&common.model)?;
+        let opened = open::open(&common.model)?;
+        let files = opened.files;
         let tokenizer = Tokenizer::for_model(&ModelStream::open(&files)?, files.tokenizer_json.as_deref())?;
-        Ok(Loaded { files, tokenizer })
+        Ok(Loaded { files, tokenizer, link: opened.link, label: opened.label })
     }
 
     fn print_json(value: &impl serde::Serialize) -> Result<()> {
@@ -291,20 +309,29 @@ mod native {
         Ok(())
     }
 
+    /// A report with, for a model by link, its `model_link`: the pinned link and the bytes fetched.
+    fn print_json_from(value: &impl serde::Serialize, link: Option<&LinkFacts>) -> Result<()> {
+        let mut value = serde_json::to_value(value).map_err(|e| Error::Invalid(e.to_string()))?;
+        if let (Some(link), Some(object)) = (link, value.as_object_mut()) {
+            object.insert("model_link".into(), link.json());
+        }
+        print_json(&value)
+    }
+
     fn run(command: Command) -> Result<()> {
         match command {
             Command::Fingerprint { common, raw, backend } => {
                 // Read a layer at a time: a model of any size fingerprints in the memory of its
                 // Grams and one layer's attention.
-                let files = ModelFiles::from_path(&common.model)?;
-                let model = ModelStream::open(&files)?;
+                let opened = open::open(&common.model)?;
+                let model = ModelStream::open(&opened.files)?;
                 let mut backend = Backend::select(BackendChoice::parse(&backend)?)?;
                 let report = fingerprint_stream_with(&model, if raw { Mode::Raw } else { Mode::Folded }, &mut backend)?;
                 if let Some(note) = &report.backend.note {
                     eprintln!("note: {note}");
                 }
                 if common.json {
-                    return print_json(&report);
+                    return print_json_from(&report, opened.link.as_ref());
                 }
                 print_summary(&report.model);
                 println!("mode: {}", report.mode);
@@ -365,8 +392,9 @@ mod native {
                     })
                     .collect();
                 if common.json {
-                    return print_json(
+                    return print_json_from(
                         &json!({"tokens": ids, "prepend_bos": !bos.no_bos, "bos": bos_token, "patterns": patterns}),
+                        loaded.link.as_ref(),
                     );
                 }
                 let labels: Vec<String> = ids.iter().map(|&i| loaded.tokenizer.token_text(i)).collect();
@@ -482,8 +510,11 @@ mod native {
         let loaded = load(&common)?;
         let (model, tokenizer) = (&loaded.model()?, &loaded.tokenizer);
         let mode = if args.raw { Mode::Raw } else { Mode::Folded };
-        let name =
-            args.model.file_name().map_or_else(|| args.model.display().to_string(), |n| n.to_string_lossy().into());
+        let path = std::path::Path::new(&args.model);
+        let name = match loaded.link {
+            Some(_) => loaded.label.clone(),
+            None => path.file_name().map_or_else(|| args.model.clone(), |n| n.to_string_lossy().into()),
+        };
         // The fingerprint (Grams and every head) only where the figure or the default head needs it:
         // on a large model it is the slow part.
         let needs_fingerprint = args.head.is_none()
@@ -692,7 +723,7 @@ mod native {
             value["bos_token"] = json!(bos);
             value["threshold"] = json!(threshold);
             value["induction_heads"] = json!(report.induction_heads(threshold));
-            return print_json(&value);
+            return print_json_from(&value, loaded.link.as_ref());
         }
         println!(
             "{} repeated sequence(s) of {} tokens ({}); {}",
@@ -732,10 +763,10 @@ mod native {
         let threshold = args.sequence.threshold;
         let mode = if args.raw { Mode::Raw } else { Mode::Folded };
         let mut models = Vec::new();
-        for path in &args.models {
-            let common = Common { model: path.clone(), json: args.json };
+        for given in &args.models {
+            let common = Common { model: given.clone(), json: args.json };
             // Layers are read as they are needed, so any step can find a bad file: name it.
-            let named = |e: Error| Error::Invalid(format!("{}: {e}", path.display()));
+            let named = |e: Error| Error::Invalid(format!("{given}: {e}"));
             let loaded = load(&common).map_err(named)?;
             let model = loaded.model().map_err(named)?;
             let fingerprint = fingerprint_stream(&model, mode).map_err(named)?;
@@ -749,20 +780,23 @@ mod native {
                 describe_sources(&report),
                 describe_bos(bos.as_ref())
             );
-            let row =
-                ComparisonRow::new(&path.display().to_string(), &fingerprint, Some(&report), &sequence, threshold);
+            let row = ComparisonRow::new(&loaded.label, &fingerprint, Some(&report), &sequence, threshold);
             let spearman = spearman_table(&fingerprint, &report);
-            models.push((row, bos, report, spearman));
+            let source = loaded.link.as_ref().map(LinkFacts::json);
+            models.push((row, bos, report, spearman, source));
         }
         if args.json {
             let entries: Vec<serde_json::Value> = models
                 .iter()
-                .map(|(row, bos, report, spearman)| {
+                .map(|(row, bos, report, spearman, source)| {
                     let mut value = serde_json::to_value(row).unwrap_or_default();
                     value["bos_token"] = json!(bos);
                     value["induction_head_names"] = json!(report.induction_heads(threshold));
                     value["head_scores"] = json!(report.heads);
                     value["spearman"] = json!(spearman);
+                    if let Some(source) = source {
+                        value["model_link"] = source.clone();
+                    }
                     value
                 })
                 .collect();
@@ -795,7 +829,7 @@ mod native {
             "\ninduction heads count heads with mean induction score >= {threshold}; spectral features {} mode",
             mode.name()
         );
-        for (row, _, _, spearman) in &models {
+        for (row, _, _, spearman, _) in &models {
             let fewest = spearman.iter().map(|c| c.n).min().unwrap_or(0);
             let counted = if fewest == row.heads {
                 format!("the {} heads", row.heads)

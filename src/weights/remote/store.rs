@@ -1,0 +1,360 @@
+//! Where fetched bytes are kept, so that nothing is fetched twice: byte ranges of a large file
+//! (`RangeStore`), and a model's small files, pins and file facts (`LinkCache`). The CLI keeps
+//! them on disk (`DiskCache`); without a cache they are held in memory for one run.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Mutex;
+
+use crate::Result;
+
+/// The byte ranges held of one remote file.
+pub trait RangeStore: crate::parallel::Shareable + Send {
+    /// `len` bytes at `offset`, when all of them are held.
+    fn get(&self, offset: u64, len: usize) -> Option<Vec<u8>>;
+    /// Keeps `bytes`, which start at `offset`.
+    fn put(&self, offset: u64, bytes: &[u8]) -> Result<()>;
+    /// Whether all of `len` bytes at `offset` are held.
+    fn holds(&self, offset: u64, len: u64) -> bool;
+}
+
+/// Ranges held in memory, merged as they arrive; beyond `budget` bytes, chunks other than the
+/// newest are dropped, lowest offsets first (a dropped range is fetched again if read again).
+pub struct MemoryRanges {
+    budget: u64,
+    held: Mutex<BTreeMap<u64, Vec<u8>>>,
+}
+
+impl MemoryRanges {
+    pub fn new(budget: u64) -> Self {
+        Self { budget, held: Mutex::new(BTreeMap::new()) }
+    }
+}
+
+impl RangeStore for MemoryRanges {
+    fn get(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let (&start, bytes) = held.range(..=offset).next_back()?;
+        let from = usize::try_from(offset - start).ok()?;
+        bytes.get(from..from.checked_add(len)?).map(<[u8]>::to_vec)
+    }
+
+    fn holds(&self, offset: u64, len: u64) -> bool {
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.range(..=offset).next_back().is_some_and(|(start, bytes)| offset + len <= start + bytes.len() as u64)
+    }
+
+    fn put(&self, offset: u64, bytes: &[u8]) -> Result<()> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        // Chunks arrive in order within a request: extend the chunk that ends where this starts.
+        let extend = held.range(..=offset).next_back().filter(|(s, b)| **s + b.len() as u64 == offset).map(|(s, _)| *s);
+        match extend {
+            Some(start) => held.get_mut(&start).expect("found above").extend_from_slice(bytes),
+            None => {
+                held.insert(offset, bytes.to_vec());
+            }
+        }
+        let mut total: u64 = held.values().map(|b| b.len() as u64).sum();
+        while total > self.budget && held.len() > 1 {
+            let oldest = *held.keys().find(|&&s| s != offset).expect("more than one");
+            total -= held.remove(&oldest).map_or(0, |b| b.len() as u64);
+        }
+        Ok(())
+    }
+}
+
+/// Names one file of one version of a model, for a cache: `scope` is the version
+/// (`hf/ORG--NAME/COMMIT`, or `web/HASH/ETAG-HASH`), `path` the file's path in it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FileKey {
+    pub scope: String,
+    pub path: String,
+}
+
+/// What was learnt of a large file when it was first opened: enough to open it again offline,
+/// and to notice that it changed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileFacts {
+    pub size: u64,
+    /// The Hub's `X-Linked-Etag` (the file's hash), or the web server's `ETag`.
+    pub etag: Option<String>,
+}
+
+/// A model's small files, the commits its revisions resolved to, and its large files' ranges.
+pub trait LinkCache: crate::parallel::Shareable + Send {
+    /// The commit `revision` of `repo` resolved to when last online.
+    fn commit_of(&self, repo: &str, revision: &str) -> Option<String>;
+    fn keep_commit(&self, repo: &str, revision: &str, commit: &str);
+    /// A web folder's latest facts of `path` (web files have no commit to key them by).
+    fn latest(&self, folder: &str, path: &str) -> Option<FileFacts>;
+    fn keep_latest(&self, folder: &str, path: &str, facts: &FileFacts);
+    fn whole_file(&self, key: &FileKey) -> Option<Vec<u8>>;
+    fn keep_whole_file(&self, key: &FileKey, bytes: &[u8]);
+    fn facts(&self, key: &FileKey) -> Option<FileFacts>;
+    fn keep_facts(&self, key: &FileKey, facts: &FileFacts);
+    /// The ranges held of a large file.
+    fn ranges(&self, key: &FileKey) -> Box<dyn RangeStore>;
+    /// A file that is absent: `None` for nothing known, `Some(true)` when the server said so.
+    fn known_absent(&self, key: &FileKey) -> Option<bool>;
+    fn keep_absent(&self, key: &FileKey);
+}
+
+/// A cache of one run: nothing outlives the process; large files' ranges in memory.
+pub struct NoCache {
+    pub budget: u64,
+}
+
+impl LinkCache for NoCache {
+    fn commit_of(&self, _: &str, _: &str) -> Option<String> {
+        None
+    }
+    fn keep_commit(&self, _: &str, _: &str, _: &str) {}
+    fn latest(&self, _: &str, _: &str) -> Option<FileFacts> {
+        None
+    }
+    fn keep_latest(&self, _: &str, _: &str, _: &FileFacts) {}
+    fn whole_file(&self, _: &FileKey) -> Option<Vec<u8>> {
+        None
+    }
+    fn keep_whole_file(&self, _: &FileKey, _: &[u8]) {}
+    fn facts(&self, _: &FileKey) -> Option<FileFacts> {
+        None
+    }
+    fn keep_facts(&self, _: &FileKey, _: &FileFacts) {}
+    fn ranges(&self, _: &FileKey) -> Box<dyn RangeStore> {
+        Box::new(MemoryRanges::new(self.budget))
+    }
+    fn known_absent(&self, _: &FileKey) -> Option<bool> {
+        None
+    }
+    fn keep_absent(&self, _: &FileKey) {}
+}
+
+/// Sorted, merged ranges: what a range store holds, or what an analysis will read.
+pub(crate) fn merge_ranges(mut ranges: Vec<Range<u64>>, gap: u64) -> Vec<Range<u64>> {
+    ranges.retain(|r| r.start < r.end);
+    ranges.sort_by_key(|r| r.start);
+    let mut merged: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        match merged.last_mut() {
+            Some(last) if range.start <= last.end.saturating_add(gap) => last.end = last.end.max(range.end),
+            _ => merged.push(range),
+        }
+    }
+    merged
+}
+
+/// A short, file-name-safe hash of a URL or an ETag.
+pub(crate) fn short_hash(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(text.as_bytes()).iter().take(12).map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+pub use disk::DiskCache;
+
+#[cfg(not(target_arch = "wasm32"))]
+mod disk {
+    use std::fs;
+    use std::io::Write;
+    use std::ops::Range;
+    use std::os::unix::fs::FileExt;
+    use std::path::{Path, PathBuf};
+    use std::sync::Mutex;
+
+    use super::{FileFacts, FileKey, LinkCache, RangeStore, merge_ranges, short_hash};
+    use crate::{Error, Result};
+
+    /// headprint's own cache folder: `ranges` of large files in sparse files beside the list of
+    /// what they hold, small files whole, and the Hub's `refs` as the Hugging Face cache keeps
+    /// them. Writes go to a temporary name first, so a stopped run leaves nothing half-written.
+    pub struct DiskCache {
+        root: PathBuf,
+    }
+
+    impl DiskCache {
+        pub fn new(root: PathBuf) -> Self {
+            Self { root }
+        }
+
+        /// `$HEADPRINT_CACHE`, else `$XDG_CACHE_HOME/headprint`, else `~/.cache/headprint`.
+        pub fn default_root() -> Option<PathBuf> {
+            let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+            var("HEADPRINT_CACHE")
+                .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("headprint")))
+                .or_else(|| var("HOME").map(|h| h.join(".cache/headprint")))
+        }
+
+        pub fn root(&self) -> &Path {
+            &self.root
+        }
+
+        fn file(&self, key: &FileKey, suffix: &str) -> PathBuf {
+            self.root.join(&key.scope).join(format!("{}{suffix}", key.path))
+        }
+
+        fn repo_dir(&self, repo: &str) -> PathBuf {
+            self.root.join("hf").join(repo.replace('/', "--"))
+        }
+
+        fn folder_dir(&self, folder: &str) -> PathBuf {
+            self.root.join("web").join(short_hash(folder))
+        }
+    }
+
+    /// Writes `bytes` to `path` through a temporary file; a cache that cannot be written is no
+    /// error (the run goes on from the network), so failures are dropped.
+    fn write_atomically(path: &Path, bytes: &[u8]) {
+        let write = || -> std::io::Result<()> {
+            if let Some(dir) = path.parent() {
+                fs::create_dir_all(dir)?;
+            }
+            let temporary = path.with_extension(format!("tmp{}", std::process::id()));
+            fs::File::create(&temporary)?.write_all(bytes)?;
+            fs::rename(&temporary, path)
+        };
+        let _ = write();
+    }
+
+    fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
+        serde_json::from_slice(&fs::read(path).ok()?).ok()
+    }
+
+    impl LinkCache for DiskCache {
+        fn commit_of(&self, repo: &str, revision: &str) -> Option<String> {
+            let text = fs::read_to_string(self.repo_dir(repo).join("refs").join(revision)).ok()?;
+            Some(text.trim().to_string()).filter(|c| crate::weights::ModelLink::is_commit(c))
+        }
+        fn keep_commit(&self, repo: &str, revision: &str, commit: &str) {
+            write_atomically(&self.repo_dir(repo).join("refs").join(revision), commit.as_bytes());
+        }
+        fn latest(&self, folder: &str, path: &str) -> Option<FileFacts> {
+            read_json(&self.folder_dir(folder).join("latest").join(format!("{path}.json")))
+        }
+        fn keep_latest(&self, folder: &str, path: &str, facts: &FileFacts) {
+            let target = self.folder_dir(folder).join("latest").join(format!("{path}.json"));
+            write_atomically(&target, &serde_json::to_vec(facts).unwrap_or_default());
+        }
+        fn whole_file(&self, key: &FileKey) -> Option<Vec<u8>> {
+            fs::read(self.file(key, "")).ok()
+        }
+        fn keep_whole_file(&self, key: &FileKey, bytes: &[u8]) {
+            write_atomically(&self.file(key, ""), bytes);
+        }
+        fn facts(&self, key: &FileKey) -> Option<FileFacts> {
+            read_json(&self.file(key, ".facts.json"))
+        }
+        fn keep_facts(&self, key: &FileKey, facts: &FileFacts) {
+            write_atomically(&self.file(key, ".facts.json"), &serde_json::to_vec(facts).unwrap_or_default());
+        }
+        fn ranges(&self, key: &FileKey) -> Box<dyn RangeStore> {
+            Box::new(DiskRanges::open(self.file(key, ".ranges"), self.file(key, ".part")))
+        }
+        fn known_absent(&self, key: &FileKey) -> Option<bool> {
+            self.file(key, ".absent").exists().then_some(true)
+        }
+        fn keep_absent(&self, key: &FileKey) {
+            write_atomically(&self.file(key, ".absent"), b"");
+        }
+    }
+
+    /// One large file's held ranges: the bytes at their own offsets in a sparse file, and the
+    /// list of what it holds, written after the bytes.
+    struct DiskRanges {
+        list: PathBuf,
+        data: PathBuf,
+        held: Mutex<Vec<Range<u64>>>,
+    }
+
+    impl DiskRanges {
+        fn open(list: PathBuf, data: PathBuf) -> Self {
+            let held = fs::read_to_string(&list)
+                .ok()
+                .map(|text| {
+                    text.lines()
+                        .filter_map(|line| {
+                            let (a, b) = line.split_once(' ')?;
+                            Some(a.parse().ok()?..b.parse().ok()?)
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            // Ranges whose bytes are gone (a deleted data file) are not held.
+            let held = if data.exists() { merge_ranges(held, 0) } else { Vec::new() };
+            Self { list, data, held: Mutex::new(held) }
+        }
+    }
+
+    impl RangeStore for DiskRanges {
+        fn holds(&self, offset: u64, len: u64) -> bool {
+            let end = offset.saturating_add(len);
+            self.held.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|r| r.start <= offset && end <= r.end)
+        }
+
+        fn get(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
+            if !self.holds(offset, len as u64) {
+                return None;
+            }
+            let mut bytes = vec![0u8; len];
+            fs::File::open(&self.data).ok()?.read_exact_at(&mut bytes, offset).ok()?;
+            Some(bytes)
+        }
+
+        fn put(&self, offset: u64, bytes: &[u8]) -> Result<()> {
+            let io = |e: std::io::Error| Error::Io(format!("{}: {e}", self.data.display()));
+            if let Some(dir) = self.data.parent() {
+                fs::create_dir_all(dir).map_err(io)?;
+            }
+            let file = fs::OpenOptions::new().create(true).truncate(false).write(true).open(&self.data).map_err(io)?;
+            file.write_all_at(bytes, offset).map_err(io)?;
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            let mut ranges = std::mem::take(&mut *held);
+            ranges.push(offset..offset + bytes.len() as u64);
+            *held = merge_ranges(ranges, 0);
+            let list: String = held.iter().map(|r| format!("{} {}\n", r.start, r.end)).collect();
+            write_atomically(&self.list, list.as_bytes());
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_merge_across_small_gaps_only() {
+        let merged = merge_ranges(vec![10..20, 0..5, 22..30, 100..120, 5..5], 2);
+        assert_eq!(merged, vec![0..5, 10..30, 100..120]);
+        assert_eq!(merge_ranges(vec![0..5, 6..8], 0), vec![0..5, 6..8]);
+    }
+
+    #[test]
+    fn memory_ranges_serve_what_they_hold_and_drop_the_oldest() {
+        let store = MemoryRanges::new(10);
+        store.put(0, &[1, 2, 3, 4]).unwrap();
+        store.put(4, &[5, 6]).unwrap();
+        assert_eq!(store.get(2, 4), Some(vec![3, 4, 5, 6]));
+        assert_eq!(store.get(5, 2), None);
+        store.put(100, &[9; 8]).unwrap();
+        assert_eq!(store.get(0, 1), None, "over budget, the other chunks go");
+        assert!(store.holds(100, 8) && !store.holds(100, 9));
+        assert_eq!(store.get(100, 8), Some(vec![9; 8]));
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    #[test]
+    fn disk_ranges_outlive_the_store_that_wrote_them() {
+        let root = std::env::temp_dir().join(format!("headprint-store-test-{}", std::process::id()));
+        let cache = DiskCache::new(root.clone());
+        let key = FileKey { scope: "hf/org--name/abc".into(), path: "model.safetensors".into() };
+        cache.ranges(&key).put(1000, &[7; 100]).unwrap();
+        cache.ranges(&key).put(1100, &[8; 10]).unwrap();
+        let again = cache.ranges(&key);
+        assert_eq!(again.get(1095, 10), Some([vec![7; 5], vec![8; 5]].concat()));
+        assert_eq!(again.get(990, 20), None);
+        cache.keep_commit("org/name", "main", "607a30d783dfa663caf39e06633721c8d4cfcd7e");
+        assert_eq!(cache.commit_of("org/name", "main").as_deref(), Some("607a30d783dfa663caf39e06633721c8d4cfcd7e"));
+        std::fs::remove_dir_all(root).unwrap();
+    }
+}

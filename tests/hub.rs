@@ -1,0 +1,601 @@
+//! Models by link through the CLI, against a loopback imitation of the Hub and its CDN
+//! (`hub_imitation`): the numbers equal the local files' bit for bit, only the tensors an
+//! analysis reads are fetched, every misbehaviour of a real network gives the model or one clear
+//! line, and a second run needs no network.
+
+mod common;
+mod hub_imitation;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::fixture;
+use hub_imitation::{GOOD_TOKEN, Imitation, Logged, Origin};
+use serde_json::Value;
+
+/// A fresh folder for one test's caches.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("headprint-hub-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The CLI with the imitation as its Hub, its caches under `home`: (success, stdout, stderr).
+fn run(hub: &Imitation, home: &Path, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_headprint"));
+    command
+        .args(args)
+        .env("HF_ENDPOINT", &hub.hub)
+        .env("HEADPRINT_CACHE", home.join("headprint"))
+        .env("HF_HUB_CACHE", home.join("hf-empty"))
+        .env_remove("HF_TOKEN")
+        .env_remove("HUGGING_FACE_HUB_TOKEN")
+        .env_remove("HF_HUB_OFFLINE");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let out = command.output().expect("runs");
+    (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+fn json_of(outcome: (bool, String, String)) -> Value {
+    let (ok, stdout, stderr) = outcome;
+    assert!(ok, "failed: {stderr}");
+    serde_json::from_str(&stdout).expect("JSON on stdout")
+}
+
+fn local(args: &[&str]) -> Value {
+    common::json(args)
+}
+
+/// A report without its `model_link` (which only a model by link has).
+fn without_link(mut report: Value) -> Value {
+    report.as_object_mut().unwrap().remove("model_link");
+    report
+}
+
+/// The byte ranges of the tensors whose names match, in a safetensors file.
+fn tensor_ranges(file: &Path, wanted: impl Fn(&str) -> bool) -> Vec<(u64, u64)> {
+    let bytes = std::fs::read(file).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+    let header: Value = serde_json::from_slice(&bytes[8..8 + header_len as usize]).unwrap();
+    header
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(name, _)| *name != "__metadata__" && wanted(name))
+        .map(|(_, t)| {
+            let offsets = &t["data_offsets"];
+            (8 + header_len + offsets[0].as_u64().unwrap(), 8 + header_len + offsets[1].as_u64().unwrap())
+        })
+        .collect()
+}
+
+/// The inclusive span a logged request asked for.
+fn asked(entry: &Logged) -> Option<(u64, u64)> {
+    let (first, last) = entry.range.as_deref()?.strip_prefix("bytes=")?.split_once('-')?;
+    Some((first.parse().ok()?, last.parse().ok()?))
+}
+
+#[test]
+fn a_hub_model_equals_its_local_files_fetches_no_mlp_and_reopens_with_no_network() {
+    let hub = Imitation::start();
+    let folder = fixture("gpt2");
+    let commit = hub.add_folder("test-org/gpt2", "main", &folder);
+    let home = scratch("gpt2");
+
+    let report = json_of(run(&hub, &home, &["fingerprint", "hf:test-org/gpt2", "--json"], &[]));
+    let expected = local(&["fingerprint", folder.to_str().unwrap(), "--json"]);
+    assert_eq!(without_link(report.clone()), expected, "the same numbers as the local files, bit for bit");
+
+    let source = &report["model_link"];
+    assert_eq!(source["given"], "hf:test-org/gpt2");
+    assert_eq!(source["pinned"], format!("hf:test-org/gpt2@{commit}"));
+    let file_sizes: u64 = ["config.json", "tokenizer.json", "model.safetensors"]
+        .iter()
+        .map(|f| std::fs::metadata(folder.join(f)).unwrap().len())
+        .sum();
+    assert_eq!(source["bytes_total"], file_sizes);
+    let fetched = source["bytes_fetched"].as_u64().unwrap();
+    assert_eq!(fetched, hub.bytes_sent(), "every byte the server sent is counted");
+    assert!(fetched < file_sizes, "{fetched} of {file_sizes}");
+
+    let log = hub.log();
+    let mlp = tensor_ranges(&folder.join("model.safetensors"), |n| n.contains(".mlp."));
+    let weights: Vec<&Logged> = log.iter().filter(|e| e.origin == Origin::Cdn).collect();
+    assert!(!weights.is_empty());
+    for entry in &weights {
+        let (first, last) = asked(entry).expect("every weight request asks for one range");
+        assert!(
+            mlp.iter().all(|&(start, end)| last < start || first >= end),
+            "the fingerprint asked for an MLP weight's bytes: {:?}",
+            entry.range
+        );
+    }
+    // Every request after the first names the commit, never the branch.
+    for entry in log.iter().filter(|e| e.origin == Origin::Hub).skip(1) {
+        assert!(!entry.path.contains("/resolve/main/"), "{}", entry.path);
+    }
+    assert!(log.iter().all(|e| e.authorization.is_none()), "no token, no Authorization");
+
+    // The pinned link again: everything from headprint's cache, no request at all.
+    hub.clear_log();
+    let pinned = format!("hf:test-org/gpt2@{commit}");
+    let again = json_of(run(&hub, &home, &["fingerprint", &pinned, "--json"], &[]));
+    assert_eq!(again["model_link"]["bytes_fetched"], 0);
+    assert!(hub.log().is_empty(), "{:?}", hub.log());
+    assert_eq!(without_link(again), expected);
+
+    // Offline, by branch: the commit the branch resolved to is remembered.
+    for (flag, env) in [(Some("--offline"), None), (None, Some(("HF_HUB_OFFLINE", "1")))] {
+        let mut args = vec!["fingerprint", "hf:test-org/gpt2", "--json"];
+        args.extend(flag);
+        let offline = json_of(run(&hub, &home, &args, env.as_slice()));
+        assert_eq!(offline["model_link"]["pinned"], pinned);
+        assert_eq!(without_link(offline), expected);
+    }
+    assert!(hub.log().is_empty());
+
+    // The probe reads the MLPs, which the fingerprint left on the server: offline says so.
+    let (ok, _, stderr) =
+        run(&hub, &home, &["probe", "hf:test-org/gpt2", "--induction", "--len", "10", "--offline"], &[]);
+    assert!(!ok);
+    assert!(stderr.starts_with("headprint: offline: bytes "), "{stderr}");
+    assert!(stderr.contains("model.safetensors is not stored here"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(hub.log().is_empty());
+
+    // Online, the probe fetches what it lacks and gives the local numbers.
+    let probe = json_of(run(&hub, &home, &["probe", &pinned, "--induction", "--len", "10", "--json"], &[]));
+    let expected_probe = local(&["probe", folder.to_str().unwrap(), "--induction", "--len", "10", "--json"]);
+    assert_eq!(without_link(probe), expected_probe);
+    let _ = std::fs::remove_dir_all(home);
+}
+
+#[test]
+fn a_sharded_model_by_link_equals_its_local_files() {
+    let hub = Imitation::start();
+    let folder = fixture("llama");
+    hub.add_folder("test-org/llama", "main", &folder);
+    let home = scratch("llama");
+    for args in [vec!["fingerprint", "--json"], vec!["probe", "--induction", "--json"]] {
+        let mut remote = vec![args[0], "hf:test-org/llama"];
+        remote.extend(&args[1..]);
+        let mut local_args = vec![args[0], folder.to_str().unwrap()];
+        local_args.extend(&args[1..]);
+        let report = json_of(run(&hub, &home, &remote, &[]));
+        assert_eq!(without_link(report), local(&local_args), "{args:?}");
+    }
+    let shards = hub.log().iter().filter(|e| e.origin == Origin::Cdn && e.path.contains("-of-00004")).count();
+    assert!(shards >= 8, "each of the four shards read by range ({shards} requests)");
+    let _ = std::fs::remove_dir_all(home);
+}
+
+#[test]
+fn a_web_folder_by_link_equals_its_local_files() {
+    let hub = Imitation::start();
+    let folder = fixture("pythia-hub");
+    let url = hub.add_web_folder("pythia", &folder);
+    let home = scratch("web");
+    let report = json_of(run(&hub, &home, &["fingerprint", &url, "--json"], &[]));
+    assert_eq!(report["model_link"]["pinned"], url);
+    assert_eq!(without_link(report), local(&["fingerprint", folder.to_str().unwrap(), "--json"]));
+    let _ = std::fs::remove_dir_all(home);
+}
+
+#[test]
+fn a_server_that_ignores_ranges_still_gives_the_model_and_says_so_once() {
+    let hub = Imitation::start();
+    let folder = fixture("gpt2");
+    hub.add_folder("test-org/gpt2", "main", &folder);
+    hub.faults().ignore_range = true;
+    let home = scratch("ignore-range");
+    let (ok, stdout, stderr) = run(&hub, &home, &["fingerprint", "hf:test-org/gpt2", "--json"], &[]);
+    assert!(ok, "{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(without_link(report), local(&["fingerprint", folder.to_str().unwrap(), "--json"]));
+    assert_eq!(stderr.matches("does not serve byte ranges").count(), 1, "{stderr}");
+    assert!(hub.log().iter().filter(|e| e.origin == Origin::Cdn).all(|e| e.status == 200));
+    let _ = std::fs::remove_dir_all(home);
+}
+
+#[test]
+fn dropped_connections_are_resumed_three_times_then_named() {
+    let hub = Imitation::start();
+    let folder = fixture("gpt2");
+    hub.add_folder("test-org/gpt2", "main", &folder);
+    let expected = local(&["fingerprint", folder.to_str().unwrap(), "--json"]);
+
+    let home = scratch("drop-once");
+    {
+        let mut faults = hub.faults();
+        faults.drops = 2;
+        faults.drop_after = 3;
+    }
+    let report = json_of(run(&hub, &home, &["fingerprint", "hf:test-org/gpt2", "--json"], &[]));
+    assert_eq!(without_link(report), expected);
+    let resumed = hub.log().windows(2).any(|pair| match (asked(&pair[0]), asked(&pair[1])) {
+        (Some((a, b)), Some((c, d))) => c == a + 3 && d == b,
+        _ => false,
+    });
+    assert!(resumed, "a dropped range is asked again from where it broke: {:?}", hub.log());
+
+    let home = scratch("drop-always");
+    hub.faults().drops = 100;
+    let (ok, _, stderr) = run(&hub, &home, &["fingerprint", "hf:test-org/gpt2"], &[]);
+    assert!(!ok);
+    assert!(stderr.contains("model.safetensors: the connection dropped 4 times"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn the_hubs_refusals_are_one_clear_line_each() {
+    let hub = Imitation::start();
+    hub.add_folder("test-org/gpt2", "main", &fixture("gpt2"));
+    hub.add_folder("test-org/gated", "main", &fixture("gpt2"));
+    hub.gate("test-org/gated");
+    let home = scratch("refusals");
+    let cases = [
+        ("hf:test-org/missing", "not found on the server (no such repository, or it is private)"),
+        ("hf:test-org/gpt2@no-such-branch", "not found on the server (no such branch, tag or commit)"),
+        ("hf:test-org/gated", "gated or private"),
+        ("hf:gpt2", "bad model link `hf:gpt2`"),
+    ];
+    for (link, message) in cases {
+        let (ok, stdout, stderr) = run(&hub, &home, &["fingerprint", link], &[]);
+        assert!(!ok && stdout.is_empty(), "{link}");
+        assert!(stderr.starts_with("headprint: ") && stderr.contains(message), "{link}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{link}: {stderr}");
+    }
+    let (_, _, stderr) = run(&hub, &home, &["fingerprint", "hf:test-org/gated"], &[]);
+    assert!(stderr.contains("HF_TOKEN"), "{stderr}");
+
+    // With the token the gated model opens; the token goes to the Hub only, never to its CDN.
+    hub.clear_log();
+    let report =
+        json_of(run(&hub, &home, &["fingerprint", "hf:test-org/gated", "--json"], &[("HF_TOKEN", GOOD_TOKEN)]));
+    assert!(report["heads"].is_array());
+    let log = hub.log();
+    assert!(log.iter().filter(|e| e.origin == Origin::Hub).all(|e| e.authorization.is_some()));
+    assert!(log.iter().filter(|e| e.origin == Origin::Cdn).all(|e| e.authorization.is_none()));
+}
+
+#[test]
+fn rate_limits_are_waited_out_and_expired_addresses_resolved_again() {
+    let hub = Imitation::start();
+    let folder = fixture("gpt2");
+    hub.add_folder("test-org/gpt2", "main", &folder);
+    let expected = local(&["fingerprint", folder.to_str().unwrap(), "--json"]);
+    {
+        let mut faults = hub.faults();
+        faults.rate_limits = 2;
+        faults.url_uses = 1;
+    }
+    let home = scratch("limits");
+    let (ok, stdout, stderr) = run(&hub, &home, &["fingerprint", "hf:test-org/gpt2", "--json"], &[]);
+    assert!(ok, "{stderr}");
+    assert_eq!(without_link(serde_json::from_str(&stdout).unwrap()), expected);
+    assert!(stderr.contains("limited the request rate"), "{stderr}");
+    let log = hub.log();
+    assert_eq!(log.iter().filter(|e| e.status == 429).count(), 2);
+    let expired = log.iter().position(|e| e.status == 403).expect("a signed address expired");
+    assert!(
+        log[expired + 1..].iter().any(|e| e.origin == Origin::Hub && e.path.contains("/resolve/")),
+        "resolved again after the expiry"
+    );
+}
+
+#[test]
+fn a_file_that_changes_under_its_name_is_an_error_never_a_mix() {
+    let folder = fixture("pythia-hub");
+    for (fault, message) in [("etag", "changed on the server since it was opened"), ("shrink", "changed on the server")]
+    {
+        let hub = Imitation::start();
+        let url = hub.add_web_folder("pythia", &folder);
+        {
+            let mut faults = hub.faults();
+            // After the header is read (the web files' first requests), the file is replaced.
+            match fault {
+                "etag" => faults.change_etag_after = 4,
+                _ => faults.shrink_after = 4,
+            }
+        }
+        let home = scratch(&format!("changed-{fault}"));
+        let (ok, stdout, stderr) = run(&hub, &home, &["fingerprint", &url, "--json"], &[]);
+        assert!(!ok && stdout.is_empty(), "{fault}: {stdout}");
+        assert!(stderr.contains(message) && stderr.contains("model.safetensors"), "{fault}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{fault}: {stderr}");
+    }
+}
+
+#[test]
+fn the_hugging_face_cache_is_read_first_with_no_network() {
+    let folder = fixture("gpt2");
+    let home = scratch("hf-cache");
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    let repo = home.join("hf/models--test-org--gpt2");
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(repo.join("refs/main"), commit).unwrap();
+    let snapshot = repo.join("snapshots").join(commit);
+    std::fs::create_dir_all(&snapshot).unwrap();
+    for file in ["config.json", "tokenizer.json", "model.safetensors"] {
+        std::fs::copy(folder.join(file), snapshot.join(file)).unwrap();
+    }
+    // A hub with nothing in it: any request would fail the run.
+    let hub = Imitation::start();
+    let hf_cache = home.join("hf");
+    let report = json_of(run(
+        &hub,
+        &home,
+        &["fingerprint", "hf:test-org/gpt2", "--json"],
+        &[("HF_HUB_CACHE", hf_cache.to_str().unwrap())],
+    ));
+    assert!(hub.log().is_empty(), "{:?}", hub.log());
+    assert_eq!(report["model_link"]["files_from_hf_cache"], 3);
+    assert_eq!(report["model_link"]["pinned"], format!("hf:test-org/gpt2@{commit}"));
+    assert_eq!(without_link(report), local(&["fingerprint", folder.to_str().unwrap(), "--json"]));
+    let _ = std::fs::remove_dir_all(home);
+}
+
+#[test]
+fn two_training_checkpoints_compare_by_revision() {
+    let hub = Imitation::start();
+    let (early, late) = (fixture("gpt2"), fixture("gpt2-nanogpt"));
+    let early_commit = hub.add_folder("test-org/ckpt", "step1000", &early);
+    let late_commit = hub.add_folder("test-org/ckpt", "step143000", &late);
+    let home = scratch("compare");
+    let report = json_of(run(
+        &hub,
+        &home,
+        &[
+            "compare",
+            "hf:test-org/ckpt@step1000",
+            "hf:test-org/ckpt@step143000",
+            "--json",
+            "--sequences",
+            "2",
+            "--len",
+            "10",
+        ],
+        &[],
+    ));
+    let expected = local(&[
+        "compare",
+        early.to_str().unwrap(),
+        late.to_str().unwrap(),
+        "--json",
+        "--sequences",
+        "2",
+        "--len",
+        "10",
+    ]);
+    let models = report["models"].as_array().unwrap();
+    for (i, commit) in [early_commit, late_commit].iter().enumerate() {
+        let mut model = models[i].clone();
+        assert_eq!(model["model"], format!("hf:test-org/ckpt@{commit}"));
+        let mut local_model = expected["models"][i].clone();
+        model.as_object_mut().unwrap().remove("model_link");
+        model["model"] = Value::Null;
+        local_model["model"] = Value::Null;
+        assert_eq!(model, local_model, "checkpoint {i}");
+    }
+    let _ = std::fs::remove_dir_all(home);
+}
+
+/// The 8-byte length and the JSON header of `tensors` (name, dtype, shape) laid out in name
+/// order, as `safetensors.torch.save_file` writes them; with each tensor's span after the header
+/// and the data's length.
+fn safetensors_header(mut tensors: Vec<(String, &str, Vec<usize>)>) -> (Vec<u8>, Vec<(String, usize, usize)>, usize) {
+    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut header = serde_json::Map::new();
+    let mut offset = 0usize;
+    let mut spans = Vec::new();
+    for (name, dtype, shape) in &tensors {
+        let bytes = shape.iter().product::<usize>() * if *dtype == "F32" { 4 } else { 2 };
+        header.insert(
+            name.clone(),
+            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + bytes]}),
+        );
+        spans.push((name.clone(), offset, offset + bytes));
+        offset += bytes;
+    }
+    header.insert("__metadata__".into(), serde_json::json!({"format": "pt"}));
+    let mut text = serde_json::to_string(&header).unwrap();
+    while (8 + text.len()) % 8 != 0 {
+        text.push(' ');
+    }
+    let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(text.as_bytes());
+    (bytes, spans, offset)
+}
+
+/// A whole safetensors file, each tensor filled by `fill`; what it leaves is zero, which costs
+/// no memory until written.
+fn safetensors_bytes(tensors: Vec<(String, &str, Vec<usize>)>, fill: impl Fn(&str, &mut [u8])) -> Vec<u8> {
+    let (header, spans, data) = safetensors_header(tensors);
+    let mut file = vec![0u8; header.len() + data];
+    file[..header.len()].copy_from_slice(&header);
+    for (name, start, end) in spans {
+        fill(&name, &mut file[header.len() + start..header.len() + end]);
+    }
+    file
+}
+
+/// Small pseudo-random f32s (±0.035), or ones for a norm's weight.
+fn fill_f32(name: &str, bytes: &mut [u8]) {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ name.len() as u64;
+    for chunk in bytes.chunks_exact_mut(4) {
+        let value = if name.contains("ln_") && name.ends_with(".weight") {
+            1.0
+        } else {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.07
+        };
+        chunk.copy_from_slice(&value.to_le_bytes());
+    }
+}
+
+/// GPT-2 Small as `openai-community/gpt2` stores it: f32, no prefix, the causal masks
+/// (`h.N.attn.bias`) saved beside the weights.
+fn gpt2_small_tensors() -> Vec<(String, &'static str, Vec<usize>)> {
+    let (d, vocab, context) = (768, 50257, 1024);
+    let mut tensors = vec![
+        ("wte.weight".to_string(), "F32", vec![vocab, d]),
+        ("wpe.weight".into(), "F32", vec![context, d]),
+        ("ln_f.weight".into(), "F32", vec![d]),
+        ("ln_f.bias".into(), "F32", vec![d]),
+    ];
+    for l in 0..12 {
+        for (part, shape) in [
+            ("ln_1.weight", vec![d]),
+            ("ln_1.bias", vec![d]),
+            ("attn.bias", vec![1, 1, context, context]),
+            ("attn.c_attn.weight", vec![d, 3 * d]),
+            ("attn.c_attn.bias", vec![3 * d]),
+            ("attn.c_proj.weight", vec![d, d]),
+            ("attn.c_proj.bias", vec![d]),
+            ("ln_2.weight", vec![d]),
+            ("ln_2.bias", vec![d]),
+            ("mlp.c_fc.weight", vec![d, 4 * d]),
+            ("mlp.c_fc.bias", vec![4 * d]),
+            ("mlp.c_proj.weight", vec![4 * d, d]),
+            ("mlp.c_proj.bias", vec![d]),
+        ] {
+            tensors.push((format!("h.{l}.{part}"), "F32", shape));
+        }
+    }
+    tensors
+}
+
+#[test]
+fn gpt2_small_in_its_real_shape_fingerprints_from_the_hub_within_280_mb() {
+    let tensors = gpt2_small_tensors();
+    // Only what is read gets random values; the masks and MLPs stay untouched zero pages.
+    let file = safetensors_bytes(tensors, |name, bytes| {
+        if !name.contains(".mlp.") && !name.ends_with("attn.bias") {
+            fill_f32(name, bytes)
+        }
+    });
+    let size = file.len() as u64;
+    let config = serde_json::json!({
+        "model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "n_positions": 1024,
+        "n_ctx": 1024, "vocab_size": 50257, "layer_norm_epsilon": 1e-5, "bos_token_id": 50256,
+        "eos_token_id": 50256
+    });
+    let hub = Imitation::start();
+    hub.add_commit(
+        "openai-community/gpt2",
+        "main",
+        vec![("config.json".into(), config.to_string().into_bytes()), ("model.safetensors".into(), file)],
+    );
+    let home = scratch("gpt2-small");
+    let report =
+        json_of(run(&hub, &home, &["fingerprint", "hf:openai-community/gpt2", "--json", "--backend", "cpu"], &[]));
+    assert_eq!(report["heads"].as_array().unwrap().len(), 144);
+    let fetched = report["model_link"]["bytes_fetched"].as_u64().unwrap();
+    // The embeddings, the attention weights and the norms, f32: what the fingerprint reads.
+    let read: u64 = 4 * (50257 * 768 + 1024 * 768 + 2 * 768 + 12 * (4 * 768 + 768 * 2304 + 2304 + 768 * 768 + 768));
+    assert!(fetched >= read && fetched <= read + (1 << 20), "fetched {fetched} bytes; the tensors read are {read}");
+    assert!(fetched <= 280_000_000, "{fetched} bytes of {size}");
+    eprintln!("GPT-2 Small's fingerprint fetched {fetched} of {size} bytes");
+    let _ = std::fs::remove_dir_all(home);
+}
+
+/// A file that holds a real header and claims its full size, reads as zeros past the header
+/// and records what it is told will be read (no memory for the 16 GB it stands for).
+struct HeaderOnly {
+    name: String,
+    header: Vec<u8>,
+    len: u64,
+    announced: std::sync::Arc<std::sync::Mutex<Vec<std::ops::Range<u64>>>>,
+}
+
+impl headprint::weights::ByteSource for HeaderOnly {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn read_range(&self, offset: u64, len: usize) -> headprint::Result<Vec<u8>> {
+        let mut bytes = vec![0u8; len];
+        let start = offset as usize;
+        if start < self.header.len() {
+            let end = (start + len).min(self.header.len());
+            bytes[..end - start].copy_from_slice(&self.header[start..end]);
+        }
+        Ok(bytes)
+    }
+    fn will_read(&self, ranges: Vec<std::ops::Range<u64>>) {
+        self.announced.lock().unwrap().extend(ranges);
+    }
+}
+
+#[test]
+fn llama_3_8b_in_its_real_shape_plans_its_fingerprint_within_5_5_gb() {
+    let (d, d_kv, d_mlp, vocab, layers) = (4096usize, 1024usize, 14336usize, 128256usize, 32usize);
+    let layer = |l: usize| -> Vec<(String, &'static str, Vec<usize>)> {
+        let p = format!("model.layers.{l}");
+        vec![
+            (format!("{p}.input_layernorm.weight"), "BF16", vec![d]),
+            (format!("{p}.post_attention_layernorm.weight"), "BF16", vec![d]),
+            (format!("{p}.self_attn.q_proj.weight"), "BF16", vec![d, d]),
+            (format!("{p}.self_attn.k_proj.weight"), "BF16", vec![d_kv, d]),
+            (format!("{p}.self_attn.v_proj.weight"), "BF16", vec![d_kv, d]),
+            (format!("{p}.self_attn.o_proj.weight"), "BF16", vec![d, d]),
+            (format!("{p}.mlp.gate_proj.weight"), "BF16", vec![d_mlp, d]),
+            (format!("{p}.mlp.up_proj.weight"), "BF16", vec![d_mlp, d]),
+            (format!("{p}.mlp.down_proj.weight"), "BF16", vec![d, d_mlp]),
+        ]
+    };
+    // Four shards as the Hub's: the embedding with the first layers, the head with the last.
+    let mut shards: Vec<Vec<(String, &str, Vec<usize>)>> = vec![Vec::new(); 4];
+    shards[0].push(("model.embed_tokens.weight".into(), "BF16", vec![vocab, d]));
+    for l in 0..layers {
+        shards[l * 4 / layers].extend(layer(l));
+    }
+    shards[3].push(("model.norm.weight".into(), "BF16", vec![d]));
+    shards[3].push(("lm_head.weight".into(), "BF16", vec![vocab, d]));
+    let mut weight_map = serde_json::Map::new();
+    let mut weights: Vec<Box<dyn headprint::weights::ByteSource>> = Vec::new();
+    let mut announced = Vec::new();
+    let (mut total, mut headers) = (0u64, 0u64);
+    for (i, tensors) in shards.into_iter().enumerate() {
+        let name = format!("model-0000{}-of-00004.safetensors", i + 1);
+        for (tensor, ..) in &tensors {
+            weight_map.insert(tensor.clone(), name.clone().into());
+        }
+        let (header, _, data) = safetensors_header(tensors);
+        let len = (header.len() + data) as u64;
+        (total, headers) = (total + len, headers + header.len() as u64);
+        let record = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        announced.push(record.clone());
+        weights.push(Box::new(HeaderOnly { name, header, len, announced: record }));
+    }
+    let config = serde_json::json!({
+        "model_type": "llama", "hidden_size": d, "intermediate_size": d_mlp, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "num_hidden_layers": layers, "vocab_size": vocab, "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0, "max_position_embeddings": 8192, "tie_word_embeddings": false,
+        "bos_token_id": 128000, "eos_token_id": 128001
+    });
+    let files = headprint::weights::ModelFiles {
+        config_json: Some(config.to_string()),
+        tokenizer_json: None,
+        index_json: Some(serde_json::json!({"weight_map": weight_map}).to_string()),
+        weights,
+    };
+    let model = headprint::model::ModelStream::open(&files).expect("a real Llama-3-8B layout opens");
+    assert_eq!(model.config.layers, 32);
+    let planned: u64 =
+        announced.iter().map(|a| a.lock().unwrap().iter().map(|r| r.end - r.start).sum::<u64>()).sum::<u64>() + headers;
+    // Both vocabularies' matrices, the four attention projections and two norms of every
+    // layer, and the final norm, in bf16.
+    let per_layer = 2 * (2 * d * d + 2 * d_kv * d + 2 * d) as u64;
+    let expected = 2 * (2 * vocab * d) as u64 + layers as u64 * per_layer + 2 * d as u64;
+    assert_eq!(planned, expected + headers, "the fingerprint reads the embeddings, attention and norms, no MLP");
+    assert!(planned <= 5_500_000_000, "{planned} bytes of {total}");
+    eprintln!("Llama-3-8B's fingerprint reads {planned} of {total} bytes");
+}

@@ -1,0 +1,461 @@
+//! A loopback imitation of the Hugging Face Hub and its CDN, for tests that cannot reach the real
+//! one. Two origins, as the real Hub has:
+//!
+//! - the hub: `/{org}/{name}/resolve/{revision}/{path}` answers a large file (`*.safetensors`)
+//!   with a `302` to the CDN (a signed URL that expires) carrying `X-Repo-Commit`,
+//!   `X-Linked-Size` and `X-Linked-Etag`, and a small file with a relative `307` to
+//!   `/api/resolve-cache/…`; `401` + `X-Error-Code: GatedRepo` for a gated repository without the
+//!   token, `404` + `RepoNotFound` / `RevisionNotFound` / `EntryNotFound`, `429` + `Retry-After`.
+//!   It echoes `Origin` in `Access-Control-Allow-Origin` and exposes the Hub's headers.
+//! - the CDN: signed files and a plain web folder (`/web/…`), `Access-Control-Allow-Origin: *`,
+//!   `206` + `Content-Range` for one range, `416` + `bytes */N` past the end.
+//!
+//! Faults switch on real servers' misbehaviour: ignoring `Range`, dropping the connection after
+//! some bytes, expiring signed URLs, changing a file's ETag, shrinking a file. Every request is
+//! logged and every body byte counted.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+/// The token a gated repository accepts.
+pub const GOOD_TOKEN: &str = "hf_imitation_token";
+
+/// Which origin answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Hub,
+    Cdn,
+}
+
+/// One request as the server saw it.
+#[derive(Debug, Clone)]
+pub struct Logged {
+    pub origin: Origin,
+    pub method: String,
+    pub path: String,
+    pub range: Option<String>,
+    pub authorization: Option<String>,
+    pub status: u16,
+    /// Body bytes written.
+    pub sent: u64,
+}
+
+#[derive(Default)]
+pub struct Faults {
+    /// Answer `200` with the whole file whatever `Range` asks.
+    pub ignore_range: bool,
+    /// The next this many file answers drop the connection after `drop_after` body bytes.
+    pub drops: u32,
+    pub drop_after: u64,
+    /// A signed URL serves this many requests, then answers `403` (expired). 0: forever.
+    pub url_uses: u32,
+    /// The next this many hub requests answer `429` with `Retry-After: 1`.
+    pub rate_limits: u32,
+    /// After this many CDN requests, every ETag changes (the file was replaced). 0: never.
+    pub change_etag_after: u32,
+    /// After this many CDN requests, web files are served cut to half their size. 0: never.
+    pub shrink_after: u32,
+}
+
+#[derive(Default)]
+struct Repo {
+    gated: bool,
+    /// Revision (branch or tag) to commit.
+    refs: HashMap<String, String>,
+    /// Commit to files.
+    commits: HashMap<String, HashMap<String, Arc<Vec<u8>>>>,
+}
+
+#[derive(Default)]
+struct State {
+    repos: Mutex<HashMap<String, Repo>>,
+    web: Mutex<HashMap<String, Arc<Vec<u8>>>>,
+    faults: Mutex<Faults>,
+    /// Uses of each signed URL so far.
+    uses: Mutex<HashMap<String, u32>>,
+    cdn_requests: AtomicU64,
+    signed: AtomicU64,
+    sent: AtomicU64,
+    log: Mutex<Vec<Logged>>,
+    stop: AtomicBool,
+}
+
+pub struct Imitation {
+    pub hub: String,
+    pub cdn: String,
+    state: Arc<State>,
+    ports: [u16; 2],
+}
+
+impl Imitation {
+    pub fn start() -> Imitation {
+        Self::start_on(0, 0)
+    }
+
+    /// Fixed ports (0: any free one).
+    pub fn start_on(hub_port: u16, cdn_port: u16) -> Imitation {
+        let state = Arc::new(State::default());
+        let hub = TcpListener::bind(("127.0.0.1", hub_port)).expect("bind the hub");
+        let cdn = TcpListener::bind(("127.0.0.1", cdn_port)).expect("bind the CDN");
+        let ports = [hub.local_addr().unwrap().port(), cdn.local_addr().unwrap().port()];
+        let (hub_url, cdn_url) = (format!("http://127.0.0.1:{}", ports[0]), format!("http://127.0.0.1:{}", ports[1]));
+        for (listener, origin) in [(hub, Origin::Hub), (cdn, Origin::Cdn)] {
+            let state = state.clone();
+            let cdn_url = cdn_url.clone();
+            thread::spawn(move || {
+                for stream in listener.incoming() {
+                    if state.stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    let (state, cdn_url) = (state.clone(), cdn_url.clone());
+                    thread::spawn(move || serve(stream, origin, &state, &cdn_url));
+                }
+            });
+        }
+        Imitation { hub: hub_url, cdn: cdn_url, state, ports }
+    }
+
+    /// Adds `files` to `repo` as a commit reached by `revision` (a branch); returns the commit.
+    pub fn add_commit(&self, repo: &str, revision: &str, files: Vec<(String, Vec<u8>)>) -> String {
+        let mut hasher_input = format!("{repo}@{revision}:");
+        for (name, bytes) in &files {
+            hasher_input.push_str(&format!("{name}={};", bytes.len()));
+        }
+        let commit = hex_digest(hasher_input.as_bytes())[..40].to_string();
+        let mut repos = self.state.repos.lock().unwrap();
+        let entry = repos.entry(repo.to_string()).or_default();
+        entry.refs.insert(revision.to_string(), commit.clone());
+        entry.commits.insert(commit.clone(), files.into_iter().map(|(n, b)| (n, Arc::new(b))).collect());
+        commit
+    }
+
+    /// Adds every file of a local folder (except the test's expected.json) as a commit.
+    pub fn add_folder(&self, repo: &str, revision: &str, folder: &Path) -> String {
+        self.add_commit(repo, revision, folder_files(folder))
+    }
+
+    pub fn gate(&self, repo: &str) {
+        self.state.repos.lock().unwrap().entry(repo.to_string()).or_default().gated = true;
+    }
+
+    /// Serves a folder's files on the CDN origin under `/web/{name}/`; returns its URL.
+    pub fn add_web_folder(&self, name: &str, folder: &Path) -> String {
+        let mut web = self.state.web.lock().unwrap();
+        for (file, bytes) in folder_files(folder) {
+            web.insert(format!("/web/{name}/{file}"), Arc::new(bytes));
+        }
+        format!("{}/web/{name}/", self.cdn)
+    }
+
+    pub fn faults(&self) -> std::sync::MutexGuard<'_, Faults> {
+        self.state.faults.lock().unwrap()
+    }
+
+    pub fn log(&self) -> Vec<Logged> {
+        self.state.log.lock().unwrap().clone()
+    }
+
+    pub fn clear_log(&self) {
+        self.state.log.lock().unwrap().clear();
+    }
+
+    /// Body bytes sent by both origins since the start.
+    pub fn bytes_sent(&self) -> u64 {
+        self.state.sent.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Imitation {
+    fn drop(&mut self) {
+        self.state.stop.store(true, Ordering::Relaxed);
+        for port in self.ports {
+            let _ = TcpStream::connect(("127.0.0.1", port));
+        }
+    }
+}
+
+fn folder_files(folder: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(folder)
+        .expect("a fixture folder")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_file() && e.file_name() != "expected.json")
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap()))
+        .collect();
+    files.sort();
+    files
+}
+
+fn hex_digest(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+struct Request {
+    method: String,
+    path: String,
+    headers: HashMap<String, String>,
+}
+
+fn read_request(stream: &TcpStream) -> Option<Request> {
+    let mut reader = BufReader::new(stream.try_clone().ok()?);
+    let mut line = String::new();
+    reader.read_line(&mut line).ok()?;
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next()?.to_string(), parts.next()?.to_string());
+    let mut headers = HashMap::new();
+    loop {
+        let mut header = String::new();
+        if reader.read_line(&mut header).ok()? == 0 || header == "\r\n" || header == "\n" {
+            break;
+        }
+        if let Some((name, value)) = header.split_once(':') {
+            headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_string());
+        }
+    }
+    Some(Request { method, path, headers })
+}
+
+/// An answer to write: status, headers, and a body (a slice of a shared file).
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Arc<Vec<u8>>,
+    range: (usize, usize),
+    /// Drop the connection after this many body bytes.
+    drop_after: Option<u64>,
+}
+
+impl Answer {
+    fn empty(status: u16) -> Answer {
+        Answer { status, headers: Vec::new(), body: Arc::new(Vec::new()), range: (0, 0), drop_after: None }
+    }
+    fn text(status: u16, text: &str) -> Answer {
+        let body = Arc::new(text.as_bytes().to_vec());
+        Answer { status, headers: Vec::new(), range: (0, body.len()), body, drop_after: None }
+    }
+    fn header(mut self, name: &str, value: impl Into<String>) -> Answer {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+}
+
+fn serve(stream: TcpStream, origin: Origin, state: &State, cdn: &str) {
+    let Some(request) = read_request(&stream) else { return };
+    let mut answer = match (origin, request.method.as_str()) {
+        (_, "OPTIONS") => Answer::empty(204)
+            .header("Access-Control-Allow-Methods", "GET, HEAD")
+            .header("Access-Control-Allow-Headers", "Range, Authorization"),
+        (Origin::Hub, _) => hub(&request, state, cdn),
+        (Origin::Cdn, _) => cdn_answer(&request, state),
+    };
+    match origin {
+        Origin::Hub => {
+            let allowed = request.headers.get("origin").cloned().unwrap_or_else(|| "*".into());
+            answer = answer.header("Access-Control-Allow-Origin", allowed).header(
+                "Access-Control-Expose-Headers",
+                "X-Repo-Commit, X-Error-Code, X-Error-Message, ETag, Link, Accept-Ranges, Content-Range, X-Linked-Size, X-Linked-ETag, X-Xet-Hash",
+            );
+        }
+        Origin::Cdn => {
+            answer = answer
+                .header("Access-Control-Allow-Origin", "*")
+                .header("Access-Control-Expose-Headers", "Accept-Ranges, Content-Range, ETag");
+        }
+    }
+    let sent = write_answer(&stream, &answer, request.method == "HEAD");
+    state.sent.fetch_add(sent, Ordering::Relaxed);
+    state.log.lock().unwrap().push(Logged {
+        origin,
+        method: request.method.clone(),
+        path: request.path.clone(),
+        range: request.headers.get("range").cloned(),
+        authorization: request.headers.get("authorization").cloned(),
+        status: answer.status,
+        sent,
+    });
+}
+
+fn write_answer(mut stream: &TcpStream, answer: &Answer, head: bool) -> u64 {
+    let body = &answer.body[answer.range.0..answer.range.1];
+    let mut text = format!("HTTP/1.1 {} {}\r\n", answer.status, reason(answer.status));
+    for (name, value) in &answer.headers {
+        text.push_str(&format!("{name}: {value}\r\n"));
+    }
+    text.push_str(&format!("Content-Length: {}\r\nConnection: close\r\n\r\n", body.len()));
+    if stream.write_all(text.as_bytes()).is_err() || head {
+        return 0;
+    }
+    let limit = answer.drop_after.map_or(body.len(), |n| (n as usize).min(body.len()));
+    let mut sent = 0u64;
+    for chunk in body[..limit].chunks(64 << 10) {
+        if stream.write_all(chunk).is_err() {
+            break;
+        }
+        sent += chunk.len() as u64;
+    }
+    let _ = stream.flush();
+    let _ = stream.shutdown(Shutdown::Both);
+    sent
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        204 => "No Content",
+        206 => "Partial Content",
+        302 => "Found",
+        307 => "Temporary Redirect",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        416 => "Range Not Satisfiable",
+        429 => "Too Many Requests",
+        _ => "Other",
+    }
+}
+
+fn error(status: u16, code: &str) -> Answer {
+    Answer::text(status, code).header("X-Error-Code", code)
+}
+
+/// The ETag of a file's bytes as the Hub names it (the LFS hash); the CDN's differs in form.
+fn linked_etag(bytes: &[u8], state: &State) -> String {
+    let changed = state.faults.lock().unwrap().change_etag_after;
+    let suffix =
+        if changed > 0 && state.cdn_requests.load(Ordering::Relaxed) >= u64::from(changed) { "-v2" } else { "" };
+    format!("\"{}{suffix}\"", &hex_digest(bytes)[..32])
+}
+
+fn hub(request: &Request, state: &State, cdn: &str) -> Answer {
+    {
+        let mut faults = state.faults.lock().unwrap();
+        if faults.rate_limits > 0 {
+            faults.rate_limits -= 1;
+            return error(429, "RateLimited").header("Retry-After", "1");
+        }
+    }
+    let path = request.path.split('?').next().unwrap_or_default();
+    if let Some(rest) = path.strip_prefix("/api/resolve-cache/models/") {
+        // {org}/{name}/{commit}/{file}
+        let parts: Vec<&str> = rest.splitn(4, '/').collect();
+        let [org, name, commit, file] = parts[..] else { return error(404, "EntryNotFound") };
+        let repos = state.repos.lock().unwrap();
+        let Some(bytes) = repos.get(&format!("{org}/{name}")).and_then(|r| r.commits.get(commit)?.get(file)) else {
+            return error(404, "EntryNotFound");
+        };
+        let etag = linked_etag(bytes, state);
+        return ranged(request, bytes.clone(), &etag, state).header("X-Repo-Commit", commit);
+    }
+    let parts: Vec<&str> = path.trim_start_matches('/').splitn(5, '/').collect();
+    let [org, name, "resolve", revision, file] = parts[..] else { return error(404, "RepoNotFound") };
+    let repo_name = format!("{org}/{name}");
+    let repos = state.repos.lock().unwrap();
+    let Some(repo) = repos.get(&repo_name) else { return error(404, "RepoNotFound") };
+    if repo.gated && request.headers.get("authorization").map(String::as_str) != Some(&format!("Bearer {GOOD_TOKEN}")) {
+        return error(401, "GatedRepo")
+            .header("X-Error-Message", "Access to this model is restricted: you must be authenticated.");
+    }
+    let commit = match repo.refs.get(revision) {
+        Some(commit) => commit.clone(),
+        None if repo.commits.contains_key(revision) => revision.to_string(),
+        None => return error(404, "RevisionNotFound"),
+    };
+    let Some(bytes) = repo.commits[&commit].get(file) else {
+        return error(404, "EntryNotFound").header("X-Repo-Commit", commit);
+    };
+    let etag = linked_etag(bytes, state);
+    if file.ends_with(".safetensors") {
+        let signature = state.signed.fetch_add(1, Ordering::Relaxed);
+        Answer::empty(302)
+            .header("Location", format!("{cdn}/files/{repo_name}/{commit}/{file}?signature={signature}"))
+            .header("X-Repo-Commit", commit)
+            .header("X-Linked-Size", bytes.len().to_string())
+            .header("X-Linked-Etag", etag.clone())
+            .header("ETag", etag)
+    } else {
+        Answer::empty(307)
+            .header("Location", format!("/api/resolve-cache/models/{repo_name}/{commit}/{file}"))
+            .header("X-Repo-Commit", commit)
+            .header("ETag", etag)
+    }
+}
+
+fn cdn_answer(request: &Request, state: &State) -> Answer {
+    let served = state.cdn_requests.fetch_add(1, Ordering::Relaxed) + 1;
+    let (path, query) = request.path.split_once('?').unwrap_or((&request.path, ""));
+    if let Some(rest) = path.strip_prefix("/files/") {
+        let uses = state.faults.lock().unwrap().url_uses;
+        let mut all_uses = state.uses.lock().unwrap();
+        let count = all_uses.entry(request.path.clone()).or_default();
+        *count += 1;
+        if uses > 0 && *count > uses {
+            return Answer::text(403, "Request has expired");
+        }
+        drop(all_uses);
+        let parts: Vec<&str> = rest.splitn(4, '/').collect();
+        let [org, name, commit, file] = parts[..] else { return Answer::text(404, "NoSuchKey") };
+        if !query.starts_with("signature=") {
+            return Answer::text(403, "AccessDenied");
+        }
+        let repos = state.repos.lock().unwrap();
+        let Some(bytes) = repos.get(&format!("{org}/{name}")).and_then(|r| r.commits.get(commit)?.get(file)) else {
+            return Answer::text(404, "NoSuchKey");
+        };
+        let etag = format!("\"cdn-{}\"", &linked_etag(bytes, state)[1..17]);
+        return ranged(request, bytes.clone(), &etag, state);
+    }
+    let web = state.web.lock().unwrap();
+    let Some(bytes) = web.get(path) else { return Answer::text(404, "Not Found") };
+    let shrink = state.faults.lock().unwrap().shrink_after;
+    let bytes = if shrink > 0 && served > u64::from(shrink) {
+        Arc::new(bytes[..bytes.len() / 2].to_vec())
+    } else {
+        bytes.clone()
+    };
+    let etag = linked_etag(&web[path], state);
+    ranged(request, bytes, &etag, state)
+}
+
+/// A file answered as a static host does: one range or all of it.
+fn ranged(request: &Request, bytes: Arc<Vec<u8>>, etag: &str, state: &State) -> Answer {
+    let len = bytes.len();
+    let mut faults = state.faults.lock().unwrap();
+    let range = request.headers.get("range").filter(|_| !faults.ignore_range).and_then(|r| parse_range(r, len));
+    // Connections drop only under ranged answers: the weights, which are what takes long.
+    let drop_after = (faults.drops > 0 && matches!(range, Some(Ok(_)))).then(|| {
+        faults.drops -= 1;
+        faults.drop_after
+    });
+    drop(faults);
+    let answer = match range {
+        None => Answer { status: 200, headers: Vec::new(), body: bytes, range: (0, len), drop_after },
+        Some(Err(())) => return Answer::text(416, "").header("Content-Range", format!("bytes */{len}")),
+        Some(Ok((first, last))) => {
+            Answer { status: 206, headers: Vec::new(), body: bytes, range: (first, last + 1), drop_after }
+                .header("Content-Range", format!("bytes {first}-{last}/{len}"))
+        }
+    };
+    answer.header("ETag", etag).header("Accept-Ranges", "bytes")
+}
+
+/// `bytes=a-b` or `bytes=a-`: the inclusive span, or Err past the end. Multi-range is not served.
+fn parse_range(header: &str, len: usize) -> Option<Result<(usize, usize), ()>> {
+    let spec = header.strip_prefix("bytes=")?;
+    if spec.contains(',') {
+        return None;
+    }
+    let (first, last) = spec.split_once('-')?;
+    let first: usize = first.trim().parse().ok()?;
+    if first >= len {
+        return Some(Err(()));
+    }
+    let last = if last.trim().is_empty() { len - 1 } else { last.trim().parse::<usize>().ok()?.min(len - 1) };
+    Some(Ok((first, last)))
+}
