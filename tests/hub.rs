@@ -402,7 +402,7 @@ fn safetensors_header(mut tensors: Vec<(String, &str, Vec<usize>)>) -> (Vec<u8>,
     }
     header.insert("__metadata__".into(), serde_json::json!({"format": "pt"}));
     let mut text = serde_json::to_string(&header).unwrap();
-    while (8 + text.len()) % 8 != 0 {
+    while !(8 + text.len()).is_multiple_of(8) {
         text.push(' ');
     }
     let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
