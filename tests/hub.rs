@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::fixture;
-use hub_imitation::{GOOD_TOKEN, Imitation, Logged, Origin};
+use hub_imitation::{GOOD_TOKEN, Imitation, Logged, Origin, gpt2_small, safetensors_header};
 use serde_json::Value;
 
 /// A fresh folder for one test's caches.
@@ -383,114 +383,12 @@ fn two_training_checkpoints_compare_by_revision() {
     let _ = std::fs::remove_dir_all(home);
 }
 
-/// The 8-byte length and the JSON header of `tensors` (name, dtype, shape) laid out in name
-/// order, as `safetensors.torch.save_file` writes them; with each tensor's span after the header
-/// and the data's length.
-fn safetensors_header(mut tensors: Vec<(String, &str, Vec<usize>)>) -> (Vec<u8>, Vec<(String, usize, usize)>, usize) {
-    tensors.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut header = serde_json::Map::new();
-    let mut offset = 0usize;
-    let mut spans = Vec::new();
-    for (name, dtype, shape) in &tensors {
-        let bytes = shape.iter().product::<usize>() * if *dtype == "F32" { 4 } else { 2 };
-        header.insert(
-            name.clone(),
-            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + bytes]}),
-        );
-        spans.push((name.clone(), offset, offset + bytes));
-        offset += bytes;
-    }
-    header.insert("__metadata__".into(), serde_json::json!({"format": "pt"}));
-    let mut text = serde_json::to_string(&header).unwrap();
-    while !(8 + text.len()).is_multiple_of(8) {
-        text.push(' ');
-    }
-    let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
-    bytes.extend_from_slice(text.as_bytes());
-    (bytes, spans, offset)
-}
-
-/// A whole safetensors file, each tensor filled by `fill`; what it leaves is zero, which costs
-/// no memory until written.
-fn safetensors_bytes(tensors: Vec<(String, &str, Vec<usize>)>, fill: impl Fn(&str, &mut [u8])) -> Vec<u8> {
-    let (header, spans, data) = safetensors_header(tensors);
-    let mut file = vec![0u8; header.len() + data];
-    file[..header.len()].copy_from_slice(&header);
-    for (name, start, end) in spans {
-        fill(&name, &mut file[header.len() + start..header.len() + end]);
-    }
-    file
-}
-
-/// Small pseudo-random f32s (±0.035), or ones for a norm's weight.
-fn fill_f32(name: &str, bytes: &mut [u8]) {
-    let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ name.len() as u64;
-    for chunk in bytes.chunks_exact_mut(4) {
-        let value = if name.contains("ln_") && name.ends_with(".weight") {
-            1.0
-        } else {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.07
-        };
-        chunk.copy_from_slice(&value.to_le_bytes());
-    }
-}
-
-/// GPT-2 Small as `openai-community/gpt2` stores it: f32, no prefix, the causal masks
-/// (`h.N.attn.bias`) saved beside the weights.
-fn gpt2_small_tensors() -> Vec<(String, &'static str, Vec<usize>)> {
-    let (d, vocab, context) = (768, 50257, 1024);
-    let mut tensors = vec![
-        ("wte.weight".to_string(), "F32", vec![vocab, d]),
-        ("wpe.weight".into(), "F32", vec![context, d]),
-        ("ln_f.weight".into(), "F32", vec![d]),
-        ("ln_f.bias".into(), "F32", vec![d]),
-    ];
-    for l in 0..12 {
-        for (part, shape) in [
-            ("ln_1.weight", vec![d]),
-            ("ln_1.bias", vec![d]),
-            ("attn.bias", vec![1, 1, context, context]),
-            ("attn.c_attn.weight", vec![d, 3 * d]),
-            ("attn.c_attn.bias", vec![3 * d]),
-            ("attn.c_proj.weight", vec![d, d]),
-            ("attn.c_proj.bias", vec![d]),
-            ("ln_2.weight", vec![d]),
-            ("ln_2.bias", vec![d]),
-            ("mlp.c_fc.weight", vec![d, 4 * d]),
-            ("mlp.c_fc.bias", vec![4 * d]),
-            ("mlp.c_proj.weight", vec![4 * d, d]),
-            ("mlp.c_proj.bias", vec![d]),
-        ] {
-            tensors.push((format!("h.{l}.{part}"), "F32", shape));
-        }
-    }
-    tensors
-}
-
 #[test]
 fn gpt2_small_in_its_real_shape_fingerprints_from_the_hub_within_280_mb() {
-    let tensors = gpt2_small_tensors();
-    // Only what is read gets random values; the masks and MLPs stay untouched zero pages.
-    let file = safetensors_bytes(tensors, |name, bytes| {
-        if !name.contains(".mlp.") && !name.ends_with("attn.bias") {
-            fill_f32(name, bytes)
-        }
-    });
-    let size = file.len() as u64;
-    let config = serde_json::json!({
-        "model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "n_positions": 1024,
-        "n_ctx": 1024, "vocab_size": 50257, "layer_norm_epsilon": 1e-5, "bos_token_id": 50256,
-        "eos_token_id": 50256
-    });
+    let files = gpt2_small();
+    let size = files.iter().map(|(_, bytes)| bytes.len() as u64).sum::<u64>();
     let hub = Imitation::start();
-    hub.add_commit(
-        "openai-community/gpt2",
-        "main",
-        vec![("config.json".into(), config.to_string().into_bytes()), ("model.safetensors".into(), file)],
-    );
+    hub.add_commit("openai-community/gpt2", "main", files);
     let home = scratch("gpt2-small");
     let report =
         json_of(run(&hub, &home, &["fingerprint", "hf:openai-community/gpt2", "--json", "--backend", "cpu"], &[]));

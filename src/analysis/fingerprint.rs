@@ -209,9 +209,31 @@ pub fn fingerprint_stream(model: &ModelStream, mode: Mode) -> Result<ModelFinger
 /// GPU that fails on the way is dropped and everything is computed again on the CPU, so no
 /// result mixes the two; the fingerprint's `backend` says which it was, and why.
 pub fn fingerprint_stream_with(model: &ModelStream, mode: Mode, backend: &mut Backend) -> Result<ModelFingerprint> {
+    fingerprint_stream_watched(model, mode, backend, &mut |_, _, _| {})
+}
+
+/// The part of a fingerprint under way, for a progress display.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FingerprintStage {
+    /// Vocabulary rows summed into the Grams.
+    Grams,
+    /// Heads fingerprinted, a layer at a time.
+    Heads,
+}
+
+/// `fingerprint_stream_with`, calling `watch(stage, done, total)` as the Grams' rows and the
+/// heads are done (a GPU that fails starts the count again on the CPU).
+pub fn fingerprint_stream_watched(
+    model: &ModelStream,
+    mode: Mode,
+    backend: &mut Backend,
+    watch: &mut dyn FnMut(FingerprintStage, usize, usize),
+) -> Result<ModelFingerprint> {
     block_on(backend.with_fallback(async |backend| {
-        let grams = Grams::gather(model, backend, &mut |_, _| {}).await?;
-        fingerprint_layers_on(model, &grams, mode, backend, &mut |_, _, _| {}).await
+        let grams =
+            Grams::gather(model, backend, &mut |done, total| watch(FingerprintStage::Grams, done, total)).await?;
+        let heads = &mut |_: &HeadFingerprint, done, total| watch(FingerprintStage::Heads, done, total);
+        fingerprint_layers_on(model, &grams, mode, backend, heads).await
     }))
 }
 

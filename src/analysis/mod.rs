@@ -9,7 +9,8 @@ pub mod spectrum;
 
 pub use circuits::{Circuits, Mode};
 pub use fingerprint::{
-    HeadFingerprint, ModelFingerprint, ModelSummary, fingerprint_model, fingerprint_stream, fingerprint_stream_with,
+    FingerprintStage, HeadFingerprint, ModelFingerprint, ModelSummary, fingerprint_model, fingerprint_stream,
+    fingerprint_stream_watched, fingerprint_stream_with,
 };
 pub use head::HeadId;
 pub use ov_logits::OvTokenLogits;

@@ -7,6 +7,8 @@
 mod http;
 #[cfg(not(target_arch = "wasm32"))]
 mod open;
+#[cfg(not(target_arch = "wasm32"))]
+mod progress;
 
 #[cfg(not(target_arch = "wasm32"))]
 mod native {
@@ -16,9 +18,7 @@ mod native {
     use clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand;
     use clap::{Args, Parser, Subcommand, ValueEnum};
     use headprint::analysis::ov_logits::{bottom_k, top_k};
-    use headprint::analysis::{
-        Fingerprint, HeadId, Mode, ModelSummary, OvTokenLogits, fingerprint_stream, fingerprint_stream_with,
-    };
+    use headprint::analysis::{Fingerprint, HeadId, Mode, ModelSummary, OvTokenLogits};
     use headprint::backend::{Backend, BackendChoice};
     use headprint::compare::{
         BEHAVIOURAL_SCORES, ComparisonRow, INDUCTION_HEAD_THRESHOLD, SPECTRAL_FEATURES, spearman, spearman_table,
@@ -28,8 +28,8 @@ mod native {
     use headprint::forward::{self, HeadOutputs};
     use headprint::model::ModelStream;
     use headprint::probes::induction::{
-        DEFAULT_SEQUENCES, FirstCopy, InductionReport, RepeatSource, Spread, induction_cells, induction_probe,
-        random_first_copies, text_window_first_copies,
+        DEFAULT_SEQUENCES, FirstCopy, InductionReport, RepeatSource, Spread, induction_cells, random_first_copies,
+        text_window_first_copies,
     };
     use headprint::probes::{Suite, verdict_table};
     use headprint::tokens::{Bos, Tokenizer, choose_bos, parse_ids, with_bos};
@@ -37,6 +37,7 @@ mod native {
     use headprint::{Error, Result};
 
     use crate::open::{self, LinkFacts, LinkSettings};
+    use crate::progress;
     use serde_json::json;
 
     #[derive(Parser)]
@@ -48,6 +49,9 @@ mod native {
         /// missing (as HF_HUB_OFFLINE=1 does).
         #[arg(long, global = true)]
         offline: bool,
+        /// Draw no progress on stderr (it is drawn only on a terminal anyway).
+        #[arg(long, global = true)]
+        quiet: bool,
     }
 
     #[derive(Args)]
@@ -239,6 +243,7 @@ mod native {
             }
         };
         open::configure(LinkSettings { offline: cli.offline });
+        progress::configure(cli.quiet);
         let outcome = run(cli.command);
         open::print_notes();
         match outcome {
@@ -326,7 +331,7 @@ mod native {
                 let opened = open::open(&common.model)?;
                 let model = ModelStream::open(&opened.files)?;
                 let mut backend = Backend::select(BackendChoice::parse(&backend)?)?;
-                let report = fingerprint_stream_with(&model, if raw { Mode::Raw } else { Mode::Folded }, &mut backend)?;
+                let report = progress::fingerprint(&model, if raw { Mode::Raw } else { Mode::Folded }, &mut backend)?;
                 if let Some(note) = &report.backend.note {
                     eprintln!("note: {note}");
                 }
@@ -519,7 +524,8 @@ mod native {
         // on a large model it is the slow part.
         let needs_fingerprint = args.head.is_none()
             || matches!(args.kind, FigureKind::Copying | FigureKind::Spectrum | FigureKind::Scatter);
-        let fingerprint = if needs_fingerprint { Some(fingerprint_stream(model, mode)?) } else { None };
+        let fingerprint =
+            if needs_fingerprint { Some(progress::fingerprint(model, mode, &mut Backend::cpu())?) } else { None };
         let fingerprinted =
             || fingerprint.as_ref().ok_or_else(|| Error::Invalid("the figure needs no fingerprint".into()));
         let head = match &args.head {
@@ -626,7 +632,7 @@ mod native {
                 let feature = by_name(&SPECTRAL_FEATURES, &args.x, "spectral feature")?;
                 let score = by_name(&BEHAVIOURAL_SCORES, &args.y, "behavioural score")?;
                 let copies = loaded.first_copies(&args.sequence, None)?;
-                let report = induction_probe(model, &copies, bos)?;
+                let report = progress::induction_probe(model, &copies, bos)?;
                 let points: Vec<(String, f64, f64)> = fingerprinted()?
                     .heads
                     .iter()
@@ -716,7 +722,7 @@ mod native {
         }
         let threshold = args.sequence.threshold;
         let copies = loaded.first_copies(&args.sequence, args.tokens.as_deref())?;
-        let report = induction_probe(model, &copies, bos_id)?;
+        let report = progress::induction_probe(model, &copies, bos_id)?;
         if args.common.json {
             let mut value = serde_json::to_value(&report).map_err(|e| Error::Invalid(e.to_string()))?;
             value["prepend_bos"] = json!(!args.sequence.bos.no_bos);
@@ -769,10 +775,10 @@ mod native {
             let named = |e: Error| Error::Invalid(format!("{given}: {e}"));
             let loaded = load(&common).map_err(named)?;
             let model = loaded.model().map_err(named)?;
-            let fingerprint = fingerprint_stream(&model, mode).map_err(named)?;
+            let fingerprint = progress::fingerprint(&model, mode, &mut Backend::cpu()).map_err(named)?;
             let bos = loaded.bos(&args.sequence.bos).map_err(named)?;
             let copies = loaded.first_copies(&args.sequence, None).map_err(named)?;
-            let report = induction_probe(&model, &copies, bos.as_ref().map(|b| b.id)).map_err(named)?;
+            let report = progress::induction_probe(&model, &copies, bos.as_ref().map(|b| b.id)).map_err(named)?;
             let sequence = format!(
                 "{} sequences of {} tokens repeated twice ({}); {}",
                 report.sequences.len(),

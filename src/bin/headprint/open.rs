@@ -106,7 +106,10 @@ pub fn open(model: &str) -> Result<Opened> {
         None => &memory,
     };
     let opener = Opener { client: client.clone(), cache, hub_endpoint: hub_endpoint(), hf_cache: hf_cache_root() };
+    let opening = crate::progress::stage("opening", None, "");
+    opening.message(model.to_string());
     let opened = opener.open(&link)?;
+    drop(opening);
     let pinned = opened.pinned.to_string();
     Ok(Opened {
         files: opened.files,
@@ -120,6 +123,11 @@ pub fn open(model: &str) -> Result<Opened> {
             fetched_before,
         }),
     })
+}
+
+/// Body bytes fetched so far in this run, when a link was opened.
+pub fn bytes_fetched() -> Option<u64> {
+    CLIENT.get().map(|client| client.bytes_fetched())
 }
 
 /// What the network did that the user should know, once each, on stderr.

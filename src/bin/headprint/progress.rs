@@ -1,0 +1,120 @@
+//! Progress on stderr for the long stages (the Grams, the heads, the probe's layers, opening a
+//! link), with the bytes fetched and their rate for a model by link. Drawn only when stderr is
+//! a terminal and without `--quiet`: nothing changes on stdout.
+
+use std::fmt::Write;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
+
+static QUIET: AtomicBool = AtomicBool::new(false);
+/// When the run began: the download rate is over the whole run.
+static START: OnceLock<Instant> = OnceLock::new();
+
+pub fn configure(quiet: bool) {
+    QUIET.store(quiet, Ordering::Relaxed);
+    START.get_or_init(Instant::now);
+}
+
+/// One stage's bar; cleared when dropped.
+pub struct Stage {
+    bar: ProgressBar,
+}
+
+/// A bar for `label` counting `unit`s to `total` (None: a spinner).
+pub fn stage(label: &str, total: Option<usize>, unit: &'static str) -> Stage {
+    let target =
+        if QUIET.load(Ordering::Relaxed) { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr() };
+    let bar = ProgressBar::with_draw_target(total.map(|t| t as u64), target);
+    let stage = Stage { bar };
+    stage.switch(label, total.is_some(), unit);
+    stage.bar.enable_steady_tick(Duration::from_millis(200));
+    stage
+}
+
+fn style(counted: bool, unit: &'static str) -> Option<ProgressStyle> {
+    let template = match counted {
+        true => "{prefix:>12} [{bar:30}] {pos}/{len} {unit}{net}  {elapsed}",
+        false => "{prefix:>12} {spinner} {msg}{net}  {elapsed}",
+    };
+    let style = ProgressStyle::with_template(template).ok()?;
+    Some(
+        style
+            .progress_chars("=> ")
+            .with_key("unit", move |_: &ProgressState, w: &mut dyn Write| {
+                let _ = w.write_str(unit);
+            })
+            .with_key("net", |_: &ProgressState, w: &mut dyn Write| {
+                if let Some(bytes) = crate::open::bytes_fetched().filter(|&b| b > 0) {
+                    let seconds = START.get().map_or(1.0, |start| start.elapsed().as_secs_f64()).max(1e-3);
+                    let _ = write!(w, " · {} fetched", megabytes(bytes));
+                    let _ = write!(w, " ({}/s)", megabytes((bytes as f64 / seconds) as u64));
+                }
+            }),
+    )
+}
+
+fn megabytes(bytes: u64) -> String {
+    format!("{:.1} MB", bytes as f64 / 1e6)
+}
+
+impl Stage {
+    /// The same line, now counting another stage's units from zero.
+    pub fn switch(&self, label: &str, counted: bool, unit: &'static str) {
+        if let Some(style) = style(counted, unit) {
+            self.bar.set_style(style);
+        }
+        self.bar.set_prefix(label.to_string());
+        self.bar.set_position(0);
+    }
+
+    pub fn set(&self, done: usize, total: usize) {
+        self.bar.set_length(total as u64);
+        self.bar.set_position(done as u64);
+    }
+
+    pub fn message(&self, message: String) {
+        self.bar.set_message(message);
+    }
+}
+
+impl Drop for Stage {
+    fn drop(&mut self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// A fingerprint with its stages shown: the Grams' vocabulary rows, then the heads.
+pub fn fingerprint(
+    model: &headprint::model::ModelStream,
+    mode: headprint::analysis::Mode,
+    backend: &mut headprint::backend::Backend,
+) -> headprint::Result<headprint::analysis::ModelFingerprint> {
+    use headprint::analysis::FingerprintStage;
+    let bar = stage("Grams", Some(model.config.vocab), "vocabulary rows");
+    let mut showing = FingerprintStage::Grams;
+    headprint::analysis::fingerprint_stream_watched(model, mode, backend, &mut |now, done, total| {
+        if now != showing {
+            showing = now;
+            match now {
+                FingerprintStage::Grams => bar.switch("Grams", true, "vocabulary rows"),
+                FingerprintStage::Heads => bar.switch("heads", true, "heads"),
+            }
+        }
+        bar.set(done, total);
+    })
+}
+
+/// The induction probe with its layers shown.
+pub fn induction_probe(
+    model: &(impl headprint::model::Weights + ?Sized),
+    copies: &[headprint::probes::induction::FirstCopy],
+    bos: Option<usize>,
+) -> headprint::Result<headprint::probes::induction::InductionReport> {
+    let bar = stage("probe", Some(model.config().layers), "layers");
+    headprint::probes::induction::induction_probe_with_progress(model, copies, bos, &mut |done, total| {
+        bar.set(done, total)
+    })
+}
