@@ -502,6 +502,8 @@ mod cli {
         if no_adapter {
             command.env("WGPU_BACKEND", "gl");
         }
+        // As on a machine with no display server, where libwayland complains when Mesa loads it.
+        command.env_remove("XDG_RUNTIME_DIR");
         let out = command.args(args).output().expect("runs");
         (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
     }
@@ -519,6 +521,9 @@ mod cli {
         let (gpu, _) = fingerprint("gpu", false);
         assert_eq!(gpu["backend"]["name"], "gpu", "{}", gpu["backend"]);
         assert!(!gpu["backend"]["adapter"].as_str().expect("the adapter is named").is_empty());
+        let (gpu_table, stderr) = fingerprint("gpu", false);
+        assert!(gpu_table["heads"].is_array());
+        assert!(stderr.is_empty(), "no driver chatter on stderr: {stderr}");
         let (cpu, stderr) = fingerprint("cpu", false);
         assert_eq!(cpu["backend"], serde_json::json!({"name": "cpu"}));
         assert!(!stderr.contains("note:"), "{stderr}");

@@ -4,6 +4,8 @@
 // The CLI reads files from disk, so it exists natively only; a wasm32 build of the whole
 // package (`cargo build --target wasm32-unknown-unknown`) gets an empty binary.
 #[cfg(not(target_arch = "wasm32"))]
+mod driver;
+#[cfg(not(target_arch = "wasm32"))]
 mod http;
 #[cfg(not(target_arch = "wasm32"))]
 mod open;
@@ -330,7 +332,8 @@ mod native {
                 // Grams and one layer's attention.
                 let opened = open::open(&common.model)?;
                 let model = ModelStream::open(&opened.files)?;
-                let mut backend = Backend::select(BackendChoice::parse(&backend)?)?;
+                let choice = BackendChoice::parse(&backend)?;
+                let mut backend = crate::driver::quietly(|| Backend::select(choice))?;
                 let report = progress::fingerprint(&model, if raw { Mode::Raw } else { Mode::Folded }, &mut backend)?;
                 if let Some(note) = &report.backend.note {
                     eprintln!("note: {note}");
