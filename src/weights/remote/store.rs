@@ -162,8 +162,8 @@ mod disk {
     use std::path::{Path, PathBuf};
     use std::sync::Mutex;
 
-    use super::{FileFacts, FileKey, LinkCache, RangeStore, merge_ranges, short_hash};
-    use crate::{Error, Result};
+    use super::{FileFacts, FileKey, LinkCache, MemoryRanges, RangeStore, merge_ranges, short_hash};
+    use crate::Result;
 
     /// headprint's own cache folder: `ranges` of large files in sparse files beside the list of
     /// what they hold, small files whole, and the Hub's `refs` as the Hugging Face cache keeps
@@ -264,7 +264,12 @@ mod disk {
         list: PathBuf,
         data: PathBuf,
         held: Mutex<Vec<Range<u64>>>,
+        /// Where bytes go when the cache folder cannot be written: the run goes on from memory.
+        spill: MemoryRanges,
     }
+
+    /// The most a file's ranges take in memory when its cache folder cannot be written.
+    const SPILL_BUDGET: u64 = 512 << 20;
 
     impl DiskRanges {
         fn open(list: PathBuf, data: PathBuf) -> Self {
@@ -281,19 +286,25 @@ mod disk {
                 .unwrap_or_default();
             // Ranges whose bytes are gone (a deleted data file) are not held.
             let held = if data.exists() { merge_ranges(held, 0) } else { Vec::new() };
-            Self { list, data, held: Mutex::new(held) }
+            Self { list, data, held: Mutex::new(held), spill: MemoryRanges::new(SPILL_BUDGET) }
+        }
+    }
+
+    impl DiskRanges {
+        fn on_disk(&self, offset: u64, len: u64) -> bool {
+            let end = offset.saturating_add(len);
+            self.held.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|r| r.start <= offset && end <= r.end)
         }
     }
 
     impl RangeStore for DiskRanges {
         fn holds(&self, offset: u64, len: u64) -> bool {
-            let end = offset.saturating_add(len);
-            self.held.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|r| r.start <= offset && end <= r.end)
+            self.on_disk(offset, len) || self.spill.holds(offset, len)
         }
 
         fn get(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
-            if !self.holds(offset, len as u64) {
-                return None;
+            if !self.on_disk(offset, len as u64) {
+                return self.spill.get(offset, len);
             }
             let mut bytes = vec![0u8; len];
             fs::File::open(&self.data).ok()?.read_exact_at(&mut bytes, offset).ok()?;
@@ -301,12 +312,16 @@ mod disk {
         }
 
         fn put(&self, offset: u64, bytes: &[u8]) -> Result<()> {
-            let io = |e: std::io::Error| Error::Io(format!("{}: {e}", self.data.display()));
-            if let Some(dir) = self.data.parent() {
-                fs::create_dir_all(dir).map_err(io)?;
+            let write = || -> std::io::Result<()> {
+                if let Some(dir) = self.data.parent() {
+                    fs::create_dir_all(dir)?;
+                }
+                let file = fs::OpenOptions::new().create(true).truncate(false).write(true).open(&self.data)?;
+                file.write_all_at(bytes, offset)
+            };
+            if write().is_err() {
+                return self.spill.put(offset, bytes);
             }
-            let file = fs::OpenOptions::new().create(true).truncate(false).write(true).open(&self.data).map_err(io)?;
-            file.write_all_at(bytes, offset).map_err(io)?;
             let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
             let mut ranges = std::mem::take(&mut *held);
             ranges.push(offset..offset + bytes.len() as u64);
@@ -330,7 +345,7 @@ mod tests {
     }
 
     #[test]
-    fn memory_ranges_serve_what_they_hold_and_drop_the_oldest() {
+    fn memory_ranges_serve_what_they_hold_within_their_budget() {
         let store = MemoryRanges::new(10);
         store.put(0, &[1, 2, 3, 4]).unwrap();
         store.put(4, &[5, 6]).unwrap();
@@ -356,5 +371,20 @@ mod tests {
         cache.keep_commit("org/name", "main", "607a30d783dfa663caf39e06633721c8d4cfcd7e");
         assert_eq!(cache.commit_of("org/name", "main").as_deref(), Some("607a30d783dfa663caf39e06633721c8d4cfcd7e"));
         std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    #[test]
+    fn a_cache_folder_that_cannot_be_written_keeps_the_ranges_in_memory() {
+        // A file where the folder should be: nothing can be created under it.
+        let blocker = std::env::temp_dir().join(format!("headprint-store-blocked-{}", std::process::id()));
+        std::fs::write(&blocker, b"not a folder").unwrap();
+        let cache = DiskCache::new(blocker.join("cache"));
+        let key = FileKey { scope: "hf/org--name/abc".into(), path: "model.safetensors".into() };
+        let ranges = cache.ranges(&key);
+        ranges.put(10, &[1, 2, 3]).unwrap();
+        assert_eq!(ranges.get(11, 2), Some(vec![2, 3]));
+        assert!(ranges.holds(10, 3));
+        std::fs::remove_file(blocker).unwrap();
     }
 }
