@@ -16,6 +16,8 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
   cargo fetch --target wasm32-unknown-unknown >/dev/null
   trunk build --release --offline
 fi
+# The tests' Hub and CDN, which the models-by-link test serves its fixture from.
+cargo build --release --example hub_imitation
 node tests/e2e/run.mjs dist
 # The module uses SIMD and no relaxed-SIMD instruction (Safari rejects a module that has one).
 scripts/check_wasm.sh dist/headprint_bg.wasm

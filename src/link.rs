@@ -8,6 +8,7 @@ use crate::Result;
 use crate::backend::BackendChoice;
 use crate::probes::Suite;
 use crate::probes::exercise::decode_sheet;
+use crate::weights::ModelLink;
 
 /// What `encodeURIComponent` leaves as it is: ASCII letters, digits and `-_.!~*'()`.
 const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
@@ -36,8 +37,13 @@ pub fn decode_component(text: &str) -> Option<String> {
 /// sequences stay text: the page knows them.
 #[derive(Debug, Default)]
 pub struct LinkFields {
-    /// `false` when the link names a local file (`model=file`) instead of the demo.
+    /// `false` when the link names a local file (`model=file`) or a model by link instead of
+    /// the demo.
     pub wants_demo: bool,
+    /// A model by link (`model=hf:ORG/NAME@COMMIT`, `model=url:FOLDER/`, an http(s) folder).
+    pub model_link: Option<String>,
+    /// The Hub's address for `hf:` links (`hub=`; absent: the public Hub).
+    pub hub: Option<String>,
     pub name: Option<String>,
     /// Lower-case hex digits (a prefix of the file's SHA-256).
     pub sha256: Option<String>,
@@ -65,7 +71,12 @@ pub fn parse(fragment: &str) -> LinkFields {
         let Some((key, value)) = pair.split_once('=') else { continue };
         let Some(value) = decode_component(value) else { continue };
         match key {
-            "model" => fields.wants_demo = value != "file",
+            "model" if value == "file" => fields.wants_demo = false,
+            "model" if ModelLink::looks_like_link(&value) => {
+                fields.wants_demo = false;
+                fields.model_link = Some(value);
+            }
+            "hub" if value.starts_with("http://") || value.starts_with("https://") => fields.hub = Some(value),
             "name" => fields.name = Some(value),
             "sha256" => fields.sha256 = Some(value.to_ascii_lowercase()),
             "tab" => fields.tab = Some(value),
@@ -121,6 +132,12 @@ mod tests {
         assert_eq!(fields.prompt.as_deref(), Some("a&b"));
         assert_eq!(fields.backend, Some(BackendChoice::Gpu), "an unknown backend is skipped");
         assert_eq!(parse("#model=demo&backend=cpu").backend, Some(BackendChoice::Cpu));
+        let linked = parse("#model=hf%3Aopenai-community%2Fgpt2%40abc&hub=http%3A%2F%2F127.0.0.1%3A8091&head=L5H1");
+        assert!(!linked.wants_demo);
+        assert_eq!(linked.model_link.as_deref(), Some("hf:openai-community/gpt2@abc"));
+        assert_eq!(linked.hub.as_deref(), Some("http://127.0.0.1:8091"));
+        assert_eq!(parse("#model=url%3Amodels%2Fgpt2%2F").model_link.as_deref(), Some("url:models/gpt2/"));
+        assert!(parse("#model=other").wants_demo && parse("#hub=javascript:x").hub.is_none());
         assert_eq!(parse("#model=demo").backend, None);
         assert!(parse("").wants_demo);
     }

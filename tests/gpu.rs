@@ -417,6 +417,7 @@ fn the_worker_session_computes_on_the_backend_a_load_asks_for() {
             analyse: true,
             prepend_bos: false,
             backend,
+            link: None,
         };
         match session.handle(request, files, std::rc::Rc::new(|_| {})) {
             Ok(Reply::Analysed(analysis)) => analysis.folded,
@@ -462,7 +463,7 @@ fn a_pool_worker_runs_a_layers_products_on_its_own_gpu() {
     let grams = Grams::stream(&ModelStream::open(&stream_files).unwrap()).unwrap();
     let mut helper = Session::new(|| 0.0);
     let report = || std::rc::Rc::new(|_| {});
-    let open = Request::Open { model: 1, names: names.map(String::from).to_vec(), role: Role::Helper };
+    let open = Request::Open { model: 1, names: names.map(String::from).to_vec(), role: Role::Helper, link: None };
     assert!(matches!(helper.handle(open, files(), report()), Ok(Reply::Opened { .. })));
     let set = Request::SetGrams { model: 1, grams: GramsData::of(&grams) };
     assert!(matches!(helper.handle(set, vec![], report()), Ok(Reply::Done)));

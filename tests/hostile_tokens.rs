@@ -249,6 +249,7 @@ fn hostile_tokens_survive_the_worker_json_trip_exactly() {
         analyse: false,
         prepend_bos: false,
         backend: BackendChoice::Cpu,
+        link: None,
     };
     assert!(matches!(trip(&mut session, load, files(hostile_bytes())), Ok(Reply::Loaded)));
     let request = Request::SelfCopy { model: 1, mode: Mode::Folded, head: HeadId::new(0, 0), top: 13 };

@@ -497,3 +497,37 @@ fn llama_3_8b_in_its_real_shape_plans_its_fingerprint_within_5_5_gb() {
     assert!(planned <= 5_500_000_000, "{planned} bytes of {total}");
     eprintln!("Llama-3-8B's fingerprint reads {planned} of {total} bytes");
 }
+
+#[test]
+fn the_pages_worker_opens_a_model_by_link_with_the_local_files_numbers() {
+    use headprint::backend::BackendChoice;
+    use headprint::weights::{ByteSource, MemorySource};
+    use headprint::worker::protocol::{LinkSource, Reply, Request};
+    use headprint::worker::session::Session;
+
+    let hub = Imitation::start();
+    let folder = fixture("pythia-hub");
+    let commit = hub.add_folder("test-org/pythia", "main", &folder);
+    let load = |link: Option<LinkSource>, files: Vec<Box<dyn ByteSource>>, names: Vec<String>| {
+        let mut session = Session::new(|| 0.0).with_transport(|| Box::new(hub_imitation::TcpTransport));
+        let request =
+            Request::Load { model: 1, names, analyse: true, prepend_bos: true, backend: BackendChoice::Cpu, link };
+        match session.handle(request, files, std::rc::Rc::new(|_| {})) {
+            Ok(Reply::Analysed(analysis)) => analysis,
+            Ok(_) => panic!("an unexpected reply"),
+            Err(e) => panic!("the load failed: {e}"),
+        }
+    };
+    let source = LinkSource { link: "hf:test-org/pythia".into(), hub: hub.hub.clone() };
+    let by_link = load(Some(source), Vec::new(), Vec::new());
+    let names = ["config.json", "model.safetensors"];
+    let files = names
+        .iter()
+        .map(|n| Box::new(MemorySource::new(*n, std::fs::read(folder.join(n)).unwrap())) as Box<dyn ByteSource>)
+        .collect();
+    let by_files = load(None, files, names.iter().map(|n| n.to_string()).collect());
+    let pinned = by_link.info.link.as_ref().expect("the pinned link is reported");
+    assert_eq!(pinned.pinned, format!("hf:test-org/pythia@{commit}"));
+    assert_eq!(serde_json::to_value(&by_link.folded).unwrap(), serde_json::to_value(&by_files.folded).unwrap());
+    assert_eq!(serde_json::to_value(&by_link.induction).unwrap(), serde_json::to_value(&by_files.induction).unwrap());
+}

@@ -355,8 +355,14 @@ fn the_worker_pool_gives_the_bits_of_one_worker_whichever_worker_computes_which_
 
     // One worker: the load the page asked for before the pool, and raw mode on request.
     let mut alone = Session::new(|| 0.0);
-    let load =
-        Request::Load { model: 1, names: names(), analyse: true, prepend_bos: true, backend: BackendChoice::Cpu };
+    let load = Request::Load {
+        model: 1,
+        names: names(),
+        analyse: true,
+        prepend_bos: true,
+        backend: BackendChoice::Cpu,
+        link: None,
+    };
     let Reply::Analysed(analysis) = trip(&mut alone, load, files()) else { panic!("the model loads") };
     let Reply::Fingerprint { fingerprint: raw, .. } =
         trip(&mut alone, Request::Fingerprint { model: 1, mode: Mode::Raw }, vec![])
@@ -368,7 +374,7 @@ fn the_worker_pool_gives_the_bits_of_one_worker_whichever_worker_computes_which_
     let mut pool = [Session::new(|| 0.0), Session::new(|| 0.0)];
     let mut opened = Vec::new();
     for (session, role) in pool.iter_mut().zip([Role::Lead, Role::Helper]) {
-        opened.push(trip(session, Request::Open { model: 7, names: names(), role }, files()));
+        opened.push(trip(session, Request::Open { model: 7, names: names(), role, link: None }, files()));
     }
     let Reply::Opened { info, tied, segments, lead_bytes, helper_bytes } = &opened[0] else { panic!("the lead opens") };
     assert_eq!((*segments, *tied), (3, false));

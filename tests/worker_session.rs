@@ -59,6 +59,7 @@ fn load(session: &mut Session, id: u64, name: &str, contents: Vec<u8>) -> Result
         analyse: true,
         prepend_bos: true,
         backend: BackendChoice::Cpu,
+        link: None,
     };
     ask(session, request, files(name, contents))
 }
@@ -213,6 +214,7 @@ fn patterns_and_verdicts_come_from_the_forward_pass() {
         analyse: false,
         prepend_bos: true,
         backend: BackendChoice::Cpu,
+        link: None,
     };
     ask(&mut session, request, files("gptchar-induction", bytes("gptchar-induction")))
         .expect("the planted model loads");
@@ -251,7 +253,8 @@ fn the_held_out_text_probe_says_which_sequence_it_used() {
 fn an_induction_probe_split_into_shares_is_the_whole_probe() {
     let mut session = Session::new(clock);
     let (names, sources) = folder("gpt2", &["config.json", "tokenizer.json", "model.safetensors"]);
-    let request = Request::Load { model: 1, names, analyse: false, prepend_bos: true, backend: BackendChoice::Cpu };
+    let request =
+        Request::Load { model: 1, names, analyse: false, prepend_bos: true, backend: BackendChoice::Cpu, link: None };
     assert!(matches!(ask(&mut session, request, sources), Ok(Reply::Loaded)));
     for prepend_bos in [true, false] {
         let sequence = ProbeSequence::UniformRandom { seed: 3, len: 9, count: 5 };
@@ -326,8 +329,14 @@ fn loading_reports_progress_up_to_every_byte_and_head() {
         .zip(contents)
         .map(|(name, c)| Box::new(MemorySource::new(name.clone(), c)) as Box<dyn ByteSource>)
         .collect();
-    let request =
-        Request::Load { model: 1, names: names.clone(), analyse: true, prepend_bos: true, backend: BackendChoice::Cpu };
+    let request = Request::Load {
+        model: 1,
+        names: names.clone(),
+        analyse: true,
+        prepend_bos: true,
+        backend: BackendChoice::Cpu,
+        link: None,
+    };
     let copies: Vec<Box<dyn ByteSource>> = sources
         .iter()
         .map(|s| {
@@ -413,7 +422,8 @@ fn folder(name: &str, files: &[&str]) -> (Vec<String>, Vec<Box<dyn ByteSource>>)
 fn the_bos_switch_reaches_patterns_verdicts_and_probes() {
     let mut session = Session::new(clock);
     let (names, sources) = folder("gpt2", &["config.json", "tokenizer.json", "model.safetensors"]);
-    let request = Request::Load { model: 1, names, analyse: true, prepend_bos: true, backend: BackendChoice::Cpu };
+    let request =
+        Request::Load { model: 1, names, analyse: true, prepend_bos: true, backend: BackendChoice::Cpu, link: None };
     let Ok(Reply::Analysed(analysis)) = ask(&mut session, request, sources) else { panic!("gpt2 loads") };
     let reference = expected("gpt2");
     assert_eq!(serde_json::to_value(&analysis.info.bos).unwrap(), reference["bos"]);
@@ -620,7 +630,8 @@ fn a_model_over_the_workers_budget_is_refused_in_one_line_before_its_weights_are
     let (names, sources) = llama_70b_shaped(&read);
     let size = sources[1].len();
     assert!(size > 130_000_000_000, "a 70B model's size: {size}");
-    let request = Request::Load { model: 2, names, analyse: true, prepend_bos: true, backend: BackendChoice::Cpu };
+    let request =
+        Request::Load { model: 2, names, analyse: true, prepend_bos: true, backend: BackendChoice::Cpu, link: None };
     let error = ask(&mut session, request, sources).unwrap_err();
     assert!(!error.contains('\n'), "one line: {error}");
     assert!(error.contains("80 layers x 64 heads, width 8192"), "{error}");

@@ -13,7 +13,7 @@ use wasm_bindgen_futures::JsFuture;
 
 use super::pool;
 use crate::backend::BackendChoice;
-use crate::worker::protocol::{ModelId, Progress, Reply, Request};
+use crate::worker::protocol::{LinkSource, ModelId, Progress, Reply, Request};
 use crate::worker::{field, js_message};
 
 /// What a request cancelled by the user fails with.
@@ -33,8 +33,27 @@ pub struct Hooks {
     pub on_hashing: Box<dyn Fn(Option<Progress>)>,
 }
 
-/// Named files as the browser holds them (`File`s, or the fetched demo model as a `Blob`).
-pub type Files = Vec<(String, web_sys::Blob)>;
+/// What a model is read from: named files as the browser holds them (`File`s, or the fetched
+/// demo model as a `Blob`), or a link that each worker fetches from itself.
+#[derive(Clone, Default)]
+pub struct ModelSource {
+    pub files: Vec<(String, web_sys::Blob)>,
+    pub link: Option<LinkSource>,
+}
+
+impl ModelSource {
+    pub fn files(files: Vec<(String, web_sys::Blob)>) -> Self {
+        ModelSource { files, link: None }
+    }
+
+    pub fn link(link: LinkSource) -> Self {
+        ModelSource { files: Vec::new(), link: Some(link) }
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.files.iter().map(|(name, _)| name.clone()).collect()
+    }
+}
 
 struct Running {
     worker: web_sys::Worker,
@@ -62,7 +81,7 @@ struct Client {
     hooks: Option<Rc<Hooks>>,
     /// The model the page shows: what a fresh worker must load again.
     /// The model the page shows, its files and the backend its Grams were asked of.
-    shown: Option<(ModelId, Files, BackendChoice)>,
+    shown: Option<(ModelId, ModelSource, BackendChoice)>,
     /// Worker failures since the last answer: a worker that cannot start is not restarted forever.
     failures: u32,
     /// Counts the pool's stops: work begun before a stop never reaches the fresh workers.
@@ -140,12 +159,12 @@ fn report_memory() {
 }
 
 /// Remembers the files of the model the page now shows (to load again after a restart).
-pub fn set_shown(model: ModelId, files: Files, backend: BackendChoice) {
+pub fn set_shown(model: ModelId, files: ModelSource, backend: BackendChoice) {
     CLIENT.with_borrow_mut(|c| c.shown = Some((model, files, backend)));
 }
 
 /// The shown model's files (to analyse it again, e.g. on another backend).
-pub fn shown_files() -> Option<Files> {
+pub fn shown_files() -> Option<ModelSource> {
     CLIENT.with_borrow(|c| c.shown.as_ref().map(|(_, files, _)| files.clone()))
 }
 
@@ -216,10 +235,10 @@ fn post_request(
     worker: &web_sys::Worker,
     id: u64,
     json: &str,
-    files: &Files,
+    files: &ModelSource,
     payload: Option<Vec<f64>>,
 ) -> Result<(), String> {
-    let blobs: js_sys::Array = files.iter().map(|(_, blob)| JsValue::from(blob)).collect();
+    let blobs: js_sys::Array = files.files.iter().map(|(_, blob)| JsValue::from(blob)).collect();
     let message = js_sys::Object::new();
     let _ = js_sys::Reflect::set(&message, &"id".into(), &JsValue::from_f64(id as f64));
     let _ = js_sys::Reflect::set(&message, &"json".into(), &JsValue::from_str(json));
@@ -274,9 +293,9 @@ pub fn warm_up() {
 /// Sends one request (with the files of a `Load`) and waits for the answer. Loads,
 /// fingerprints and induction probes are split across the pool (`pool.rs`), a `Forget` goes to
 /// every worker, and everything else to the lead, which holds the models.
-pub async fn request(request: &Request, files: &Files) -> Result<Reply, String> {
+pub async fn request(request: &Request, files: &ModelSource) -> Result<Reply, String> {
     match request.clone() {
-        Request::Load { model, names, analyse: true, prepend_bos, backend } => {
+        Request::Load { model, names, analyse: true, prepend_bos, backend, .. } => {
             pool::analyse(model, names, files.clone(), prepend_bos, backend).await
         }
         Request::Load { model, names, analyse: false, backend, .. } => {
@@ -294,7 +313,7 @@ pub async fn request(request: &Request, files: &Files) -> Result<Reply, String> 
 pub(super) async fn send_to(
     index: usize,
     mut request: Request,
-    files: &Files,
+    files: &ModelSource,
     shows_progress: bool,
     generation: u64,
 ) -> Result<Reply, String> {
@@ -333,8 +352,8 @@ fn read_reply(data: &JsValue) -> Result<Reply, String> {
 /// The files' SHA-256 (a share link's identity of local files), computed in a worker of its own
 /// once the analysis is shown: the first heads never wait for a whole model to be read twice,
 /// and the hashing takes no core from the analysis pool. The worker ends when it has answered.
-pub async fn identify(files: &Files) -> Result<String, String> {
-    let request = Request::Hash { names: files.iter().map(|(name, _)| name.clone()).collect() };
+pub async fn identify(files: &ModelSource) -> Result<String, String> {
+    let request = Request::Hash { names: files.names() };
     let json = serde_json::to_string(&request).map_err(|e| e.to_string())?;
     let worker = new_worker()?;
     let mut handlers = None;
@@ -425,7 +444,7 @@ pub fn restart(reason: &str) {
     let shown = CLIENT.with_borrow(|c| c.shown.clone());
     if let Some((model, files, backend)) = shown {
         wasm_bindgen_futures::spawn_local(async move {
-            let names = files.iter().map(|(name, _)| name.clone()).collect();
+            let names = files.names();
             // A reload cancelled in turn is reloaded by the restart that cancelled it.
             if let Err(e) = pool::open(model, names, files, false, backend).await
                 && e != CANCELLED

@@ -22,6 +22,11 @@ pub fn fragment(ctx: Ctx) -> Option<String> {
     let loaded = ctx.loaded.get()?;
     let mut parts = match &loaded.origin {
         Origin::Demo => vec!["model=demo".to_string()],
+        Origin::Link { pinned, hub } => {
+            let mut parts = vec![format!("model={}", encode_component(pinned))];
+            parts.extend(hub.as_ref().map(|hub| format!("hub={}", encode_component(hub))));
+            parts
+        }
         Origin::Local { name, sha256 } => {
             let mut parts = vec!["model=file".into(), format!("name={}", encode_component(name.as_str()))];
             // While the hashing worker runs, the link names the file alone; the hash joins it
@@ -67,9 +72,20 @@ pub fn write(fragment: &str) {
     }
 }
 
-/// Applies a link's fragment to the page; returns whether it asks for the demo model.
-pub fn apply(ctx: Ctx, fragment: &str) -> bool {
+/// What a share link asks the page to open first.
+pub enum Opening {
+    /// The demo model (also while a link waits for a local file to be opened).
+    Demo,
+    /// A model by link.
+    Link(String),
+}
+
+/// Applies a link's fragment to the page; returns what it asks to open.
+pub fn apply(ctx: Ctx, fragment: &str) -> Opening {
     let fields = link::parse(fragment);
+    if let Some(hub) = fields.hub {
+        ctx.hub.set(hub.trim_end_matches('/').to_string());
+    }
     if let Some(tab) = fields.tab.as_deref().and_then(Tab::from_key) {
         ctx.tab.set(tab);
     }
@@ -105,13 +121,16 @@ pub fn apply(ctx: Ctx, fragment: &str) -> bool {
     if let Some(backend) = fields.backend {
         ctx.backend.set(backend);
     }
+    if let Some(model_link) = fields.model_link {
+        return Opening::Link(model_link);
+    }
     if !fields.wants_demo {
         ctx.awaited.set(Some(Awaited {
             name: fields.name.unwrap_or_else(|| "a local model".into()),
             sha256_prefix: fields.sha256.unwrap_or_default(),
         }));
     }
-    fields.wants_demo
+    Opening::Demo
 }
 
 /// Shows `message` on the error line once the first model is shown (showing a model clears

@@ -50,7 +50,7 @@ fn load_user_files(ctx: Ctx, files: Vec<web_sys::File>) {
         None => files.iter().map(|f| f.name()).collect::<Vec<_>>().join(", "),
     };
     let named = files.into_iter().map(|f| (f.name(), f.unchecked_into::<web_sys::Blob>())).collect();
-    spawn_local(state::load(ctx, label, false, named));
+    spawn_local(state::load(ctx, label, false, client::ModelSource::files(named)));
 }
 
 fn load_default(ctx: Ctx) {
@@ -59,7 +59,7 @@ fn load_default(ctx: Ctx) {
         match browser::fetch_blob(DEFAULT_MODEL_URL).await {
             Ok(blob) => {
                 let name = DEFAULT_MODEL_URL.rsplit('/').next().unwrap_or(DEFAULT_MODEL_URL).to_string();
-                state::load(ctx, name.clone(), true, vec![(name, blob)]).await;
+                state::load(ctx, name.clone(), true, client::ModelSource::files(vec![(name, blob)])).await;
             }
             Err(message) => {
                 ctx.error.set(Some(format!("Could not fetch the demo model: {message}")));
@@ -109,10 +109,12 @@ fn App() -> impl IntoView {
     let ctx = Ctx::default();
     provide_context(ctx);
     connect_worker(ctx);
-    // A share link sets the view first; the demo loads unless the link names a local file
-    // (then the page asks for it and shows the demo meanwhile).
-    link::apply(ctx, &link::current());
-    load_default(ctx);
+    // A share link sets the view first; then the model it names by link opens, or the demo
+    // (also when the link names a local file: the page asks for it and shows the demo meanwhile).
+    match link::apply(ctx, &link::current()) {
+        link::Opening::Link(model) => spawn_local(state::load_link(ctx, model)),
+        link::Opening::Demo => load_default(ctx),
+    }
     // Written only when it changed: `replaceState` with a long prompt's link took 5 ms, and a
     // tab switch reran this twice with the same link.
     Effect::new(move |written: Option<Option<String>>| {
@@ -287,6 +289,37 @@ fn timings(steps: &[crate::worker::protocol::Timing]) -> impl IntoView + use<> {
     }
 }
 
+/// "Open from the Hub or a link": a Hub repository (`hf:ORG/NAME[@REVISION]`) or a web folder
+/// in the Hub's layout, fetched by byte range by the workers; Enter or the button opens it.
+fn link_field(ctx: Ctx) -> impl IntoView {
+    let text = RwSignal::new(String::new());
+    let open = move || {
+        let link = text.get_untracked();
+        if !link.trim().is_empty() && ctx.busy.get_untracked().is_none() {
+            spawn_local(state::load_link(ctx, link));
+        }
+    };
+    view! {
+        <form class="link-field" on:submit=move |ev| {
+            ev.prevent_default();
+            open();
+        }>
+            <label for="model-link">"Open from the Hub or a link: "</label>
+            <input
+                id="model-link"
+                type="text"
+                size="34"
+                placeholder="hf:openai-community/gpt2"
+                title="hf:ORG/NAME, hf:ORG/NAME@REVISION (a branch such as step1000, a tag or a commit), or a web folder holding config.json and the safetensors files. Only the tensors an analysis reads are fetched; the share link names the commit."
+                prop:value=move || text.get()
+                on:input=move |ev| text.set(event_target_value(&ev))
+            />
+            <button id="open-link" type="submit">"Open"</button>
+            <span class="hint">"e.g. hf:openai-community/gpt2, hf:EleutherAI/pythia-160m@step1000"</span>
+        </form>
+    }
+}
+
 /// Where the Gram matrices are computed: auto (a hardware GPU through WebGPU when the browser
 /// offers one), the GPU (any adapter, software ones too) or the CPU. Changing it analyses the
 /// shown model again.
@@ -351,6 +384,7 @@ fn ModelBar() -> impl IntoView {
                                     state::Identity::Failed(why) => format!("SHA-256 unknown ({why})"),
                                 },
                                 state::Origin::Demo => "the demo model".into(),
+                                state::Origin::Link { .. } => "by link, pinned to its commit".into(),
                             };
                             let backend = &l.folded.backend;
                             // A GPU asked for and not used, or one that failed, is said aloud;
@@ -408,6 +442,7 @@ fn ModelBar() -> impl IntoView {
             {file_button(ctx, "file-input", "Open model files…", false)}
             {file_button(ctx, "folder-input", "Open a folder…", true)}
             <span class="hint">".safetensors, or config.json + tokenizer.json + shards + index"</span>
+            {link_field(ctx)}
             {move || {
                 ctx.awaited
                     .get()

@@ -18,7 +18,7 @@ use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
-use super::client::{self, Files};
+use super::client::{self, ModelSource};
 use crate::analysis::circuits::{Grams, segment_rows};
 use crate::analysis::{Mode, ModelFingerprint};
 use crate::backend::{BackendChoice, BackendInfo};
@@ -61,7 +61,7 @@ impl Run {
         }
     }
 
-    async fn send(&self, worker: usize, request: Request, files: &Files) -> Result<Reply, String> {
+    async fn send(&self, worker: usize, request: Request, files: &ModelSource) -> Result<Reply, String> {
         client::send_to(worker, request, files, self.shows_progress && worker == 0, self.generation).await
     }
 }
@@ -98,7 +98,7 @@ where
 pub async fn open(
     model: ModelId,
     names: Vec<String>,
-    files: Files,
+    files: ModelSource,
     shows_progress: bool,
     backend: BackendChoice,
 ) -> Result<OpenModel, String> {
@@ -106,7 +106,7 @@ pub async fn open(
     let mut run = Run { model, workers: 1, generation, shows_progress };
     let mut timings = Vec::new();
     let started = now();
-    let open = Request::Open { model, names: names.clone(), role: Role::Lead };
+    let open = Request::Open { model, names: names.clone(), role: Role::Lead, link: files.link.clone() };
     let Reply::Opened { info, tied, segments, lead_bytes, helper_bytes } = run.send(0, open, &files).await? else {
         return Err(unexpected("opening the model"));
     };
@@ -119,7 +119,8 @@ pub async fn open(
                 if w == 0 {
                     return Ok(());
                 }
-                match run.send(w, Request::Open { model, names, role: Role::Helper }, &files).await? {
+                let link = files.link.clone();
+                match run.send(w, Request::Open { model, names, role: Role::Helper, link }, &files).await? {
                     Reply::Opened { .. } => Ok(()),
                     _ => Err(unexpected("opening the model")),
                 }
@@ -133,7 +134,7 @@ pub async fn open(
     let grams = match backend {
         BackendChoice::Cpu => grams(run, &info.config, tied, segments).await?,
         BackendChoice::Gpu | BackendChoice::Auto => {
-            match run.send(0, Request::GpuGrams { model, backend }, &Vec::new()).await? {
+            match run.send(0, Request::GpuGrams { model, backend }, &ModelSource::default()).await? {
                 Reply::Grams { grams } => grams.grams().map_err(|e| e.to_string())?,
                 // No GPU (or only a software one under `auto`): the CPUs, with the reason kept.
                 Reply::NoGpu { backend } => {
@@ -149,7 +150,7 @@ pub async fn open(
     on_every_worker(run.workers, |w| {
         let data = data.clone();
         async move {
-            match run.send(w, Request::SetGrams { model, grams: data }, &Vec::new()).await? {
+            match run.send(w, Request::SetGrams { model, grams: data }, &ModelSource::default()).await? {
                 Reply::Done => Ok(()),
                 _ => Err(unexpected("the Grams")),
             }
@@ -201,7 +202,7 @@ async fn share_out(
                     q.next += 1;
                     q.next - 1
                 };
-                let kept = match run.send(w, ask(part), &Vec::new()).await {
+                let kept = match run.send(w, ask(part), &ModelSource::default()).await {
                     Ok(reply) => (take.borrow_mut())(part, reply),
                     Err(e) => Err(e),
                 };
@@ -278,7 +279,7 @@ async fn heads(run: Run, pooled: &Pooled, mode: Mode) -> Result<ModelFingerprint
 pub async fn analyse(
     model: ModelId,
     names: Vec<String>,
-    files: Files,
+    files: ModelSource,
     prepend_bos: bool,
     backend: BackendChoice,
 ) -> Result<Reply, String> {
@@ -306,7 +307,7 @@ async fn probe(run: Run, sequence: ProbeSequence, prepend_bos: bool) -> Result<I
         let (collected, sequence) = (collected.clone(), sequence.clone());
         async move {
             let ask = Request::InductionShare { model, sequence, prepend_bos, share, shares };
-            let Reply::InductionShare(scored) = run.send(share, ask, &Vec::new()).await? else {
+            let Reply::InductionShare(scored) = run.send(share, ask, &ModelSource::default()).await? else {
                 return Err(unexpected("a share of the induction probe"));
             };
             collected.borrow_mut()[share] = Some(scored);
@@ -344,7 +345,9 @@ pub async fn fingerprint(model: ModelId, mode: Mode) -> Result<Reply, String> {
 pub async fn forget(model: ModelId) -> Result<Reply, String> {
     let workers = MODELS.with_borrow_mut(|m| m.remove(&model)).map_or(1, |p| p.workers);
     let run = Run { model, workers, generation: client::generation(), shows_progress: false };
-    on_every_worker(workers, |w| async move { run.send(w, Request::Forget { model }, &Vec::new()).await.map(|_| ()) })
-        .await?;
+    on_every_worker(workers, |w| async move {
+        run.send(w, Request::Forget { model }, &ModelSource::default()).await.map(|_| ())
+    })
+    .await?;
     Ok(Reply::Done)
 }

@@ -41,7 +41,7 @@ where
             _ => None,
         };
         spawn_local(async move {
-            let result = client::request(&request, &Vec::new())
+            let result = client::request(&request, &client::ModelSource::default())
                 .await
                 .and_then(|reply| read(reply).ok_or_else(|| "unexpected answer from the worker".to_string()));
             if let Some((ctx, ticket)) = running {

@@ -6,13 +6,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use leptos::prelude::*;
 
-use super::client::{self, Files};
+use super::client::{self, ModelSource};
 use crate::analysis::{Fingerprint, HeadFingerprint, HeadId, Mode, ModelFingerprint};
 use crate::backend::BackendChoice;
 use crate::compare::{ComparisonRow, INDUCTION_HEAD_THRESHOLD};
 use crate::probes::Suite;
 use crate::probes::induction::HeadScores;
-use crate::worker::protocol::{Analysis, InductionRun, ModelInfo, ProbeSequence, Progress, Reply, Request, Timing};
+use crate::weights::remote::{HUB_ENDPOINT, ModelLink};
+use crate::worker::protocol::{
+    Analysis, InductionRun, LinkSource, ModelInfo, ProbeSequence, Progress, Reply, Request, Timing,
+};
 
 /// The model the page opens with (one of its own static files).
 pub const DEFAULT_MODEL_URL: &str = "models/nietzsche-char.safetensors";
@@ -47,6 +50,12 @@ pub enum Origin {
     Local {
         name: String,
         sha256: RwSignal<Identity>,
+    },
+    /// A model by link, pinned to the commit it was opened at; `hub` is a Hub other than the
+    /// public one.
+    Link {
+        pinned: String,
+        hub: Option<String>,
     },
 }
 
@@ -148,7 +157,7 @@ impl Loaded {
                 Identity::Known(hex) => Some(hex),
                 _ => None,
             },
-            Origin::Demo => None,
+            Origin::Demo | Origin::Link { .. } => None,
         }
     }
 
@@ -287,6 +296,8 @@ pub struct Ctx {
     pub linked_head: RwSignal<Option<String>>,
     /// Where the next load computes its Gram matrices (`backend=` in a link; auto when absent).
     pub backend: RwSignal<BackendChoice>,
+    /// The Hub `hf:` links are read from (a share link's `hub=`; else the public Hub).
+    pub hub: RwSignal<String>,
 }
 
 impl Default for Ctx {
@@ -314,6 +325,7 @@ impl Default for Ctx {
             awaited: RwSignal::new(None),
             linked_head: RwSignal::new(None),
             backend: RwSignal::new(BackendChoice::Auto),
+            hub: RwSignal::new(HUB_ENDPOINT.to_string()),
         }
     }
 }
@@ -344,23 +356,37 @@ impl Drop for InFlight {
 }
 
 /// Loads and analyses a model in the worker. On failure (or cancel) the page keeps what it had.
-pub async fn load(ctx: Ctx, label: String, demo: bool, files: Files) {
+pub async fn load(ctx: Ctx, label: String, demo: bool, files: ModelSource) {
     ctx.busy.set(Some(format!("Loading {label}…")));
     ctx.preview.set(None);
     ctx.loading.set(Some(label.clone()));
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    let names = files.iter().map(|(name, _)| name.clone()).collect();
+    let names = files.names();
     let prepend_bos = ctx.prepend_bos.get_untracked();
     let backend = ctx.backend.get_untracked();
     // Local files are identified for share links in a second worker once the analysis is shown:
     // hashing the whole file beside the analysis took a core from the pool (on two cores the
     // GPT-2-sized grid came 30% later), and nothing on screen needs the hash before then.
     let identity = RwSignal::new(Identity::Pending);
-    let reply = client::request(&Request::Load { model: id, names, analyse: true, prepend_bos, backend }, &files).await;
+    let link = files.link.clone();
+    let reply =
+        client::request(&Request::Load { model: id, names, analyse: true, prepend_bos, backend, link }, &files).await;
     match reply {
         Ok(Reply::Analysed(analysis)) => {
             let Analysis { info, folded, induction, timings } = *analysis;
-            let origin = if demo { Origin::Demo } else { Origin::Local { name: label.clone(), sha256: identity } };
+            let origin = match (&files.link, &info.link) {
+                (Some(source), Some(opened)) => {
+                    let hub = (source.hub != HUB_ENDPOINT).then(|| source.hub.clone());
+                    Origin::Link { pinned: opened.pinned.clone(), hub }
+                }
+                _ if demo => Origin::Demo,
+                _ => Origin::Local { name: label.clone(), sha256: identity },
+            };
+            // A model by link is named by its pinned link: the commit it shows.
+            let label = match &origin {
+                Origin::Link { pinned, .. } => pinned.clone(),
+                _ => label,
+            };
             let loaded = Loaded {
                 id,
                 name: label,
@@ -374,8 +400,13 @@ pub async fn load(ctx: Ctx, label: String, demo: bool, files: Files) {
                 timings,
                 backend_asked: backend,
             };
-            if !demo {
+            if matches!(loaded.origin, Origin::Local { .. }) {
                 leptos::task::spawn_local(identify_files(ctx, files.clone(), identity));
+            }
+            // Reloads (a restart, another backend) read the commit shown, not the branch.
+            let mut files = files;
+            if let (Origin::Link { pinned, .. }, Some(source)) = (&loaded.origin, files.link.as_mut()) {
+                source.link = pinned.clone();
             }
             show(ctx, loaded, files);
         }
@@ -400,8 +431,21 @@ pub async fn load(ctx: Ctx, label: String, demo: bool, files: Files) {
     ctx.loading.set(None);
 }
 
+/// Opens a model by link (`hf:ORG/NAME[@REVISION]`, `url:FOLDER/`, an http(s) folder): each
+/// worker of the pool fetches the byte ranges it reads itself. A link that names no model is
+/// said on the error line and changes nothing.
+pub async fn load_link(ctx: Ctx, text: String) {
+    let text = text.trim().to_string();
+    if let Err(e) = ModelLink::parse(&text) {
+        ctx.error.set(Some(format!("Could not open {text}: {e}")));
+        return;
+    }
+    let source = ModelSource::link(LinkSource { link: text.clone(), hub: ctx.hub.get_untracked() });
+    load(ctx, text, false, source).await;
+}
+
 /// Makes a freshly analysed model the shown one.
-fn show(ctx: Ctx, loaded: Loaded, files: Files) {
+fn show(ctx: Ctx, loaded: Loaded, files: ModelSource) {
     let config = &loaded.info.config;
     let linked = ctx.linked_head.get_untracked().and_then(|name| HeadId::parse(&name, config).ok());
     let keep = ctx.head.get_untracked();
@@ -426,7 +470,7 @@ fn show(ctx: Ctx, loaded: Loaded, files: Files) {
     if let Some(previous) = ctx.loaded.get_untracked() {
         leptos::task::spawn_local(async move {
             // Best effort: the worker only frees memory.
-            let _ = client::request(&Request::Forget { model: previous.id }, &Vec::new()).await;
+            let _ = client::request(&Request::Forget { model: previous.id }, &ModelSource::default()).await;
         });
     }
     client::set_shown(loaded.id, files, loaded.backend_asked);
@@ -441,7 +485,7 @@ fn show(ctx: Ctx, loaded: Loaded, files: Files) {
 
 /// Computes local files' SHA-256 in the hashing worker; a share link that waits for a file is
 /// checked once it is known (if its model is shown by then; else `show` checks it).
-async fn identify_files(ctx: Ctx, files: Files, identity: RwSignal<Identity>) {
+async fn identify_files(ctx: Ctx, files: ModelSource, identity: RwSignal<Identity>) {
     let result = client::identify(&files).await;
     identity.set(match result {
         Ok(hex) => Identity::Known(hex),
@@ -487,7 +531,7 @@ pub async fn ensure_text_run(ctx: Ctx) {
             let request =
                 Request::Induction { model: loaded.id, sequence: sequence.clone(), prepend_bos: loaded.probe_bos };
             let describe = || sequence.describe(loaded.info.bos.as_ref().filter(|_| loaded.probe_bos));
-            match client::request(&request, &Vec::new()).await {
+            match client::request(&request, &ModelSource::default()).await {
                 Ok(Reply::Induction(run)) => run,
                 Ok(_) => InductionRun { sequence: describe(), report: Err("unexpected answer".into()) },
                 Err(e) => InductionRun { sequence: describe(), report: Err(e) },
@@ -516,7 +560,7 @@ pub async fn ensure_bos(ctx: Ctx) {
         .set(Some(format!("Running the induction probe {} the BOS…", if prepend_bos { "with" } else { "without" })));
     let sequence = crate::worker::session::default_sequence(&loaded.info.config);
     let request = Request::Induction { model: loaded.id, sequence: sequence.clone(), prepend_bos };
-    let run = match client::request(&request, &Vec::new()).await {
+    let run = match client::request(&request, &ModelSource::default()).await {
         Ok(Reply::Induction(run)) => run,
         Ok(_) => InductionRun { sequence: sequence.describe(None), report: Err("unexpected answer".into()) },
         Err(e) => InductionRun { sequence: sequence.describe(None), report: Err(e) },
@@ -545,7 +589,8 @@ pub async fn ensure_raw(ctx: Ctx) {
     let Some(loaded) = ctx.loaded.get_untracked().filter(|l| l.raw.is_none()) else { return };
     let Some(_in_flight) = InFlight::start(loaded.id, "raw") else { return };
     ctx.busy.set(Some("Fingerprinting every head in raw mode…".into()));
-    let reply = client::request(&Request::Fingerprint { model: loaded.id, mode: Mode::Raw }, &Vec::new()).await;
+    let reply =
+        client::request(&Request::Fingerprint { model: loaded.id, mode: Mode::Raw }, &ModelSource::default()).await;
     ctx.busy.set(None);
     ctx.progress.set(None);
     match reply {

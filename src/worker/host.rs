@@ -18,6 +18,7 @@ use wasm_bindgen::prelude::*;
 
 use super::protocol::{Progress, Request};
 use super::session::{Reporter, Session};
+use crate::weights::remote::{Response, Transport};
 use crate::weights::{ByteSource, MemorySource};
 use crate::{Error, Result};
 
@@ -58,6 +59,50 @@ impl ByteSource for BlobSource {
             return Err(Error::Io(format!("{}: the file changed or is shorter than its header says", self.name)));
         }
         Ok(bytes.to_vec())
+    }
+}
+
+/// The worker's HTTP for models by link: synchronous XHR, which workers may use, beside
+/// `FileReaderSync`. The browser follows redirects itself and sends no token.
+struct XhrTransport;
+
+impl Transport for XhrTransport {
+    fn get(
+        &self,
+        url: &str,
+        range: Option<(u64, u64)>,
+        _authorization: Option<&str>,
+    ) -> std::result::Result<Response, String> {
+        let failed = |e: JsValue| js_message(&e);
+        let xhr = web_sys::XmlHttpRequest::new().map_err(failed)?;
+        xhr.open_with_async("GET", url, false).map_err(failed)?;
+        xhr.set_response_type(web_sys::XmlHttpRequestResponseType::Arraybuffer);
+        if let Some((first, last)) = range {
+            // One range and no other header: a request the browser sends without a preflight.
+            xhr.set_request_header("Range", &format!("bytes={first}-{last}")).map_err(failed)?;
+        }
+        let unreachable = "the server could not be reached, or it does not allow pages on other sites to read its files (no CORS headers)";
+        xhr.send().map_err(|_| unreachable.to_string())?;
+        let status = xhr.status().map_err(failed)?;
+        if status == 0 {
+            return Err(unreachable.into());
+        }
+        let headers = xhr
+            .get_all_response_headers()
+            .map_err(failed)?
+            .lines()
+            .filter_map(|line| line.split_once(':'))
+            .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_string()))
+            .collect();
+        let body = js_sys::Uint8Array::new(&xhr.response().map_err(failed)?).to_vec();
+        Ok(Response { status, headers, body: Box::new(std::io::Cursor::new(body)) })
+    }
+
+    /// A worker cannot sleep without shared memory; the waits (a `Retry-After`, a retry's
+    /// backoff) are short and rare, so it waits by the clock.
+    fn wait(&self, seconds: f64) {
+        let until = now() + seconds * 1000.0;
+        while now() < until {}
     }
 }
 
@@ -229,7 +274,7 @@ pub fn worker_main() {
     on_message.forget();
     // The one task that owns the session: it answers each message in turn, to the end.
     wasm_bindgen_futures::spawn_local(async move {
-        let mut session = Session::new(now);
+        let mut session = Session::new(now).with_transport(|| Box::new(XhrTransport));
         loop {
             let message = next(&inbox).await;
             let id = message.id;

@@ -29,6 +29,9 @@ pub enum Request {
         prepend_bos: bool,
         #[serde(default)]
         backend: BackendChoice,
+        /// A model by link instead of files (then none are sent).
+        #[serde(default)]
+        link: Option<LinkSource>,
     },
     /// The SHA-256 of the files sent alongside (share links name local files by it). The page
     /// asks a second worker for it once a load has begun, so the first heads never wait for a
@@ -41,7 +44,13 @@ pub enum Request {
     /// Pool: reads the files sent alongside as model `model` without computing anything large:
     /// header, config, tokenizer, and the check that this worker's share fits its memory (the
     /// lead holds the model for every later request, a helper only for the pool's parts).
-    Open { model: ModelId, names: Vec<String>, role: Role },
+    Open {
+        model: ModelId,
+        names: Vec<String>,
+        role: Role,
+        #[serde(default)]
+        link: Option<LinkSource>,
+    },
     /// Pool: the whole Grams of a model the lead holds, on a GPU that `backend` (`Gpu` or
     /// `Auto`) finds; answered `NoGpu` when it finds none.
     GpuGrams { model: ModelId, backend: BackendChoice },
@@ -71,6 +80,14 @@ pub enum Request {
     Pattern { model: ModelId, head: HeadId, text: String, prepend_bos: bool },
     /// A suite's verdict table for one head (each prompt after the model's BOS with `prepend_bos`).
     Verdicts { model: ModelId, head: HeadId, suite: Suite, prepend_bos: bool },
+}
+
+/// A model named by link (`hf:ORG/NAME@REVISION`, `url:FOLDER/`, an http(s) folder), and the
+/// Hub's address to resolve `hf:` links against. Each worker fetches what it reads itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkSource {
+    pub link: String,
+    pub hub: String,
 }
 
 /// What a worker of the pool does with a model it opens.
@@ -216,6 +233,17 @@ pub struct ModelInfo {
     /// The BOS token probes can start with, and where it came from; None for character models
     /// and models whose config and tokenizer name none.
     pub bos: Option<Bos>,
+    /// For a model by link: the link pinned to its commit, and its files' total size.
+    #[serde(default)]
+    pub link: Option<PinnedLink>,
+}
+
+/// A model by link as it was opened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinnedLink {
+    /// The link that reads the same bytes forever (a Hub link names the commit).
+    pub pinned: String,
+    pub total_bytes: u64,
 }
 
 /// An induction probe's scores and the sequence they were measured on.

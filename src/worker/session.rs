@@ -9,8 +9,8 @@ use sha2::{Digest, Sha256};
 
 use super::pool::combine_induction;
 use super::protocol::{
-    Analysis, GramsData, InductionRun, InductionShare, ModelId, ModelInfo, Pattern, ProbeSequence, Progress, Reply,
-    Request, Role, Scored, Timing,
+    Analysis, GramsData, InductionRun, InductionShare, LinkSource, ModelId, ModelInfo, Pattern, PinnedLink,
+    ProbeSequence, Progress, Reply, Request, Role, Scored, Timing,
 };
 use crate::analysis::circuits::{Grams, segments};
 use crate::analysis::fingerprint::{fingerprint_layer, fingerprint_layer_on, fingerprint_layers};
@@ -23,6 +23,7 @@ use crate::probes::induction::{
 };
 use crate::probes::verdict_table;
 use crate::tokens::{Bos, Tokenizer, choose_bos, with_bos};
+use crate::weights::remote::{Client, ModelLink, NoCache, Opener, Patience, Transport};
 use crate::weights::{ByteSource, ModelFiles};
 use crate::{Error, Result};
 
@@ -33,6 +34,9 @@ pub type Reporter = Rc<dyn Fn(Progress)>;
 pub const INDUCTION_LEN: usize = 50;
 /// Bytes hashed per read, so a large file never sits in memory whole.
 const HASH_CHUNK: usize = 8 << 20;
+/// The fetched bytes a worker holds of each file of a model by link: a window or two of the
+/// ranges it reads (the tab has no cache of ranges yet; what is dropped is fetched again).
+const LINK_BYTES_PER_FILE: u64 = 48 << 20;
 
 /// The length of each copy of an induction probe's sequence: at most half the context.
 pub fn probe_len(config: &ModelConfig) -> usize {
@@ -57,6 +61,8 @@ fn probe_len_with(config: &ModelConfig, len: usize, bos: Option<usize>) -> usize
 /// the d_model x d_model Grams.
 struct Held {
     files: ModelFiles,
+    /// A model by link as opened.
+    link: Option<PinnedLink>,
     config: ModelConfig,
     tokenizer: Tokenizer,
     /// None between a pool's `Open` and its `SetGrams`.
@@ -100,6 +106,7 @@ impl Held {
             parameters: self.parameters,
             facts: self.facts.clone(),
             bos: self.bos.clone(),
+            link: self.link.clone(),
         }
     }
 
@@ -341,11 +348,19 @@ pub struct Session {
     /// The backend the last load asked for, kept open for the next (a GPU device and its
     /// compiled kernels are worth keeping).
     backend: Option<(BackendChoice, Backend)>,
+    /// The host's HTTP, for models by link (the tab's is synchronous XHR).
+    transport: Option<fn() -> Box<dyn Transport>>,
 }
 
 impl Session {
     pub fn new(clock: fn() -> f64) -> Self {
-        Session { models: HashMap::new(), logits: None, clock, backend: None }
+        Session { models: HashMap::new(), logits: None, clock, backend: None, transport: None }
+    }
+
+    /// A session that opens models by link through `transport`.
+    pub fn with_transport(mut self, transport: fn() -> Box<dyn Transport>) -> Self {
+        self.transport = Some(transport);
+        self
     }
 
     /// Models currently held (the page keeps at most the shown one and the one loading).
@@ -368,8 +383,8 @@ impl Session {
         report: Reporter,
     ) -> Result<Reply> {
         match request {
-            Request::Load { model, names, analyse, prepend_bos, backend } => {
-                self.load(model, names, files, Loading { analyse, prepend_bos, backend }, report).await
+            Request::Load { model, names, analyse, prepend_bos, backend, link } => {
+                self.load(model, names, files, link, Loading { analyse, prepend_bos, backend }, report).await
             }
             Request::GpuGrams { model, backend } => self.gpu_grams(model, backend, report).await,
             Request::FingerprintLayer { model, mode, layer, backend } => {
@@ -505,8 +520,8 @@ impl Session {
                     marks: induction_cells(&ids),
                 }))
             }
-            Request::Open { model, names, role } => {
-                let (held, opening) = self.open(names, files, role)?;
+            Request::Open { model, names, role, link } => {
+                let (held, opening) = self.open(names, files, link, role)?;
                 let info = Box::new(held.info());
                 let segments = segments(held.config.vocab);
                 self.models.insert(model, held);
@@ -560,17 +575,29 @@ impl Session {
 
     /// Reads a model's files: header, config, tokenizer and BOS, after checking that this
     /// worker's share of it fits beside the models it holds. Nothing large is read.
-    fn open(&self, names: Vec<String>, files: Vec<Box<dyn ByteSource>>, role: Role) -> Result<(Held, Opening)> {
-        if names.len() != files.len() {
-            return Err(Error::Io(format!("{} file names for {} files", names.len(), files.len())));
-        }
-        let named: Vec<(String, Box<dyn ByteSource>)> = names.into_iter().zip(files).collect();
-        let files = ModelFiles::from_named(named)?;
+    fn open(
+        &self,
+        names: Vec<String>,
+        files: Vec<Box<dyn ByteSource>>,
+        link: Option<LinkSource>,
+        role: Role,
+    ) -> Result<(Held, Opening)> {
+        let (files, link) = match link {
+            Some(source) => self.open_link(&source)?,
+            None => {
+                if names.len() != files.len() {
+                    return Err(Error::Io(format!("{} file names for {} files", names.len(), files.len())));
+                }
+                let named: Vec<(String, Box<dyn ByteSource>)> = names.into_iter().zip(files).collect();
+                (ModelFiles::from_named(named)?, None)
+            }
+        };
         let (config, parameters, facts, tokenizer, bos, opening) = {
             let model = ModelStream::open(&files)?;
             let tokenizer_bytes = files.tokenizer_json.as_ref().map_or(0, |t| t.len() as u64);
-            let lead_bytes = estimated_peak_bytes(&model.config, model.tied(), tokenizer_bytes);
-            let helper_bytes = estimated_helper_bytes(&model.config, model.tied(), tokenizer_bytes);
+            let fetched_bytes = if link.is_some() { files.weights.len() as u64 * LINK_BYTES_PER_FILE } else { 0 };
+            let lead_bytes = estimated_peak_bytes(&model.config, model.tied(), tokenizer_bytes) + fetched_bytes;
+            let helper_bytes = estimated_helper_bytes(&model.config, model.tied(), tokenizer_bytes) + fetched_bytes;
             let need = if role == Role::Lead { lead_bytes } else { helper_bytes };
             // The model shown stays held while this one loads (the page keeps both).
             // So does the OV token view cached for the page (vocab x d_head sides: 100 MB on Pythia-1B).
@@ -584,7 +611,20 @@ impl Session {
             let opening = Opening { tied: model.tied(), lead_bytes, helper_bytes };
             (model.config.clone(), model.parameter_count, model.facts().to_vec(), tokenizer, bos, opening)
         };
-        Ok((Held { files, config, tokenizer, grams: None, bos, parameters, facts }, opening))
+        Ok((Held { files, link, config, tokenizer, grams: None, bos, parameters, facts }, opening))
+    }
+
+    /// A model by link: its small files fetched whole, its weights read by range as asked.
+    fn open_link(&self, source: &LinkSource) -> Result<(ModelFiles, Option<PinnedLink>)> {
+        let transport =
+            self.transport.ok_or_else(|| Error::Invalid("this worker cannot fetch models by link".into()))?;
+        let link = ModelLink::parse(&source.link)?;
+        // The page sends no token: a gated model needs the command line.
+        let client = std::sync::Arc::new(Client::new(transport(), &source.hub, None, Patience::default()));
+        let cache = NoCache { budget: LINK_BYTES_PER_FILE };
+        let opened = Opener::new(client, &cache, &source.hub).open(&link)?;
+        let pinned = PinnedLink { pinned: opened.pinned.to_string(), total_bytes: opened.total_bytes };
+        Ok((opened.files, Some(pinned)))
     }
 
     async fn load(
@@ -592,6 +632,7 @@ impl Session {
         id: ModelId,
         names: Vec<String>,
         files: Vec<Box<dyn ByteSource>>,
+        link: Option<LinkSource>,
         Loading { analyse, prepend_bos, backend }: Loading,
         report: Reporter,
     ) -> Result<Reply> {
@@ -600,7 +641,7 @@ impl Session {
         let timed = |step: &str, since: f64| Timing { step: step.into(), ms: clock() - since };
 
         let started = clock();
-        let (mut held, opening) = self.open(names, files, Role::Lead)?;
+        let (mut held, opening) = self.open(names, files, link, Role::Lead)?;
         timings.push(timed("load", started));
 
         let started = clock();

@@ -9,6 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import crypto from 'node:crypto';
+import { spawn } from 'node:child_process';
 import { CHROMIUM_ARGS, bigModel, cellPoint } from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -928,6 +929,51 @@ await test('backend=gpu without WebGPU falls back to the CPU with a note', async
   expect(JSON.stringify(json.folded.heads) === JSON.stringify(cpuExports.demo.folded.heads), 'the CPU numbers, exactly');
   await shot('gpu-fallback-note', false, p);
   await p.close();
+});
+
+await test('a model by link opens from the Hub, pins its commit in the share link, and gives the local numbers', async () => {
+  // The tests' Hub and CDN (tests/hub_imitation), built by `cargo test` as an example.
+  const imitation = spawn(path.join(root, 'target/release/examples/hub_imitation'),
+    ['--repo', `test-org/gpt2=${path.join(fixtures, 'gpt2')}`], { stdio: ['ignore', 'pipe', 'inherit'] });
+  try {
+    const addresses = JSON.parse(await new Promise((ok, fail) => {
+      imitation.stdout.once('data', (d) => ok(d.toString().split('\n')[0]));
+      imitation.once('error', fail);
+    }));
+    const commit = addresses.commits['test-org/gpt2@main'];
+    // A context of its own: these requests go to the imitation's origins, on purpose.
+    const linkContext = await browser.newContext({ viewport: { width: 1280, height: 900 }, acceptDownloads: true, serviceWorkers: 'block' });
+    const p = await linkContext.newPage();
+    p.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+    const hub = encodeURIComponent(addresses.hub);
+    await p.goto(`${origin}/#hub=${hub}`);
+    await p.waitForSelector('#head-grid .cell', { timeout: 60000 });
+    await p.fill('#model-link', 'hf:test-org/gpt2');
+    await p.click('#open-link');
+    const pinned = `hf:test-org/gpt2@${commit}`;
+    await p.waitForFunction((name) => (document.querySelector('#model-name')?.textContent ?? '').trim() === name, pinned, { timeout: 60000 });
+    expect(p.url().includes(`model=${encodeURIComponent(pinned)}`), `the share link names the commit: ${p.url()}`);
+    const byLink = JSON.parse((await download(p, '#export-json')).bytes.toString());
+    const link = p.url();
+    const byFiles = await gpt2FixtureExport(p);
+    expect(JSON.stringify(byLink.folded.heads) === JSON.stringify(byFiles.folded.heads), 'the same numbers as the local files, bit for bit');
+    // The share link opens the same model, pinned, in a fresh page (no demo first).
+    const q = await linkContext.newPage();
+    await q.goto(link);
+    await q.waitForFunction((name) => (document.querySelector('#model-name')?.textContent ?? '').trim() === name, pinned, { timeout: 60000 });
+    await q.waitForSelector('#head-grid .cell', { timeout: 60000 });
+    await shot('model-by-link', false, q);
+    // A link to nothing: one line, and the model on screen stays.
+    await q.fill('#model-link', 'hf:test-org/missing');
+    await q.click('#open-link');
+    await q.waitForSelector('#load-error', { timeout: 60000 });
+    const error = (await q.textContent('#load-error')).trim();
+    expect(/not found on the server \(no such repository/.test(error), `the error line: ${error}`);
+    expect((await q.textContent('#model-name')).trim() === pinned, 'the shown model stays');
+    await linkContext.close();
+  } finally {
+    imitation.kill();
+  }
 });
 
 await test('nothing leaves the page origin and nothing went wrong', async () => {

@@ -353,6 +353,20 @@ fn hub(request: &Request, state: &State, cdn: &str) -> Answer {
         let etag = linked_etag(bytes, state);
         return ranged(request, bytes.clone(), &etag, state).header("X-Repo-Commit", commit);
     }
+    if let Some(rest) = path.strip_prefix("/api/models/") {
+        // {org}/{name}/revision/{revision}: the commit as the Hub's API names it.
+        let parts: Vec<&str> = rest.splitn(4, '/').collect();
+        let [org, name, "revision", revision] = parts[..] else { return error(404, "RepoNotFound") };
+        let repos = state.repos.lock().unwrap();
+        let Some(repo) = repos.get(&format!("{org}/{name}")) else { return error(404, "RepoNotFound") };
+        let commit = match repo.refs.get(revision) {
+            Some(commit) => commit.clone(),
+            None if repo.commits.contains_key(revision) => revision.to_string(),
+            None => return error(404, "RevisionNotFound"),
+        };
+        let body = serde_json::json!({"id": format!("{org}/{name}"), "sha": commit}).to_string();
+        return Answer::text(200, &body).header("Content-Type", "application/json");
+    }
     let parts: Vec<&str> = path.trim_start_matches('/').splitn(5, '/').collect();
     let [org, name, "resolve", revision, file] = parts[..] else { return error(404, "RepoNotFound") };
     let repo_name = format!("{org}/{name}");
@@ -566,4 +580,49 @@ pub fn gpt2_small() -> Vec<(String, Vec<u8>)> {
         "eos_token_id": 50256
     });
     vec![("config.json".into(), config.to_string().into_bytes()), ("model.safetensors".into(), file)]
+}
+
+/// A plain HTTP/1.1 client over a TCP socket, as a host's `Transport` for tests of the core
+/// (the worker session) that run without the CLI's client.
+pub struct TcpTransport;
+
+impl headprint::weights::remote::Transport for TcpTransport {
+    fn get(
+        &self,
+        url: &str,
+        range: Option<(u64, u64)>,
+        authorization: Option<&str>,
+    ) -> Result<headprint::weights::remote::Response, String> {
+        let rest = url.strip_prefix("http://").ok_or("only http:// here")?;
+        let (host, path) = rest.split_once('/').map_or((rest, "/".to_string()), |(h, p)| (h, format!("/{p}")));
+        let mut stream = TcpStream::connect(host).map_err(|e| e.to_string())?;
+        let mut head = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+        if let Some((first, last)) = range {
+            head.push_str(&format!("Range: bytes={first}-{last}\r\n"));
+        }
+        if let Some(authorization) = authorization {
+            head.push_str(&format!("Authorization: {authorization}\r\n"));
+        }
+        head.push_str("\r\n");
+        stream.write_all(head.as_bytes()).map_err(|e| e.to_string())?;
+        let mut reader = BufReader::new(stream);
+        let mut status_line = String::new();
+        reader.read_line(&mut status_line).map_err(|e| e.to_string())?;
+        let status = status_line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or("no status line")?;
+        let mut headers = Vec::new();
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).map_err(|e| e.to_string())? == 0 || line == "\r\n" {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':') {
+                headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
+            }
+        }
+        Ok(headprint::weights::remote::Response { status, headers, body: Box::new(reader) })
+    }
+
+    fn wait(&self, seconds: f64) {
+        thread::sleep(std::time::Duration::from_secs_f64(seconds));
+    }
 }

@@ -105,7 +105,7 @@ pub fn open(model: &str) -> Result<Opened> {
         Some(disk) => disk,
         None => &memory,
     };
-    let opener = Opener { client: client.clone(), cache, hub_endpoint: hub_endpoint(), hf_cache: hf_cache_root() };
+    let opener = Opener { hf_cache: hf_cache_root(), ..Opener::new(client.clone(), cache, &hub_endpoint()) };
     let opening = crate::progress::stage("opening", None, "");
     opening.message(model.to_string());
     let opened = opener.open(&link)?;

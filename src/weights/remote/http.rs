@@ -25,7 +25,7 @@ impl Response {
 /// The host's HTTP: one GET, never following redirects, sending `Range: bytes=START-END` (END
 /// inclusive) when asked and `Authorization` only when given. An `Err` is a connection that
 /// could not be made or broke before the status line.
-pub trait Transport: crate::parallel::Shareable + Send {
+pub trait Transport: Send + Sync {
     fn get(
         &self,
         url: &str,

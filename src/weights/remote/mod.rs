@@ -74,7 +74,18 @@ struct Place<'a> {
     local: Option<std::path::PathBuf>,
 }
 
-impl Opener<'_> {
+impl<'a> Opener<'a> {
+    /// An opener that asks the network, through `client`, for what `cache` lacks.
+    pub fn new(client: Arc<Client>, cache: &'a dyn LinkCache, hub_endpoint: &str) -> Self {
+        Self {
+            client,
+            cache,
+            hub_endpoint: hub_endpoint.trim_end_matches('/').to_string(),
+            #[cfg(not(target_arch = "wasm32"))]
+            hf_cache: None,
+        }
+    }
+
     pub fn open(&self, link: &ModelLink) -> Result<OpenedLink> {
         let mut place = Place {
             link,
@@ -168,13 +179,27 @@ impl Opener<'_> {
         let what = format!("hf:{repo}@{revision}");
         let url = format!("{}/{repo}/resolve/{revision}/config.json", self.hub_endpoint);
         let whole = self.whole(&url, &what)?;
+        if let Some(missing) = whole.missing.filter(|_| whole.commit.is_none()) {
+            return Err(missing);
+        }
         match whole.commit.filter(|c| ModelLink::is_commit(c)) {
             Some(commit) => Ok((commit, whole.bytes)),
-            None => Err(whole.missing.unwrap_or(Error::Network {
-                what,
-                reason: "the server did not say which commit the revision is (X-Repo-Commit)".into(),
-            })),
+            // A browser follows redirects itself and may not see `X-Repo-Commit`: the Hub's
+            // API names the commit too.
+            None => Ok((self.commit_from_api(repo, revision, &what)?, whole.bytes)),
         }
+    }
+
+    /// The commit of `revision` from `/api/models/ORG/NAME/revision/REVISION` (`sha`).
+    fn commit_from_api(&self, repo: &str, revision: &str, what: &str) -> Result<String> {
+        let url = format!("{}/api/models/{repo}/revision/{revision}", self.hub_endpoint);
+        let bytes = self.whole(&url, what)?.bytes.unwrap_or_default();
+        let answer: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        answer["sha"].as_str().filter(|c| ModelLink::is_commit(c)).map(str::to_string).ok_or_else(|| Error::Network {
+            what: what.into(),
+            reason: "the server did not say which commit the revision is (no X-Repo-Commit, no sha from its API)"
+                .into(),
+        })
     }
 
     /// A small file whole (None for a `404`), asked again when the connection drops.

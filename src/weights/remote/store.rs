@@ -46,18 +46,43 @@ impl RangeStore for MemoryRanges {
 
     fn put(&self, offset: u64, bytes: &[u8]) -> Result<()> {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        // Chunks arrive in order within a request: extend the chunk that ends where this starts.
-        let extend = held.range(..=offset).next_back().filter(|(s, b)| **s + b.len() as u64 == offset).map(|(s, _)| *s);
-        match extend {
-            Some(start) => held.get_mut(&start).expect("found above").extend_from_slice(bytes),
-            None => {
-                held.insert(offset, bytes.to_vec());
-            }
+        // Chunks never overlap: those this one touches (or abuts) are merged with it.
+        let end = offset + bytes.len() as u64;
+        let touching: Vec<u64> = held
+            .range(..=end)
+            .filter(|(start, chunk)| **start + chunk.len() as u64 >= offset)
+            .map(|(start, _)| *start)
+            .collect();
+        // Bytes of one request arrive in order: the common case appends to the chunk before.
+        if let [start] = touching[..]
+            && start <= offset
+            && start + held[&start].len() as u64 == offset
+        {
+            held.get_mut(&start).expect("listed above").extend_from_slice(bytes);
+            return self.keep_within_budget(&mut held, start);
         }
+        let first = touching.first().map_or(offset, |&s| s.min(offset));
+        let last = touching.iter().map(|s| s + held[s].len() as u64).max().unwrap_or(end).max(end);
+        let mut merged = vec![0u8; (last - first) as usize];
+        for start in touching {
+            let chunk = held.remove(&start).expect("listed above");
+            let at = (start - first) as usize;
+            merged[at..at + chunk.len()].copy_from_slice(&chunk);
+        }
+        let at = (offset - first) as usize;
+        merged[at..at + bytes.len()].copy_from_slice(bytes);
+        held.insert(first, merged);
+        self.keep_within_budget(&mut held, first)
+    }
+}
+
+impl MemoryRanges {
+    /// Drops chunks other than `newest`, lowest offsets first, while over budget.
+    fn keep_within_budget(&self, held: &mut BTreeMap<u64, Vec<u8>>, newest: u64) -> Result<()> {
         let mut total: u64 = held.values().map(|b| b.len() as u64).sum();
         while total > self.budget && held.len() > 1 {
-            let oldest = *held.keys().find(|&&s| s != offset).expect("more than one");
-            total -= held.remove(&oldest).map_or(0, |b| b.len() as u64);
+            let other = *held.keys().find(|&&s| s != newest).expect("more than one");
+            total -= held.remove(&other).map_or(0, |b| b.len() as u64);
         }
         Ok(())
     }
@@ -342,6 +367,18 @@ mod tests {
         let merged = merge_ranges(vec![10..20, 0..5, 22..30, 100..120, 5..5], 2);
         assert_eq!(merged, vec![0..5, 10..30, 100..120]);
         assert_eq!(merge_ranges(vec![0..5, 6..8], 0), vec![0..5, 6..8]);
+    }
+
+    #[test]
+    fn memory_ranges_merge_overlapping_chunks() {
+        let store = MemoryRanges::new(1 << 20);
+        store.put(10, &[1; 10]).unwrap();
+        store.put(0, &[2; 15]).unwrap();
+        store.put(30, &[3; 5]).unwrap();
+        store.put(18, &[4; 12]).unwrap();
+        let expected: Vec<u8> = [vec![2; 15], vec![1; 3], vec![4; 12], vec![3; 5]].concat();
+        assert_eq!(store.get(0, 35), Some(expected));
+        assert!(store.holds(0, 35) && !store.holds(0, 36));
     }
 
     #[test]
