@@ -384,7 +384,10 @@ fn ModelBar() -> impl IntoView {
                                     state::Identity::Failed(why) => format!("SHA-256 unknown ({why})"),
                                 },
                                 state::Origin::Demo => "the demo model".into(),
-                                state::Origin::Link { .. } => "by link, pinned to its commit".into(),
+                                state::Origin::Link { pinned, .. } if pinned.starts_with("hf:") => {
+                                    "from the Hub, pinned to its commit".into()
+                                }
+                                state::Origin::Link { .. } => "from a web folder".into(),
                             };
                             let backend = &l.folded.backend;
                             // A GPU asked for and not used, or one that failed, is said aloud;

@@ -970,6 +970,23 @@ await test('a model by link opens from the Hub, pins its commit in the share lin
     const error = (await q.textContent('#load-error')).trim();
     expect(/not found on the server \(no such repository/.test(error), `the error line: ${error}`);
     expect((await q.textContent('#model-name')).trim() === pinned, 'the shown model stays');
+    // The classroom recipe: a model folder copied beside the page, named relative to it, under
+    // a static host's sub-path.
+    const folder = path.join(dist, 'course', 'gpt2');
+    fs.mkdirSync(folder, { recursive: true });
+    for (const f of ['config.json', 'tokenizer.json', 'model.safetensors']) fs.copyFileSync(path.join(fixtures, 'gpt2', f), path.join(folder, f));
+    try {
+      const classroom = await linkContext.newPage();
+      await classroom.goto(`${origin}${SUB_PATH}#model=url:course/gpt2/&tab=head&head=L1H0`);
+      await classroom.waitForFunction(() => (document.querySelector('#model-name')?.textContent ?? '').trim() === 'url:course/gpt2/', null, { timeout: 60000 });
+      await classroom.waitForSelector('#tab-head[aria-selected="true"]');
+      expect(/head=L1H0/.test(classroom.url()), `the linked head is shown: ${classroom.url()}`);
+      await classroom.click('#tab-overview');
+      const fromFolder = JSON.parse((await download(classroom, '#export-json')).bytes.toString());
+      expect(JSON.stringify(fromFolder.folded.heads) === JSON.stringify(byFiles.folded.heads), 'the folder beside the page gives the same numbers');
+    } finally {
+      fs.rmSync(path.join(dist, 'course'), { recursive: true, force: true });
+    }
     await linkContext.close();
   } finally {
     imitation.kill();
