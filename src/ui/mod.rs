@@ -295,7 +295,7 @@ fn link_field(ctx: Ctx) -> impl IntoView {
     let text = RwSignal::new(String::new());
     let open = move || {
         let link = text.get_untracked();
-        if !link.trim().is_empty() && ctx.busy.get_untracked().is_none() {
+        if !link.trim().is_empty() {
             spawn_local(state::load_link(ctx, link));
         }
     };

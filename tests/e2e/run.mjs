@@ -99,6 +99,10 @@ async function cancelAt(stage, timeout = 120000) {
   await page.waitForFunction((s) => (document.querySelector('#busy')?.textContent ?? '').includes(s), stage, { timeout, polling: 20 });
   await page.click('#cancel');
 }
+/// Waits until page `p` is idle: nothing on its busy line (loads, probes, hashing).
+async function idle(p, timeout = 60000) {
+  await p.waitForFunction(() => !(document.querySelector('#busy')?.textContent ?? '').trim(), null, { timeout });
+}
 /// Clears the error line, so the next one read is new.
 async function dismissError() {
   if (await page.locator('#load-error').count() > 0) await page.click('#load-error .dismiss');
@@ -948,11 +952,13 @@ await test('a model by link opens from the Hub, pins its commit in the share lin
     const hub = encodeURIComponent(addresses.hub);
     await p.goto(`${origin}/#hub=${hub}`);
     await p.waitForSelector('#head-grid .cell', { timeout: 60000 });
+    await idle(p);
     await p.fill('#model-link', 'hf:test-org/gpt2');
     await p.click('#open-link');
     const pinned = `hf:test-org/gpt2@${commit}`;
     await p.waitForFunction((name) => (document.querySelector('#model-name')?.textContent ?? '').trim() === name, pinned, { timeout: 60000 });
     expect(p.url().includes(`model=${encodeURIComponent(pinned)}`), `the share link names the commit: ${p.url()}`);
+    await idle(p);
     const byLink = JSON.parse((await download(p, '#export-json')).bytes.toString());
     const link = p.url();
     const byFiles = await gpt2FixtureExport(p);
@@ -962,6 +968,7 @@ await test('a model by link opens from the Hub, pins its commit in the share lin
     await q.goto(link);
     await q.waitForFunction((name) => (document.querySelector('#model-name')?.textContent ?? '').trim() === name, pinned, { timeout: 60000 });
     await q.waitForSelector('#head-grid .cell', { timeout: 60000 });
+    await idle(q);
     await shot('model-by-link', false, q);
     // A link to nothing: one line, and the model on screen stays.
     await q.fill('#model-link', 'hf:test-org/missing');
@@ -981,6 +988,7 @@ await test('a model by link opens from the Hub, pins its commit in the share lin
       await classroom.waitForFunction(() => (document.querySelector('#model-name')?.textContent ?? '').trim() === 'url:course/gpt2/', null, { timeout: 60000 });
       await classroom.waitForSelector('#tab-head[aria-selected="true"]');
       expect(/head=L1H0/.test(classroom.url()), `the linked head is shown: ${classroom.url()}`);
+      await idle(classroom);
       await classroom.click('#tab-overview');
       const fromFolder = JSON.parse((await download(classroom, '#export-json')).bytes.toString());
       expect(JSON.stringify(fromFolder.folded.heads) === JSON.stringify(byFiles.folded.heads), 'the folder beside the page gives the same numbers');

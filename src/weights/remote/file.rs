@@ -170,11 +170,18 @@ impl RemoteFile {
                     return Err(self.changed(format!("{length} bytes, not {}", self.size)));
                 }
                 self.check_content_etag(state, &response)?;
-                let skipped = skip(&mut response.body, start, &self.client);
-                match skipped {
-                    Ok(()) => self.keep_body(&mut response, start, end),
-                    Err(reason) => Ok(Attempt::Dropped { at: start, reason }),
+                // Every later read would stream the file from its start again: what the
+                // analysis will read is kept from this stream, before and after the bytes asked.
+                if !self.keep_planned(&mut response, 0, start, &state.plan) {
+                    return Ok(Attempt::Dropped { at: start, reason: "the body ended early".into() });
                 }
+                let kept = self.keep_body(&mut response, start, end)?;
+                if matches!(kept, Attempt::Done) {
+                    // Up to the last planned byte, then the connection is dropped.
+                    let last = state.plan.last().map_or(end, |span| span.end.max(end));
+                    self.keep_planned(&mut response, end, last, &state.plan);
+                }
+                Ok(kept)
             }
             416 => Err(self.changed(format!(
                 "the server says it has {}",
@@ -203,6 +210,27 @@ impl RemoteFile {
             at += read as u64;
         }
         Ok(Attempt::Done)
+    }
+
+    /// Reads the body from `at` to `until`, keeping the planned bytes and dropping the rest;
+    /// false where the stream ended first (what was not kept is fetched when read).
+    fn keep_planned(&self, response: &mut Response, mut at: u64, until: u64, plan: &[Range<u64>]) -> bool {
+        for span in plan {
+            if span.end <= at {
+                continue;
+            }
+            if span.start >= until {
+                break;
+            }
+            let (start, stop) = (span.start.max(at), span.end.min(until));
+            if skip(&mut response.body, start - at, &self.client).is_err()
+                || !matches!(self.keep_body(response, start, stop), Ok(Attempt::Done))
+            {
+                return false;
+            }
+            at = stop;
+        }
+        at >= until || skip(&mut response.body, until - at, &self.client).is_ok()
     }
 
     fn check_pin(&self, etag: Option<&str>, what: &str) -> Result<()> {
