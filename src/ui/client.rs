@@ -61,6 +61,8 @@ struct Running {
     pending: HashMap<u64, Waiting>,
     /// The worker's wasm memory in bytes, as it last reported it (the peak: it only grows).
     memory: f64,
+    /// The bytes it fetched by link, as it last reported them.
+    fetched: f64,
     _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
     _on_error: Closure<dyn FnMut(web_sys::Event)>,
 }
@@ -88,6 +90,8 @@ struct Client {
     generation: u64,
     /// The hashing worker's peak wasm memory (it stays shown after the worker ends).
     hashing_memory: f64,
+    /// Bytes the pool's workers fetched by link since the page opened.
+    fetched: f64,
 }
 
 /// The memory the page reports: each analysis worker's and the hashing worker's wasm memory.
@@ -177,6 +181,11 @@ pub fn pool_size() -> usize {
     (cores as usize).max(2)
 }
 
+/// Bytes the pool has fetched by link since the page opened.
+pub fn fetched() -> f64 {
+    CLIENT.with_borrow(|c| c.fetched)
+}
+
 /// The pool's current generation: `send_to` refuses work of an older one (it was cancelled).
 pub(super) fn generation() -> u64 {
     CLIENT.with_borrow(|c| c.generation)
@@ -186,9 +195,13 @@ fn on_message(index: usize, event: web_sys::MessageEvent) {
     let data = event.data();
     let id = field(&data, "id").as_f64().unwrap_or(-1.0) as u64;
     if let Some(memory) = field(&data, "memory").as_f64() {
+        let fetched = field(&data, "fetched").as_f64().unwrap_or(0.0);
         CLIENT.with_borrow_mut(|c| {
             if let Some(running) = c.workers.get_mut(index) {
                 running.memory = memory;
+                // Counted as it grows: a restarted worker starts again from zero.
+                c.fetched += (fetched - running.fetched).max(0.0);
+                running.fetched = fetched;
             }
         });
         report_memory();
@@ -272,7 +285,14 @@ fn spawn(index: usize) -> Result<Running, String> {
     });
     worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
-    Ok(Running { worker, pending: HashMap::new(), memory: 0.0, _on_message: on_message, _on_error: on_error })
+    Ok(Running {
+        worker,
+        pending: HashMap::new(),
+        memory: 0.0,
+        fetched: 0.0,
+        _on_message: on_message,
+        _on_error: on_error,
+    })
 }
 
 /// Starts workers until the pool has `count` (the lead first).

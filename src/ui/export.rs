@@ -5,7 +5,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use super::browser::{download_png, download_text};
-use super::state::{Ctx, Loaded, Metric, Sequence};
+use super::state::{Ctx, Loaded, Metric, Origin, Sequence};
 use crate::analysis::{HeadFingerprint, Mode};
 
 /// PNG exports are drawn at this multiple of the chart's size (sharp on high-DPI screens).
@@ -33,6 +33,16 @@ pub fn results_json(loaded: &Loaded) -> Result<String, String> {
         // Whether the probes below started with the model's BOS (`bos`, null when it has none).
         "prepend_bos": loaded.probe_bos,
         "bos": loaded.info.bos,
+        // For a model by link: the link pinned to its commit, the files' total size, and the
+        // bytes the page fetched to load and analyse it.
+        "model_link": match &loaded.origin {
+            Origin::Link { pinned, fetched, .. } => serde_json::json!({
+                "pinned": pinned,
+                "bytes_total": loaded.info.link.as_ref().map(|l| l.total_bytes),
+                "bytes_fetched": *fetched as u64,
+            }),
+            _ => serde_json::Value::Null,
+        },
         "induction": {
             "uniform_random": loaded.random_run,
             "held_out_text": loaded.text_run,

@@ -22,7 +22,7 @@ pub fn fragment(ctx: Ctx) -> Option<String> {
     let loaded = ctx.loaded.get()?;
     let mut parts = match &loaded.origin {
         Origin::Demo => vec!["model=demo".to_string()],
-        Origin::Link { pinned, hub } => {
+        Origin::Link { pinned, hub, .. } => {
             let mut parts = vec![format!("model={}", encode_component(pinned))];
             parts.extend(hub.as_ref().map(|hub| format!("hub={}", encode_component(hub))));
             parts

@@ -289,6 +289,15 @@ fn timings(steps: &[crate::worker::protocol::Timing]) -> impl IntoView + use<> {
     }
 }
 
+/// A byte count as people read it: kB, MB or GB.
+fn size(bytes: f64) -> String {
+    match bytes {
+        b if b >= 1e9 => format!("{:.2} GB", b / 1e9),
+        b if b >= 1e6 => format!("{:.1} MB", b / 1e6),
+        b => format!("{:.1} kB", b / 1e3),
+    }
+}
+
 /// "Open from the Hub or a link": a Hub repository (`hf:ORG/NAME[@REVISION]`) or a web folder
 /// in the Hub's layout, fetched by byte range by the workers; Enter or the button opens it.
 fn link_field(ctx: Ctx) -> impl IntoView {
@@ -384,10 +393,15 @@ fn ModelBar() -> impl IntoView {
                                     state::Identity::Failed(why) => format!("SHA-256 unknown ({why})"),
                                 },
                                 state::Origin::Demo => "the demo model".into(),
-                                state::Origin::Link { pinned, .. } if pinned.starts_with("hf:") => {
-                                    "from the Hub, pinned to its commit".into()
+                                state::Origin::Link { pinned, fetched, .. } => {
+                                    let source = if pinned.starts_with("hf:") {
+                                        "from the Hub, pinned to its commit"
+                                    } else {
+                                        "from a web folder"
+                                    };
+                                    let total = l.info.link.as_ref().map_or(0.0, |link| link.total_bytes as f64);
+                                    format!("{source}: {} fetched of {}", size(*fetched), size(total))
                                 }
-                                state::Origin::Link { .. } => "from a web folder".into(),
                             };
                             let backend = &l.folded.backend;
                             // A GPU asked for and not used, or one that failed, is said aloud;

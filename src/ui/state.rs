@@ -52,10 +52,11 @@ pub enum Origin {
         sha256: RwSignal<Identity>,
     },
     /// A model by link, pinned to the commit it was opened at; `hub` is a Hub other than the
-    /// public one.
+    /// public one; `fetched` the bytes the pool fetched to load and analyse it.
     Link {
         pinned: String,
         hub: Option<String>,
+        fetched: f64,
     },
 }
 
@@ -369,6 +370,7 @@ pub async fn load(ctx: Ctx, label: String, demo: bool, files: ModelSource) {
     // GPT-2-sized grid came 30% later), and nothing on screen needs the hash before then.
     let identity = RwSignal::new(Identity::Pending);
     let link = files.link.clone();
+    let fetched_before = client::fetched();
     let reply =
         client::request(&Request::Load { model: id, names, analyse: true, prepend_bos, backend, link }, &files).await;
     match reply {
@@ -377,7 +379,7 @@ pub async fn load(ctx: Ctx, label: String, demo: bool, files: ModelSource) {
             let origin = match (&files.link, &info.link) {
                 (Some(source), Some(opened)) => {
                     let hub = (source.hub != HUB_ENDPOINT).then(|| source.hub.clone());
-                    Origin::Link { pinned: opened.pinned.clone(), hub }
+                    Origin::Link { pinned: opened.pinned.clone(), hub, fetched: client::fetched() - fetched_before }
                 }
                 _ if demo => Origin::Demo,
                 _ => Origin::Local { name: label.clone(), sha256: identity },

@@ -62,6 +62,12 @@ impl ByteSource for BlobSource {
     }
 }
 
+thread_local! {
+    /// Body bytes this worker fetched by link, posted with every message (the page adds up the
+    /// pool's).
+    static FETCHED: Cell<f64> = const { Cell::new(0.0) };
+}
+
 /// The worker's HTTP for models by link: synchronous XHR, which workers may use, beside
 /// `FileReaderSync`. The browser follows redirects itself and sends no token.
 struct XhrTransport;
@@ -95,6 +101,7 @@ impl Transport for XhrTransport {
             .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_string()))
             .collect();
         let body = js_sys::Uint8Array::new(&xhr.response().map_err(failed)?).to_vec();
+        FETCHED.with(|f| f.set(f.get() + body.len() as f64));
         Ok(Response { status, headers, body: Box::new(std::io::Cursor::new(body)) })
     }
 
@@ -136,6 +143,7 @@ fn post_with(id: f64, kind: &str, json: &str, payload: Option<Vec<f64>>) {
         ("kind", JsValue::from_str(kind)),
         ("json", JsValue::from_str(json)),
         ("memory", JsValue::from_f64(memory_bytes())),
+        ("fetched", JsValue::from_f64(FETCHED.with(Cell::get))),
     ] {
         let _ = js_sys::Reflect::set(&message, &JsValue::from_str(key), &value);
     }

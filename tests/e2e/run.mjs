@@ -960,8 +960,20 @@ await test('a model by link opens from the Hub, pins its commit in the share lin
     expect(p.url().includes(`model=${encodeURIComponent(pinned)}`), `the share link names the commit: ${p.url()}`);
     await idle(p);
     const byLink = JSON.parse((await download(p, '#export-json')).bytes.toString());
+    const fetched = byLink.model_link?.bytes_fetched;
+    // Each worker of the pool fetches what it reads (the small files and headers each): the sum
+    // can pass the files' size on a model this small.
+    expect(byLink.model_link?.pinned === pinned && fetched > 0 && byLink.model_link.bytes_total === 36769,
+      `the export records the link and its bytes: ${JSON.stringify(byLink.model_link)}`);
+    const line = await p.textContent('#model-hash');
+    expect(/from the Hub, pinned to its commit: [\d.]+ kB fetched of 36\.8 kB/.test(line), `the model line: ${line}`);
     const link = p.url();
-    const byFiles = await gpt2FixtureExport(p);
+    // The same model from its files (gpt2FixtureExport's wait would pass at once: the model by
+    // link is a GPT-2 of the same shape).
+    await p.setInputFiles('#file-input', ['config.json', 'tokenizer.json', 'model.safetensors'].map((f) => path.join(fixtures, 'gpt2', f)));
+    await p.waitForFunction((name) => !['', name].includes((document.querySelector('#model-name')?.textContent ?? '').trim()), pinned, { timeout: 60000 });
+    await idle(p);
+    const byFiles = JSON.parse((await download(p, '#export-json')).bytes.toString());
     expect(JSON.stringify(byLink.folded.heads) === JSON.stringify(byFiles.folded.heads), 'the same numbers as the local files, bit for bit');
     // The share link opens the same model, pinned, in a fresh page (no demo first).
     const q = await linkContext.newPage();

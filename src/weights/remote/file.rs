@@ -59,14 +59,15 @@ enum Attempt {
 }
 
 impl RemoteFile {
+    /// The file named `name` at `address`, as `facts` pinned it, kept in `store`.
     pub fn new(
         name: String,
         address: String,
-        size: u64,
-        pinned_etag: Option<String>,
+        facts: FileFacts,
         client: Arc<Client>,
         store: Box<dyn RangeStore>,
     ) -> Self {
+        let FileFacts { size, etag: pinned_etag } = facts;
         Self { name, address, size, pinned_etag, client, store, state: Mutex::new(State::default()) }
     }
 

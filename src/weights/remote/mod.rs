@@ -306,14 +306,7 @@ impl<'a> Opener<'a> {
             let key = self.key(place, path, facts.etag.as_deref());
             tally.total_bytes += facts.size;
             let store = self.cache.ranges(&key);
-            return Ok(Some(Box::new(RemoteFile::new(
-                name,
-                address,
-                facts.size,
-                facts.etag,
-                self.client.clone(),
-                store,
-            ))));
+            return Ok(Some(Box::new(RemoteFile::new(name, address, facts, self.client.clone(), store))));
         }
         if place.commit.is_some() && self.cache.known_absent(&self.key(place, path, None)) == Some(true) {
             return Ok(None);
@@ -336,7 +329,7 @@ impl<'a> Opener<'a> {
         }
         tally.total_bytes += facts.size;
         let store = self.cache.ranges(&key);
-        let file = RemoteFile::new(name, address, facts.size, facts.etag.clone(), self.client.clone(), store);
+        let file = RemoteFile::new(name, address, facts, self.client.clone(), store);
         file.keep_first_answer(followed)?;
         Ok(Some(Box::new(file)))
     }
