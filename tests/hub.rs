@@ -313,6 +313,30 @@ fn a_file_that_changes_under_its_name_is_an_error_never_a_mix() {
 }
 
 #[test]
+fn a_web_file_with_no_version_is_not_kept_so_a_replaced_file_is_read_anew() {
+    let hub = Imitation::start();
+    hub.faults().no_etag = true;
+    let original = fixture("pythia-hub");
+    // The same file with other weights, the same size: only its bytes tell them apart.
+    let replaced = scratch("replaced-model");
+    std::fs::copy(original.join("config.json"), replaced.join("config.json")).unwrap();
+    let mut bytes = std::fs::read(original.join("model.safetensors")).unwrap();
+    let header = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    for byte in &mut bytes[8 + header..] {
+        *byte = byte.wrapping_add(1) & 0xbf;
+    }
+    std::fs::write(replaced.join("model.safetensors"), &bytes).unwrap();
+    let home = scratch("no-etag");
+    for folder in [&original, &replaced] {
+        let url = hub.add_web_folder("m", folder);
+        let report = json_of(run(&hub, &home, &["fingerprint", &url, "--json"], &[]));
+        assert_eq!(without_link(report), local(&["fingerprint", folder.to_str().unwrap(), "--json"]), "{folder:?}");
+    }
+    let _ = std::fs::remove_dir_all(home);
+    let _ = std::fs::remove_dir_all(replaced);
+}
+
+#[test]
 fn the_hugging_face_cache_is_read_first_with_no_network() {
     let folder = fixture("gpt2");
     let home = scratch("hf-cache");

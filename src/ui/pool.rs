@@ -111,6 +111,12 @@ pub async fn open(
         return Err(unexpected("opening the model"));
     };
     run.workers = pool_workers(client::pool_size(), lead_bytes, helper_bytes);
+    // Helpers open the commit the lead opened, never the branch again (a push meanwhile
+    // would mix two versions in one result).
+    let mut files = files;
+    if let (Some(source), Some(opened)) = (files.link.as_mut(), info.link.as_ref()) {
+        source.link = opened.pinned.clone();
+    }
     let helpers = {
         let files = files.clone();
         move |w: usize| {

@@ -61,6 +61,8 @@ pub struct Faults {
     pub change_etag_after: u32,
     /// After this many CDN requests, web files are served cut to half their size. 0: never.
     pub shrink_after: u32,
+    /// Web files are served with no `ETag` (as `python -m http.server` serves them).
+    pub no_etag: bool,
 }
 
 #[derive(Default)]
@@ -145,7 +147,8 @@ impl Imitation {
         self.state.repos.lock().unwrap().entry(repo.to_string()).or_default().gated = true;
     }
 
-    /// Serves a folder's files on the CDN origin under `/web/{name}/`; returns its URL.
+    /// Serves a folder's files on the CDN origin under `/web/{name}/` (replacing any served
+    /// there before); returns its URL.
     pub fn add_web_folder(&self, name: &str, folder: &Path) -> String {
         let mut web = self.state.web.lock().unwrap();
         for (file, bytes) in folder_files(folder) {
@@ -434,7 +437,11 @@ fn cdn_answer(request: &Request, state: &State) -> Answer {
         bytes.clone()
     };
     let etag = linked_etag(&web[path], state);
-    ranged(request, bytes, &etag, state)
+    let answer = ranged(request, bytes, &etag, state);
+    if state.faults.lock().unwrap().no_etag {
+        return Answer { headers: answer.headers.into_iter().filter(|(name, _)| name != "ETag").collect(), ..answer };
+    }
+    answer
 }
 
 /// A file answered as a static host does: one range or all of it.

@@ -82,12 +82,12 @@ impl RemoteFile {
         match response.status {
             206 if content_range(&response).is_some_and(|(first, _)| first == 0) => {
                 self.check_content_etag(&mut state, &response)?;
-                self.keep_body(&mut response, 0, end)?;
+                self.keep_body(&mut response, 0, end, self.store.as_ref())?;
             }
             200 => {
                 self.client.note_once(IGNORED_RANGES);
                 self.check_content_etag(&mut state, &response)?;
-                self.keep_body(&mut response, 0, end)?;
+                self.keep_body(&mut response, 0, end, self.store.as_ref())?;
             }
             // Nothing kept: the bytes are fetched when read.
             _ => {}
@@ -97,10 +97,10 @@ impl RemoteFile {
 
     /// Fetches `start..end` into the store, resuming a dropped connection and resolving an
     /// expired URL again.
-    fn fetch(&self, state: &mut State, start: u64, end: u64) -> Result<()> {
+    fn fetch(&self, state: &mut State, start: u64, end: u64, into: &dyn RangeStore) -> Result<()> {
         let (mut at, mut drops, mut expiries) = (start, 0, 0);
         while at < end {
-            match self.attempt(state, at, end)? {
+            match self.attempt(state, at, end, into)? {
                 Attempt::Done => return Ok(()),
                 Attempt::Dropped { at: kept_to, reason } => {
                     drops += 1;
@@ -128,7 +128,7 @@ impl RemoteFile {
         Ok(())
     }
 
-    fn attempt(&self, state: &mut State, start: u64, end: u64) -> Result<Attempt> {
+    fn attempt(&self, state: &mut State, start: u64, end: u64, into: &dyn RangeStore) -> Result<Attempt> {
         let range = Some((start, end - 1));
         let followed = match &state.location {
             // A redirect target (the CDN) answers the range itself; an expired one refuses.
@@ -138,7 +138,7 @@ impl RemoteFile {
             },
             None => {
                 let followed = self.client.get(&self.address, range, &self.name, &[416])?;
-                self.check_pin(followed.hub_header("x-linked-etag").or(followed.hub_header("etag")), "its ETag")?;
+                self.check_pin(version_of(&followed).as_deref(), "its version")?;
                 if followed.url != self.address {
                     state.location = Some(followed.url.clone());
                 }
@@ -159,7 +159,7 @@ impl RemoteFile {
                     });
                 }
                 self.check_content_etag(state, &response)?;
-                self.keep_body(&mut response, start, end)
+                self.keep_body(&mut response, start, end, into)
             }
             200 => {
                 // The server (or a CDN before it) ignored `Range`: read up to what is needed
@@ -173,14 +173,14 @@ impl RemoteFile {
                 self.check_content_etag(state, &response)?;
                 // Every later read would stream the file from its start again: what the
                 // analysis will read is kept from this stream, before and after the bytes asked.
-                if !self.keep_planned(&mut response, 0, start, &state.plan) {
+                if !self.keep_planned(&mut response, 0, start, &state.plan, into) {
                     return Ok(Attempt::Dropped { at: start, reason: "the body ended early".into() });
                 }
-                let kept = self.keep_body(&mut response, start, end)?;
+                let kept = self.keep_body(&mut response, start, end, into)?;
                 if matches!(kept, Attempt::Done) {
                     // Up to the last planned byte, then the connection is dropped.
                     let last = state.plan.last().map_or(end, |span| span.end.max(end));
-                    self.keep_planned(&mut response, end, last, &state.plan);
+                    self.keep_planned(&mut response, end, last, &state.plan, into);
                 }
                 Ok(kept)
             }
@@ -195,7 +195,7 @@ impl RemoteFile {
     }
 
     /// Copies the body into the store from `start` until `end`; stops early on a dropped connection.
-    fn keep_body(&self, response: &mut Response, start: u64, end: u64) -> Result<Attempt> {
+    fn keep_body(&self, response: &mut Response, start: u64, end: u64, into: &dyn RangeStore) -> Result<Attempt> {
         let mut at = start;
         let mut buffer = vec![0u8; CHUNK];
         while at < end {
@@ -207,7 +207,7 @@ impl RemoteFile {
                 Err(e) => return Ok(Attempt::Dropped { at, reason: e.to_string() }),
             };
             self.client.count(read as u64);
-            self.store.put(at, &buffer[..read])?;
+            into.put(at, &buffer[..read])?;
             at += read as u64;
         }
         Ok(Attempt::Done)
@@ -215,7 +215,14 @@ impl RemoteFile {
 
     /// Reads the body from `at` to `until`, keeping the planned bytes and dropping the rest;
     /// false where the stream ended first (what was not kept is fetched when read).
-    fn keep_planned(&self, response: &mut Response, mut at: u64, until: u64, plan: &[Range<u64>]) -> bool {
+    fn keep_planned(
+        &self,
+        response: &mut Response,
+        mut at: u64,
+        until: u64,
+        plan: &[Range<u64>],
+        into: &dyn RangeStore,
+    ) -> bool {
         for span in plan {
             if span.end <= at {
                 continue;
@@ -225,7 +232,7 @@ impl RemoteFile {
             }
             let (start, stop) = (span.start.max(at), span.end.min(until));
             if skip(&mut response.body, start - at, &self.client).is_err()
-                || !matches!(self.keep_body(response, start, stop), Ok(Attempt::Done))
+                || !matches!(self.keep_body(response, start, stop, into), Ok(Attempt::Done))
             {
                 return false;
             }
@@ -273,8 +280,17 @@ pub(super) fn facts_of(followed: &Followed, name: &str) -> Result<FileFacts> {
             reason: "the server did not say the file's size (no Content-Range: if the server sets CORS headers, it must expose Content-Range)".into(),
         });
     };
-    let etag = followed.hub_header("x-linked-etag").or_else(|| response.header("etag")).map(str::to_string);
-    Ok(FileFacts { size, etag })
+    Ok(FileFacts { size, etag: version_of(followed) })
+}
+
+/// What names a file's version: the Hub's `X-Linked-Etag` (on its redirect), else the `ETag`,
+/// else the `Last-Modified` date; None when the server gives none of them.
+pub(super) fn version_of(followed: &Followed) -> Option<String> {
+    followed
+        .hub_header("x-linked-etag")
+        .or_else(|| followed.hub_header("etag"))
+        .map(str::to_string)
+        .or_else(|| followed.hub_header("last-modified").map(|date| format!("modified {date}")))
 }
 
 /// Reads and drops `count` bytes of a body (a server that ignored `Range`).
@@ -294,6 +310,9 @@ impl ByteSource for RemoteFile {
     }
 
     fn read_range(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
+        if len == 0 {
+            return Ok(Vec::new());
+        }
         if let Some(bytes) = self.store.get(offset, len) {
             return Ok(bytes);
         }
@@ -320,17 +339,26 @@ impl ByteSource for RemoteFile {
                     let start = span.start + window * LONGEST_REQUEST;
                     let stop = (start + LONGEST_REQUEST).min(span.end);
                     if !self.store.holds(start, stop - start) {
-                        self.fetch(&mut state, start, stop)?;
+                        self.fetch(&mut state, start, stop, self.store.as_ref())?;
                     }
                 }
                 if end > span.end {
-                    self.fetch(&mut state, span.end, end)?;
+                    self.fetch(&mut state, span.end, end, self.store.as_ref())?;
                 }
             }
-            None => self.fetch(&mut state, offset, end)?,
+            None => self.fetch(&mut state, offset, end, self.store.as_ref())?,
         }
-        drop(state);
-        self.store.get(offset, len).ok_or_else(|| Error::Io(format!("{}: the fetched bytes were not kept", self.name)))
+        if let Some(bytes) = self.store.get(offset, len) {
+            return Ok(bytes);
+        }
+        // The store could not keep them (a budget smaller than what was fetched with them):
+        // these bytes alone, held for this read, with no plan to fetch beside them.
+        let scratch = super::MemoryRanges::new(u64::MAX);
+        let plan = std::mem::take(&mut state.plan);
+        let fetched = self.fetch(&mut state, offset, end, &scratch);
+        state.plan = plan;
+        fetched?;
+        scratch.get(offset, len).ok_or_else(|| Error::Io(format!("{}: the fetched bytes were not kept", self.name)))
     }
 
     fn will_read(&self, ranges: Vec<Range<u64>>) {

@@ -257,8 +257,8 @@ pub(super) fn not_found(response: &Response, what: &str) -> Error {
     Error::NotFound { what: what.into(), detail: detail.into() }
 }
 
-/// A whole body, counted as it is read; Err names why it stopped early.
-pub(super) fn read_all(response: &mut Response, client: &Client) -> std::result::Result<Vec<u8>, String> {
+/// A whole body of at most `limit` bytes, counted as it is read; Err names why it stopped.
+pub(super) fn read_all(response: &mut Response, client: &Client, limit: u64) -> std::result::Result<Vec<u8>, String> {
     let mut bytes = Vec::new();
     let mut buffer = vec![0u8; 64 << 10];
     loop {
@@ -267,6 +267,9 @@ pub(super) fn read_all(response: &mut Response, client: &Client) -> std::result:
             Ok(n) => {
                 client.count(n as u64);
                 bytes.extend_from_slice(&buffer[..n]);
+                if bytes.len() as u64 > limit {
+                    return Err(format!("more than {limit} bytes"));
+                }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e.to_string()),

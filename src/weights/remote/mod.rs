@@ -27,6 +27,17 @@ use store::short_hash;
 /// version and CDN address); the header is the next request, and then only the tensors read.
 pub const FIRST_BYTES: u64 = 8;
 
+/// The largest small file (config.json, tokenizer.json, an index) read whole.
+const SMALL_FILE_LIMIT: u64 = 128 << 20;
+
+/// The most held in memory of a web file whose server names no version.
+const UNVERSIONED_BYTES: u64 = 256 << 20;
+
+/// A large file's version as the cache names it: its ETag (or date) with its size.
+fn version(facts: &FileFacts) -> Option<String> {
+    facts.etag.as_ref().map(|etag| format!("{etag} {}", facts.size))
+}
+
 /// A model opened by link.
 pub struct OpenedLink {
     pub files: ModelFiles,
@@ -185,8 +196,9 @@ impl<'a> Opener<'a> {
         match whole.commit.filter(|c| ModelLink::is_commit(c)) {
             Some(commit) => Ok((commit, whole.bytes)),
             // A browser follows redirects itself and may not see `X-Repo-Commit`: the Hub's
-            // API names the commit too.
-            None => Ok((self.commit_from_api(repo, revision, &what)?, whole.bytes)),
+            // API names the commit too. The bytes came from the branch, which may have moved
+            // since: config.json is read again at the commit.
+            None => Ok((self.commit_from_api(repo, revision, &what)?, None)),
         }
     }
 
@@ -212,7 +224,20 @@ impl<'a> Opener<'a> {
                 let missing = Some(http::not_found(&followed.response, what));
                 return Ok(Whole { commit, bytes: None, missing });
             }
-            match http::read_all(&mut followed.response, &self.client) {
+            let length = followed.response.header("content-length").and_then(|l| l.trim().parse::<u64>().ok());
+            if length.is_some_and(|l| l > SMALL_FILE_LIMIT) {
+                return Err(Error::Io(format!(
+                    "{what}: larger than {SMALL_FILE_LIMIT} bytes, too large for a model's small file"
+                )));
+            }
+            let read =
+                http::read_all(&mut followed.response, &self.client, SMALL_FILE_LIMIT).and_then(|bytes| match length {
+                    Some(length) if length != bytes.len() as u64 => {
+                        Err(format!("the body ended at byte {} of {length}", bytes.len()))
+                    }
+                    _ => Ok(bytes),
+                });
+            match read {
                 Ok(bytes) => return Ok(Whole { commit, bytes: Some(bytes), missing: None }),
                 Err(reason) => {
                     drops += 1;
@@ -248,6 +273,16 @@ impl<'a> Opener<'a> {
             }
         };
         FileKey { scope, path: path.to_string() }
+    }
+
+    /// Where a large file's ranges are kept: the cache, by commit or by version and size; a web
+    /// file with no version at all (no ETag, no Last-Modified) only in memory for this run, as
+    /// nothing would tell its next version from this one.
+    fn ranges(&self, place: &Place, path: &str, facts: &FileFacts) -> Box<dyn RangeStore> {
+        match (place.commit.is_some(), version(facts)) {
+            (false, None) => Box::new(MemoryRanges::new(UNVERSIONED_BYTES)),
+            (_, version) => self.cache.ranges(&self.key(place, path, version.as_deref())),
+        }
     }
 
     #[cfg(not(target_arch = "wasm32"))]
@@ -303,9 +338,8 @@ impl<'a> Opener<'a> {
             _ => None,
         };
         if let Some(facts) = remembered {
-            let key = self.key(place, path, facts.etag.as_deref());
             tally.total_bytes += facts.size;
-            let store = self.cache.ranges(&key);
+            let store = self.ranges(place, path, &facts);
             return Ok(Some(Box::new(RemoteFile::new(name, address, facts, self.client.clone(), store))));
         }
         if place.commit.is_some() && self.cache.known_absent(&self.key(place, path, None)) == Some(true) {
@@ -322,13 +356,13 @@ impl<'a> Opener<'a> {
             return Ok(None);
         }
         let facts = file::facts_of(&followed, &name)?;
-        let key = self.key(place, path, facts.etag.as_deref());
+        let key = self.key(place, path, version(&facts).as_deref());
         self.cache.keep_facts(&key, &facts);
         if let ModelLink::Web { folder } = place.link {
             self.cache.keep_latest(folder, path, &facts);
         }
         tally.total_bytes += facts.size;
-        let store = self.cache.ranges(&key);
+        let store = self.ranges(place, path, &facts);
         let file = RemoteFile::new(name, address, facts, self.client.clone(), store);
         file.keep_first_answer(followed)?;
         Ok(Some(Box::new(file)))

@@ -18,71 +18,82 @@ pub trait RangeStore: crate::parallel::Shareable + Send {
     fn holds(&self, offset: u64, len: u64) -> bool;
 }
 
-/// Ranges held in memory, merged as they arrive; beyond `budget` bytes, chunks other than the
-/// newest are dropped, lowest offsets first (a dropped range is fetched again if read again).
+/// Ranges held in memory, in chunks of at most `CHUNK_BYTES`; beyond `budget` bytes, chunks
+/// are dropped, lowest offsets first, except those just kept (a dropped range is fetched again
+/// if it is read again).
 pub struct MemoryRanges {
     budget: u64,
     held: Mutex<BTreeMap<u64, Vec<u8>>>,
 }
 
+/// The largest chunk: small enough that the budget is kept to within one chunk.
+const CHUNK_BYTES: usize = 4 << 20;
+
 impl MemoryRanges {
     pub fn new(budget: u64) -> Self {
         Self { budget, held: Mutex::new(BTreeMap::new()) }
+    }
+
+    /// Calls `each(chunk, from)` for the consecutive chunks covering `offset..offset + len`, where
+    /// `from` is where in the chunk the range continues; false when a byte of it is not held.
+    fn walk(&self, offset: u64, len: u64, mut each: impl FnMut(&[u8], usize, usize)) -> bool {
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut at, end) = (offset, offset.saturating_add(len));
+        while at < end {
+            let Some((&start, chunk)) = held.range(..=at).next_back() else { return false };
+            let chunk_end = start + chunk.len() as u64;
+            if chunk_end <= at {
+                return false;
+            }
+            let (from, to) = ((at - start) as usize, (chunk_end.min(end) - start) as usize);
+            each(chunk, from, to);
+            at = start + to as u64;
+        }
+        true
     }
 }
 
 impl RangeStore for MemoryRanges {
     fn get(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
-        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let (&start, bytes) = held.range(..=offset).next_back()?;
-        let from = usize::try_from(offset - start).ok()?;
-        bytes.get(from..from.checked_add(len)?).map(<[u8]>::to_vec)
+        let mut bytes = Vec::with_capacity(len);
+        self.walk(offset, len as u64, |chunk, from, to| bytes.extend_from_slice(&chunk[from..to])).then_some(bytes)
     }
 
     fn holds(&self, offset: u64, len: u64) -> bool {
-        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.range(..=offset).next_back().is_some_and(|(start, bytes)| offset + len <= start + bytes.len() as u64)
+        self.walk(offset, len, |_, _, _| {})
     }
 
     fn put(&self, offset: u64, bytes: &[u8]) -> Result<()> {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        // Chunks never overlap: those this one touches (or abuts) are merged with it.
         let end = offset + bytes.len() as u64;
-        let touching: Vec<u64> = held
-            .range(..=end)
-            .filter(|(start, chunk)| **start + chunk.len() as u64 >= offset)
+        // Chunks never overlap: those that do are dropped (fetched again if read again).
+        let overlapping: Vec<u64> = held
+            .range(..end)
+            .filter(|(start, chunk)| **start + chunk.len() as u64 > offset)
             .map(|(start, _)| *start)
             .collect();
-        // Bytes of one request arrive in order: the common case appends to the chunk before.
-        if let [start] = touching[..]
-            && start <= offset
-            && start + held[&start].len() as u64 == offset
-        {
-            held.get_mut(&start).expect("listed above").extend_from_slice(bytes);
-            return self.keep_within_budget(&mut held, start);
+        for start in overlapping {
+            held.remove(&start);
         }
-        let first = touching.first().map_or(offset, |&s| s.min(offset));
-        let last = touching.iter().map(|s| s + held[s].len() as u64).max().unwrap_or(end).max(end);
-        let mut merged = vec![0u8; (last - first) as usize];
-        for start in touching {
-            let chunk = held.remove(&start).expect("listed above");
-            let at = (start - first) as usize;
-            merged[at..at + chunk.len()].copy_from_slice(&chunk);
+        let mut rest = bytes;
+        let mut at = offset;
+        // Bytes of one request arrive in order: they extend the chunk before while it has room.
+        if let Some((_, chunk)) = held.range_mut(..at).next_back().filter(|(s, c)| **s + c.len() as u64 == at) {
+            let room = CHUNK_BYTES.saturating_sub(chunk.len()).min(rest.len());
+            chunk.extend_from_slice(&rest[..room]);
+            (rest, at) = (&rest[room..], at + room as u64);
         }
-        let at = (offset - first) as usize;
-        merged[at..at + bytes.len()].copy_from_slice(bytes);
-        held.insert(first, merged);
-        self.keep_within_budget(&mut held, first)
-    }
-}
-
-impl MemoryRanges {
-    /// Drops chunks other than `newest`, lowest offsets first, while over budget.
-    fn keep_within_budget(&self, held: &mut BTreeMap<u64, Vec<u8>>, newest: u64) -> Result<()> {
-        let mut total: u64 = held.values().map(|b| b.len() as u64).sum();
-        while total > self.budget && held.len() > 1 {
-            let other = *held.keys().find(|&&s| s != newest).expect("more than one");
-            total -= held.remove(&other).map_or(0, |b| b.len() as u64);
+        for piece in rest.chunks(CHUNK_BYTES) {
+            held.insert(at, piece.to_vec());
+            at += piece.len() as u64;
+        }
+        // Over budget, the lowest chunks go, except those just kept.
+        let mut total: u64 = held.values().map(|c| c.len() as u64).sum();
+        while total > self.budget {
+            let Some((&start, _)) = held.iter().find(|(s, c)| **s + c.len() as u64 <= offset || **s >= end) else {
+                break;
+            };
+            total -= held.remove(&start).map_or(0, |c| c.len() as u64);
         }
         Ok(())
     }
@@ -370,15 +381,16 @@ mod tests {
     }
 
     #[test]
-    fn memory_ranges_merge_overlapping_chunks() {
+    fn memory_ranges_never_serve_a_byte_they_do_not_hold() {
         let store = MemoryRanges::new(1 << 20);
         store.put(10, &[1; 10]).unwrap();
-        store.put(0, &[2; 15]).unwrap();
-        store.put(30, &[3; 5]).unwrap();
-        store.put(18, &[4; 12]).unwrap();
-        let expected: Vec<u8> = [vec![2; 15], vec![1; 3], vec![4; 12], vec![3; 5]].concat();
-        assert_eq!(store.get(0, 35), Some(expected));
-        assert!(store.holds(0, 35) && !store.holds(0, 36));
+        store.put(20, &[2; 5]).unwrap();
+        assert_eq!(store.get(12, 12), Some([vec![1; 8], vec![2; 4]].concat()), "across chunks");
+        // An overlapping put replaces what it overlaps; what it does not cover is not held.
+        store.put(15, &[3; 4]).unwrap();
+        assert_eq!(store.get(15, 4), Some(vec![3; 4]));
+        assert!(!store.holds(10, 5) && !store.holds(19, 2));
+        assert!(store.holds(15, 4) && !store.holds(0, 1));
     }
 
     #[test]
@@ -391,6 +403,15 @@ mod tests {
         store.put(100, &[9; 8]).unwrap();
         assert_eq!(store.get(0, 1), None, "over budget, the other chunks go");
         assert!(store.holds(100, 8) && !store.holds(100, 9));
+        // Chunks stay small, so the budget holds within one chunk however much arrives in order.
+        let big = MemoryRanges::new(2 * CHUNK_BYTES as u64);
+        let piece = vec![7u8; 1 << 20];
+        for i in 0..12u64 {
+            big.put(i << 20, &piece).unwrap();
+        }
+        let total: usize = big.held.lock().unwrap().values().map(Vec::len).sum();
+        assert!(total <= 3 * CHUNK_BYTES, "{total} bytes held");
+        assert!(big.holds(11 << 20, 1 << 20) && !big.holds(0, 1));
         assert_eq!(store.get(100, 8), Some(vec![9; 8]));
     }
 
