@@ -32,6 +32,7 @@ fuzz_target!(|data: &[u8]| {
                 analyse: false,
                 prepend_bos: true,
                 backend: BackendChoice::Cpu,
+                link: None,
             };
             session.handle(load, files(), Rc::new(|_| {})).unwrap();
         }
