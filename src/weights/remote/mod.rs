@@ -113,21 +113,20 @@ impl<'a> Opener<'a> {
                 place.local = Some(folder);
             }
             if place.commit.is_none() {
-                place.commit = if ModelLink::is_commit(revision) {
-                    Some(revision.clone())
+                if ModelLink::is_commit(revision) {
+                    place.commit = Some(revision.clone());
                 } else if let Some(commit) = self.cache.commit_of(repo, revision).filter(|_| self.client.is_offline()) {
-                    Some(commit)
+                    place.commit = Some(commit);
                 } else {
                     // The revision resolves to a commit once: config.json's answer names it.
                     let (commit, bytes) = self.resolve(repo, revision)?;
                     self.cache.keep_commit(repo, revision, &commit);
-                    place.commit = Some(commit.clone());
+                    place.commit = Some(commit);
                     if let Some(bytes) = &bytes {
                         self.cache.keep_whole_file(&self.key(&place, "config.json", None), bytes);
                     }
                     config_json = bytes;
-                    Some(commit)
-                };
+                }
             }
         }
         let mut tally = Tally::default();
@@ -307,7 +306,7 @@ impl<'a> Opener<'a> {
                 tally.total_bytes += bytes.len() as u64;
                 return Ok(Some(bytes));
             }
-            if self.cache.known_absent(&key) == Some(true) {
+            if self.cache.known_absent(&key) {
                 return Ok(None);
             }
         }
@@ -342,7 +341,7 @@ impl<'a> Opener<'a> {
             let store = self.ranges(place, path, &facts);
             return Ok(Some(Box::new(RemoteFile::new(name, address, facts, self.client.clone(), store))));
         }
-        if place.commit.is_some() && self.cache.known_absent(&self.key(place, path, None)) == Some(true) {
+        if place.commit.is_some() && self.cache.known_absent(&self.key(place, path, None)) {
             return Ok(None);
         }
         if self.client.is_offline() {

@@ -130,8 +130,8 @@ pub trait LinkCache: crate::parallel::Shareable + Send {
     fn keep_facts(&self, key: &FileKey, facts: &FileFacts);
     /// The ranges held of a large file.
     fn ranges(&self, key: &FileKey) -> Box<dyn RangeStore>;
-    /// A file that is absent: `None` for nothing known, `Some(true)` when the server said so.
-    fn known_absent(&self, key: &FileKey) -> Option<bool>;
+    /// Whether the server said, when last asked, that this file does not exist.
+    fn known_absent(&self, key: &FileKey) -> bool;
     fn keep_absent(&self, key: &FileKey);
 }
 
@@ -160,8 +160,8 @@ impl LinkCache for NoCache {
     fn ranges(&self, _: &FileKey) -> Box<dyn RangeStore> {
         Box::new(MemoryRanges::new(self.budget))
     }
-    fn known_absent(&self, _: &FileKey) -> Option<bool> {
-        None
+    fn known_absent(&self, _: &FileKey) -> bool {
+        false
     }
     fn keep_absent(&self, _: &FileKey) {}
 }
@@ -286,8 +286,8 @@ mod disk {
         fn ranges(&self, key: &FileKey) -> Box<dyn RangeStore> {
             Box::new(DiskRanges::open(self.file(key, ".ranges"), self.file(key, ".part")))
         }
-        fn known_absent(&self, key: &FileKey) -> Option<bool> {
-            self.file(key, ".absent").exists().then_some(true)
+        fn known_absent(&self, key: &FileKey) -> bool {
+            self.file(key, ".absent").exists()
         }
         fn keep_absent(&self, key: &FileKey) {
             write_atomically(&self.file(key, ".absent"), b"");
