@@ -44,6 +44,8 @@ pub struct Logged {
     pub status: u16,
     /// Body bytes written.
     pub sent: u64,
+    /// The order the request arrived in: answers finish in any order.
+    pub received: u64,
 }
 
 #[derive(Default)]
@@ -84,6 +86,10 @@ struct State {
     cdn_requests: AtomicU64,
     signed: AtomicU64,
     sent: AtomicU64,
+    /// Requests read so far, which numbers each in the log.
+    received: AtomicU64,
+    /// Connections accepted and not yet logged.
+    serving: AtomicU64,
     log: Mutex<Vec<Logged>>,
     stop: AtomicBool,
 }
@@ -117,7 +123,11 @@ impl Imitation {
                     }
                     let Ok(stream) = stream else { continue };
                     let (state, cdn_url) = (state.clone(), cdn_url.clone());
-                    thread::spawn(move || serve(stream, origin, &state, &cdn_url));
+                    state.serving.fetch_add(1, Ordering::SeqCst);
+                    thread::spawn(move || {
+                        serve(stream, origin, &state, &cdn_url);
+                        state.serving.fetch_sub(1, Ordering::SeqCst);
+                    });
                 }
             });
         }
@@ -161,17 +171,32 @@ impl Imitation {
         self.state.faults.lock().unwrap()
     }
 
+    /// Every request so far, in the order they arrived.
     pub fn log(&self) -> Vec<Logged> {
-        self.state.log.lock().unwrap().clone()
+        self.settle();
+        let mut log = self.state.log.lock().unwrap().clone();
+        log.sort_by_key(|entry| entry.received);
+        log
     }
 
     pub fn clear_log(&self) {
+        self.settle();
         self.state.log.lock().unwrap().clear();
     }
 
     /// Body bytes sent by both origins since the start.
     pub fn bytes_sent(&self) -> u64 {
+        self.settle();
         self.state.sent.load(Ordering::Relaxed)
+    }
+
+    /// Waits for the answers still being written or logged: a client may have read an answer
+    /// and gone on before the thread that wrote it has counted and logged it.
+    fn settle(&self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while self.state.serving.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+            thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 }
 
@@ -251,6 +276,7 @@ impl Answer {
 
 fn serve(stream: TcpStream, origin: Origin, state: &State, cdn: &str) {
     let Some(request) = read_request(&stream) else { return };
+    let received = state.received.fetch_add(1, Ordering::SeqCst);
     let mut answer = match (origin, request.method.as_str()) {
         (_, "OPTIONS") => Answer::empty(204)
             .header("Access-Control-Allow-Methods", "GET, HEAD")
@@ -282,6 +308,7 @@ fn serve(stream: TcpStream, origin: Origin, state: &State, cdn: &str) {
         authorization: request.headers.get("authorization").cloned(),
         status: answer.status,
         sent,
+        received,
     });
 }
 
