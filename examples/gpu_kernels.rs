@@ -21,7 +21,7 @@ use headprint::backend::{Backend, BackendChoice, Factor, block_on};
 use nalgebra::DMatrix;
 use serde_json::json;
 
-const KERNELS: &str = include_str!("../src/backend/products.wgsl");
+const KERNELS: &str = include_str!("../crates/core/src/backend/products.wgsl");
 
 fn variants() -> Vec<(&'static str, String)> {
     let body_start = KERNELS.find("    let h = *high;").expect("multiply_add's body");

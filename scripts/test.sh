@@ -7,16 +7,17 @@ scripts/setup.sh $( [ "$page_tests" = yes ] && echo --page )
 
 cargo fmt --all -- --check
 cargo clippy --all-targets --release -- -D warnings
-cargo clippy --target wasm32-unknown-unknown --lib -- -D warnings
-cargo build --target wasm32-unknown-unknown --lib
+# The core and the page for the browser (the core alone too: it must build without the page).
+cargo clippy --target wasm32-unknown-unknown -p headprint -p headprint-web --lib -- -D warnings
+cargo build --target wasm32-unknown-unknown -p headprint --lib
 cargo test --release
 # Every fuzz target replays its committed corpus and fuzzes 8 s (48 s in all; the instrumented
 # build is about 10 minutes cold): a parser that panics again on a known input shows here.
 scripts/fuzz.sh --ci 8
 if [ "$page_tests" = yes ]; then
   # The core compiled to wasm, in headless Chromium (wasm-bindgen-test).
-  CHROMEDRIVER=/usr/bin/chromedriver cargo test --target wasm32-unknown-unknown --no-default-features --test wasm_ui
-  CHROMEDRIVER=/usr/bin/chromedriver cargo test --target wasm32-unknown-unknown --no-default-features --test wasm_gemm
+  CHROMEDRIVER=/usr/bin/chromedriver cargo test --target wasm32-unknown-unknown -p headprint-web --no-default-features --test wasm_ui
+  CHROMEDRIVER=/usr/bin/chromedriver cargo test --target wasm32-unknown-unknown -p headprint --no-default-features --test wasm_gemm
   # The built page, end to end (Playwright driving Debian's Chromium).
   scripts/e2e.sh
   # Seed 000's Pythia-1B at full size (a 2.09 GB random checkpoint written here): the CLI's

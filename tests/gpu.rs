@@ -490,7 +490,6 @@ fn a_pool_worker_runs_a_layers_products_on_its_own_gpu() {
     assert!(differs, "the GPU's token-space circuits are the CPU's bits: the GPU did not compute them");
 }
 
-#[cfg(feature = "cli")]
 mod cli {
     use std::process::Command;
 

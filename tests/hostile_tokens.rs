@@ -9,7 +9,7 @@ use common::with_metadata;
 use headprint::analysis::{HeadId, Mode};
 use headprint::backend::BackendChoice;
 use headprint::model::{LoadParts, Model};
-use headprint::svg::{Bar, Point, bar_chart, heatmap, key_picker, scatter};
+use headprint::figures::svg::{Bar, Point, bar_chart, heatmap, key_picker, scatter};
 use headprint::tokens::Tokenizer;
 use headprint::weights::{ByteSource, MemorySource, ModelFiles};
 use headprint::worker::protocol::{Reply, Request};

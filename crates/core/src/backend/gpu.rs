@@ -1,0 +1,795 @@
+//! The GPU backend: `A^T B` and `A^T A` of row blocks and `A X` of f64 matrices by the WGSL
+//! kernels in products.wgsl, through wgpu: natively on Vulkan, Metal or DX12, in the browser on
+//! WebGPU (wgpu's `webgpu` feature; the same kernels, compiled by the browser). Results are two
+//! f32 parts (see products.wgsl for why), added in f64 on the way back.
+//!
+//! Where the time goes decides the shape of this file. On an NVIDIA H200 the kernel multiplies
+//! 4096 rows of 4096 columns in 24 ms, but a product that allocated its buffers, read its
+//! result back and widened it took 290 ms (examples/gpu_kernels.rs). So:
+//! - the Grams' blocks are summed on the device ([`Accumulator`]) and read back once;
+//! - a left operand used again (a Gram's factor, for every layer) stays on the device, uploaded
+//!   once ([`Gpu::multiply`]);
+//! - input, output and read-back buffers are kept and reused, not made per product;
+//! - a block's product runs while the caller reads the next block from the file: only the
+//!   block before is waited for.
+//!
+//! Reading a result back is awaited: natively the device is waited for first, so the future is
+//! ready at once; in the browser it resolves from the event loop.
+//!
+//! Nothing here panics on a GPU failure: errors inside a product (validation, out of memory)
+//! are caught by error scopes, device loss and anything else by wgpu's callbacks, and returned
+//! as the product's error, which the caller answers by falling back to the CPU.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Poll, Waker};
+
+use nalgebra::DMatrix;
+
+use crate::parallel::each_chunk;
+
+const KERNELS: &str = include_str!("products.wgsl");
+/// Output tile of one workgroup (TILE in products.wgsl).
+const TILE: usize = 64;
+/// Columns of X per dispatch in [`Gpu::multiply`]: 4096 x 2048 outputs of a 4096-deep product
+/// is ~34 GFLOP, a fraction of a second on a laptop GPU, well inside a watchdog's patience.
+const WIDE_COLUMNS: usize = 2048;
+/// Left operands of [`Gpu::multiply`] kept on the device: a layer multiplies with the
+/// embedding's factor, the unembedding's and the cross Gram.
+const RESIDENT: usize = 3;
+
+pub struct Gpu {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    gemm: wgpu::ComputePipeline,
+    syrk: wgpu::ComputePipeline,
+    adapter: String,
+    /// The device's limit on one storage binding (and on one buffer), in bytes.
+    max_binding: u64,
+    /// The first error wgpu reported outside a call's return value (validation, out of memory,
+    /// device lost), taken by the next product.
+    failure: Arc<Mutex<Option<String>>>,
+    /// Buffers kept between products, by role, each as large as the largest use so far.
+    scratch: Mutex<HashMap<Role, wgpu::Buffer>>,
+    /// Left operands of [`Gpu::multiply`] on the device, most recently used last.
+    resident: Mutex<Vec<Resident>>,
+}
+
+/// What a buffer kept between products ([`Gpu::scratch`]) holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Role {
+    A,
+    ARest,
+    B,
+    BRest,
+    CHigh,
+    CLow,
+    Shape,
+    Zero,
+    ReadBack,
+}
+
+impl Role {
+    /// The buffer's label (wgpu's messages name it) and, in errors, what would not fit.
+    fn label(self) -> &'static str {
+        match self {
+            Role::A => "a",
+            Role::ARest => "a rest",
+            Role::B => "b",
+            Role::BRest => "b rest",
+            Role::CHigh => "c high",
+            Role::CLow => "c low",
+            Role::Shape => "shape",
+            Role::Zero => "zero",
+            Role::ReadBack => "read back",
+        }
+    }
+}
+
+/// A product's input side, uploaded into its own kept buffers.
+#[derive(Debug, Clone, Copy)]
+enum Side {
+    A,
+    B,
+}
+
+impl Side {
+    /// The roles of the side's values and of their f32 rests.
+    fn roles(self) -> (Role, Role) {
+        match self {
+            Side::A => (Role::A, Role::ARest),
+            Side::B => (Role::B, Role::BRest),
+        }
+    }
+}
+
+/// A sum of `A^T B` (or `A^T A`) over blocks of rows, held on the device as two f32 parts per
+/// entry (products.wgsl), read back once by [`Gpu::read`].
+pub struct Accumulator {
+    high: wgpu::Buffer,
+    low: wgpu::Buffer,
+    m: usize,
+    n: usize,
+    /// Whether the blocks were Grams (`A^T A`: only the upper tiles are summed, the rest is
+    /// mirrored on reading), once the first block says.
+    symmetric: Option<bool>,
+}
+
+/// An f64 matrix on the device as its two f32 parts, and the matrix it was uploaded from (alive
+/// and unchanged for as long as this points to it: an `Arc`'s value is immutable while shared,
+/// and a `Weak` keeps its allocation from being reused).
+struct Resident {
+    source: Weak<DMatrix<f64>>,
+    value: wgpu::Buffer,
+    rest: wgpu::Buffer,
+}
+
+impl Gpu {
+    /// Opens the best adapter: natively a discrete GPU before an integrated one, then any other
+    /// hardware; in the browser the one WebGPU offers (high-performance preference). A software
+    /// or fallback adapter (lavapipe, SwiftShader, WARP) is taken only when `allow_software`.
+    pub async fn open(allow_software: bool) -> Result<Gpu, String> {
+        // SAFETY: with every runtime check on.
+        unsafe { Self::open_with(allow_software, KERNELS, wgpu::ShaderRuntimeChecks::checked()) }.await
+    }
+
+    /// [`Gpu::open`] with other kernels (the same entry points and bindings) and runtime checks:
+    /// for examples/gpu_kernels.rs, which times variants of products.wgsl against each other.
+    ///
+    /// # Safety
+    /// With checks other than `ShaderRuntimeChecks::checked()`, `kernels` must never index
+    /// outside their bindings nor loop without end: nothing then stops them.
+    #[doc(hidden)]
+    pub async unsafe fn open_with(
+        allow_software: bool,
+        kernels: &str,
+        checks: wgpu::ShaderRuntimeChecks,
+    ) -> Result<Gpu, String> {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let best = best_adapter(&instance).await?;
+        let info = best.get_info();
+        let name = adapter_name(&info).await;
+        if info.device_type == wgpu::DeviceType::Cpu && !allow_software {
+            return Err(format!(
+                "only a software GPU adapter ({name}), which auto skips: choose the GPU backend to use it"
+            ));
+        }
+        let adapter_limits = best.limits();
+        // The adapter's own binding limits (often far above WebGPU's 128 MiB default), so a
+        // block can be large; everything else stays at the defaults.
+        let limits = wgpu::Limits {
+            max_storage_buffer_binding_size: adapter_limits.max_storage_buffer_binding_size,
+            max_buffer_size: adapter_limits.max_buffer_size,
+            ..wgpu::Limits::default()
+        };
+        let (device, queue) = best
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("headprint"),
+                required_limits: limits.clone(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| format!("{name}: cannot open the device: {e}"))?;
+        let failure = Arc::new(Mutex::new(None));
+        let record = failure.clone();
+        device.on_uncaptured_error(Arc::new(move |error: wgpu::Error| remember(&record, error.to_string())));
+        let record = failure.clone();
+        device.set_device_lost_callback(move |_, message| remember(&record, format!("device lost: {message}")));
+
+        // The browser compiles the kernels asynchronously: a failure shows in this scope.
+        let invalid = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let descriptor = wgpu::ShaderModuleDescriptor {
+            label: Some("products.wgsl"),
+            source: wgpu::ShaderSource::Wgsl(kernels.into()),
+        };
+        // SAFETY: checks other than `checked()` come only through `open_with`'s own contract.
+        let module = unsafe { device.create_shader_module_trusted(descriptor, checks) };
+        let pipeline = |entry: &str| {
+            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(entry),
+                layout: None,
+                module: &module,
+                entry_point: Some(entry),
+                compilation_options: Default::default(),
+                cache: None,
+            })
+        };
+        let (gemm, syrk) = (pipeline("gemm"), pipeline("syrk"));
+        if let Some(error) = invalid.pop().await {
+            return Err(format!("{name}: the kernels do not compile: {}", one_line(&error.to_string())));
+        }
+        let gpu = Gpu {
+            adapter: name,
+            max_binding: limits.max_storage_buffer_binding_size.min(limits.max_buffer_size),
+            device,
+            queue,
+            gemm,
+            syrk,
+            failure,
+            scratch: Mutex::default(),
+            resident: Mutex::default(),
+        };
+        gpu.check()?;
+        Ok(gpu)
+    }
+
+    /// The adapter's name and driver API.
+    pub fn adapter(&self) -> &str {
+        &self.adapter
+    }
+
+    /// Rows of an `n`-column block that fit one storage binding. The Grams ask for at most one
+    /// segment's 4096 rows at a time (`analysis::circuits::SEGMENT_ROWS`), which also bounds a
+    /// dispatch's time on a slow adapter and, in the browser, the rows held in wasm memory
+    /// (4096 f32 rows take less than the CPU block the worker's memory estimate counts).
+    pub fn block_rows(&self, n: usize) -> usize {
+        let per_row = 4 * n.max(1) as u64;
+        ((self.max_binding / per_row) as usize).max(1)
+    }
+
+    /// An m x n sum at zero on the device.
+    pub async fn accumulator(&self, m: usize, n: usize) -> Result<Accumulator, String> {
+        self.fits("the sum", 4 * (m * n) as u64)?;
+        let scope = Scopes::push(&self.device);
+        let output = |label| {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                // wgpu zeroes a buffer before its first use.
+                size: (4 * m * n).max(4) as u64,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            })
+        };
+        let sum = Accumulator { high: output("sum high"), low: output("sum low"), m, n, symmetric: None };
+        scope.pop(self).await?;
+        Ok(sum)
+    }
+
+    /// `sum += A^T B` (A rows x m, B rows x n), or `A^T A` when `b` is None. The product is
+    /// submitted, not waited for: the caller reads the next block meanwhile. Only the block
+    /// before is waited for first, so no more than one block is ever queued.
+    pub async fn accumulate(
+        &self,
+        sum: &mut Accumulator,
+        a: &DMatrix<f32>,
+        b: Option<&DMatrix<f32>>,
+    ) -> Result<(), String> {
+        let (rows, m) = a.shape();
+        let n = b.map_or(m, |b| b.ncols());
+        if b.is_some_and(|b| b.nrows() != rows) || (m, n) != (sum.m, sum.n) {
+            return Err(format!(
+                "a {rows} x {m} block times {:?} into a {} x {} sum",
+                b.map(|b| b.shape()),
+                sum.m,
+                sum.n
+            ));
+        }
+        if *sum.symmetric.get_or_insert(b.is_none()) != b.is_none() {
+            return Err("a sum of Grams and of products at once".into());
+        }
+        if rows == 0 || m == 0 {
+            return Ok(());
+        }
+        self.idle().await?;
+        let scope = Scopes::push(&self.device);
+        let uploaded = self
+            .upload(Side::A, a.as_slice(), None)
+            .and_then(|a_operand| Ok((a_operand, b.map(|b| self.upload(Side::B, b.as_slice(), None)).transpose()?)));
+        if let Ok((a, b)) = &uploaded {
+            let shape = Shape { rows, m, n, wide: false, a_transposed: false, accumulate: true };
+            let encoder = self.encode(shape, a, b.as_ref().unwrap_or(a), (&sum.high, &sum.low), b.is_none());
+            self.queue.submit([encoder.finish()]);
+        }
+        scope.pop(self).await?;
+        uploaded.map(drop)
+    }
+
+    /// The sum, in f64 (Grams mirrored from their upper tiles).
+    pub async fn read(&self, sum: &Accumulator) -> Result<DMatrix<f64>, String> {
+        let mut c = DMatrix::zeros(sum.m, sum.n);
+        if sum.m * sum.n > 0 {
+            self.read_into(c.as_mut_slice(), (&sum.high, &sum.low)).await?;
+        }
+        if sum.symmetric == Some(true) {
+            c.fill_lower_triangle_with_upper_triangle();
+        }
+        Ok(c)
+    }
+
+    /// `A X` of f64 matrices (A m x k, X k x n), each entry held as two f32 parts (products.wgsl
+    /// says how, and why this keeps about 2^-36 of every term). A stays on the device for the
+    /// next product with it (the analysis multiplies every layer by the same few); X's columns
+    /// go a range at a time, as many as the binding limit and [`WIDE_COLUMNS`] allow.
+    pub async fn multiply(&self, a: &Arc<DMatrix<f64>>, x: &DMatrix<f64>) -> Result<DMatrix<f64>, String> {
+        let (m, k) = a.shape();
+        if x.nrows() != k {
+            return Err(format!("{m} x {k} times {} x {}", x.nrows(), x.ncols()));
+        }
+        let mut c = DMatrix::zeros(m, x.ncols());
+        if m == 0 || k == 0 || x.ncols() == 0 {
+            return Ok(c);
+        }
+        let per_column = 4 * k.max(m) as u64;
+        let columns = ((self.max_binding / per_column) as usize).clamp(1, WIDE_COLUMNS);
+        let (a_value, a_rest) = match self.kept(a) {
+            Some(buffers) => buffers,
+            None => {
+                // Uploading A can fail (out of memory) like any product: inside an error scope,
+                // and kept for later products only once it worked.
+                let scope = Scopes::push(&self.device);
+                let uploaded = self.upload_left(a);
+                scope.pop(self).await?;
+                let uploaded = uploaded?;
+                let buffers = (uploaded.value.clone(), uploaded.rest.clone());
+                self.keep(uploaded);
+                buffers
+            }
+        };
+        for start in (0..x.ncols()).step_by(columns) {
+            let width = columns.min(x.ncols() - start);
+            let scope = Scopes::push(&self.device);
+            let (x_value, x_rest) = split(&x.as_slice()[start * k..(start + width) * k]);
+            let b = self.upload(Side::B, &x_value, Some(&x_rest));
+            let output = (
+                self.scratch(
+                    Role::CHigh,
+                    (4 * m * width) as u64,
+                    wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+                ),
+                self.scratch(
+                    Role::CLow,
+                    (4 * m * width) as u64,
+                    wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+                ),
+            );
+            if let Ok(b) = &b {
+                let a = Operand { value: a_value.clone(), rest: Some(a_rest.clone()), len: m * k };
+                let shape = Shape { rows: k, m, n: width, wide: true, a_transposed: true, accumulate: false };
+                let encoder = self.encode(shape, &a, b, (&output.0, &output.1), false);
+                self.queue.submit([encoder.finish()]);
+            }
+            scope.pop(self).await?;
+            b?;
+            self.read_into(&mut c.as_mut_slice()[start * m..(start + width) * m], (&output.0, &output.1)).await?;
+        }
+        Ok(c)
+    }
+
+    /// A's two parts kept on the device from an earlier product with the same `Arc`, now the
+    /// most recently used.
+    fn kept(&self, a: &Arc<DMatrix<f64>>) -> Option<(wgpu::Buffer, wgpu::Buffer)> {
+        let mut resident = self.resident.lock().unwrap_or_else(|e| e.into_inner());
+        resident.retain(|r| r.source.strong_count() > 0);
+        let source = Arc::downgrade(a);
+        let at = resident.iter().position(|r| Weak::ptr_eq(&r.source, &source))?;
+        let kept = resident.remove(at);
+        let buffers = (kept.value.clone(), kept.rest.clone());
+        resident.push(kept);
+        Some(buffers)
+    }
+
+    /// A's two parts uploaded to the device (no lock held: the split runs on rayon).
+    fn upload_left(&self, a: &Arc<DMatrix<f64>>) -> Result<Resident, String> {
+        let bytes = 4 * a.len() as u64;
+        self.fits("the left matrix", bytes)?;
+        let (value, rest) = split(a.as_slice());
+        let buffer = |label, data: &[f32]| {
+            let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: bytes,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            self.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(data));
+            buffer
+        };
+        let (value, rest) = (buffer("resident value", &value), buffer("resident rest", &rest));
+        Ok(Resident { source: Arc::downgrade(a), value, rest })
+    }
+
+    /// Keeps an uploaded left matrix, dropping the least recently used of more than [`RESIDENT`].
+    fn keep(&self, uploaded: Resident) {
+        let mut resident = self.resident.lock().unwrap_or_else(|e| e.into_inner());
+        if resident.len() >= RESIDENT {
+            resident.remove(0);
+        }
+        resident.push(uploaded);
+    }
+
+    /// An error when `bytes` exceed one binding.
+    fn fits(&self, what: &str, bytes: u64) -> Result<(), String> {
+        match bytes > self.max_binding {
+            true => {
+                Err(format!("{what} needs {bytes} bytes, over the adapter's {}-byte binding limit", self.max_binding))
+            }
+            false => Ok(()),
+        }
+    }
+
+    /// The kept buffer for `role`, at least `bytes` long (made anew when it is not).
+    fn scratch(&self, role: Role, bytes: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
+        let bytes = bytes.max(4);
+        let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(buffer) = scratch.get(&role).filter(|b| b.size() >= bytes) {
+            return buffer.clone();
+        }
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(role.label()),
+            size: bytes,
+            usage,
+            mapped_at_creation: false,
+        });
+        scratch.insert(role, buffer.clone());
+        buffer
+    }
+
+    /// f32 values (and their rests, for an f64 input) into the kept input buffers of `side`.
+    /// The queue orders the write after every product already submitted, so a buffer still in
+    /// use is safe to refill.
+    fn upload(&self, side: Side, value: &[f32], rest: Option<&[f32]>) -> Result<Operand, String> {
+        let bytes = 4 * value.len() as u64;
+        let (value_role, rest_role) = side.roles();
+        self.fits(value_role.label(), bytes)?;
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
+        let value_buffer = self.scratch(value_role, bytes, usage);
+        self.queue.write_buffer(&value_buffer, 0, bytemuck::cast_slice(value));
+        let rest_buffer = match rest {
+            Some(rest) => {
+                let buffer = self.scratch(rest_role, bytes, usage);
+                self.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(rest));
+                Some(buffer)
+            }
+            None => None,
+        };
+        Ok(Operand { value: value_buffer, rest: rest_buffer, len: value.len() })
+    }
+
+    /// A command encoder holding one dispatch of the product `shape` describes, from `a` and
+    /// `b` (ignored by a Gram) into `output`'s two parts.
+    fn encode(
+        &self,
+        shape: Shape,
+        a: &Operand,
+        b: &Operand,
+        output: (&wgpu::Buffer, &wgpu::Buffer),
+        gram: bool,
+    ) -> wgpu::CommandEncoder {
+        let uniform = [
+            shape.rows as u32,
+            shape.m as u32,
+            shape.n as u32,
+            shape.wide as u32,
+            shape.a_transposed as u32,
+            shape.accumulate as u32,
+            0,
+            0,
+        ];
+        let shape_buffer = self.scratch(Role::Shape, 32, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
+        self.queue.write_buffer(&shape_buffer, 0, bytemuck::cast_slice(&uniform));
+        let zero = self.scratch(Role::Zero, 4, wgpu::BufferUsages::STORAGE);
+        let pipeline = if gram { &self.syrk } else { &self.gemm };
+        let output_len = shape.m * shape.n;
+        // An input without rests binds its values again in their place (never read).
+        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: binding(&a.value, a.len) },
+                wgpu::BindGroupEntry { binding: 1, resource: binding(&b.value, b.len) },
+                wgpu::BindGroupEntry { binding: 2, resource: binding(output.0, output_len) },
+                wgpu::BindGroupEntry { binding: 3, resource: binding(output.1, output_len) },
+                wgpu::BindGroupEntry { binding: 4, resource: shape_buffer.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 5, resource: zero.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 6, resource: binding(a.rest.as_ref().unwrap_or(&a.value), a.len) },
+                wgpu::BindGroupEntry { binding: 7, resource: binding(b.rest.as_ref().unwrap_or(&b.value), b.len) },
+            ],
+        });
+        let tiles = |count: usize| count.div_ceil(TILE) as u32;
+        let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, &bind_group, &[]);
+            pass.dispatch_workgroups(tiles(shape.m), tiles(shape.n), 1);
+        }
+        encoder
+    }
+
+    /// Reads the two f32 parts back into `c` (their sums in f64, in the parts' column-major
+    /// order).
+    async fn read_into(&self, c: &mut [f64], (high, low): (&wgpu::Buffer, &wgpu::Buffer)) -> Result<(), String> {
+        let size = (4 * c.len()) as u64;
+        let scope = Scopes::push(&self.device);
+        let read_buffer =
+            self.scratch(Role::ReadBack, 2 * size, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+        let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        encoder.copy_buffer_to_buffer(high, 0, &read_buffer, 0, size);
+        encoder.copy_buffer_to_buffer(low, 0, &read_buffer, size, size);
+        self.queue.submit([encoder.finish()]);
+        scope.pop(self).await?;
+
+        let (signal, future) = signal();
+        read_buffer.slice(..2 * size).map_async(wgpu::MapMode::Read, signal);
+        let mapped = async {
+            // Natively this waits for the device (and runs the callback); the browser's device
+            // needs no polling and the callback comes from its event loop.
+            self.wait()?;
+            let mapping = future.await;
+            self.check()?;
+            mapping.map_err(|e| format!("reading the result back: {e}"))?;
+            read_buffer.get_mapped_range(..2 * size).map_err(|e| format!("reading the result back: {e}"))
+        }
+        .await;
+        let view = match mapped {
+            Ok(view) => view,
+            Err(e) => {
+                // The kept buffer may be left mapped or pending: a later read gets a new one.
+                self.scratch.lock().unwrap_or_else(|e| e.into_inner()).remove(&Role::ReadBack);
+                return Err(e);
+            }
+        };
+        let values: &[f32] = bytemuck::cast_slice(&view);
+        let (high, low) = values.split_at(c.len());
+        each_chunk(c, SMALLEST_CHUNK, |start, chunk| {
+            let parts = high[start..].iter().zip(&low[start..]);
+            for (entry, (&h, &l)) in chunk.iter_mut().zip(parts) {
+                *entry = h as f64 + l as f64;
+            }
+        });
+        drop(view);
+        read_buffer.unmap();
+        Ok(())
+    }
+
+    /// Waits for every product submitted so far: natively by blocking, in the browser through
+    /// the event loop.
+    async fn idle(&self) -> Result<(), String> {
+        let (signal, future) = signal();
+        self.queue.on_submitted_work_done(move || signal(()));
+        self.wait()?;
+        future.await;
+        self.check()
+    }
+
+    /// Natively, blocks until the device is idle (running wgpu's callbacks); in the browser
+    /// nothing (callbacks come from the event loop).
+    fn wait(&self) -> Result<(), String> {
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map(drop).map_err(|e| format!("waiting for the GPU: {e}"))
+    }
+
+    /// Seconds each of `repeats` dispatches of the kernel alone took (inputs uploaded once,
+    /// nothing read back), on `rows` x m and `rows` x n inputs of small integers (`syrk`: the
+    /// first one alone), `wide` with rest parts: for examples/gpu_kernels.rs. Natively only, where
+    /// waiting for the device blocks.
+    #[doc(hidden)]
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn time_kernel(
+        &self,
+        (rows, m, n): (usize, usize, usize),
+        syrk: bool,
+        wide: bool,
+        repeats: usize,
+    ) -> Result<Vec<f64>, String> {
+        let values = |count: usize| (0..count).map(|i| (i % 7) as f32 - 3.0).collect::<Vec<_>>();
+        let (a_value, b_value) = (values(rows * m), values(rows * n));
+        let rests = |len: usize| wide.then(|| vec![0f32; len]);
+        let a = self.upload(Side::A, &a_value, rests(a_value.len()).as_deref())?;
+        let b = self.upload(Side::B, &b_value, rests(b_value.len()).as_deref())?;
+        let sum = pollster::block_on(self.accumulator(m, n))?;
+        let shape = Shape { rows, m, n, wide, a_transposed: false, accumulate: false };
+        let mut seconds = Vec::new();
+        for _ in 0..repeats {
+            let start = std::time::Instant::now();
+            self.queue.submit([self.encode(shape, &a, &b, (&sum.high, &sum.low), syrk).finish()]);
+            self.wait()?;
+            seconds.push(start.elapsed().as_secs_f64());
+        }
+        self.check()?;
+        Ok(seconds)
+    }
+
+    /// The first failure wgpu reported since the last check, as an error.
+    fn check(&self) -> Result<(), String> {
+        match self.failure.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            Some(reason) => Err(format!("{}: {reason}", self.adapter)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The first `len` f32 values of `buffer` as a binding.
+fn binding(buffer: &wgpu::Buffer, len: usize) -> wgpu::BindingResource<'_> {
+    wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+        buffer,
+        offset: 0,
+        size: std::num::NonZeroU64::new(4 * len.max(1) as u64),
+    })
+}
+
+/// One dispatch's shape: `A^T B` with A `rows` x m (stored m x `rows` when `a_transposed`),
+/// B `rows` x n; `wide` inputs carry rests; `accumulate` adds to the output.
+#[derive(Clone, Copy)]
+struct Shape {
+    rows: usize,
+    m: usize,
+    n: usize,
+    wide: bool,
+    a_transposed: bool,
+    accumulate: bool,
+}
+
+/// One input on the device: its f32 values (`len` of them), and for an f64 input what rounding
+/// to f32 left of each.
+struct Operand {
+    value: wgpu::Buffer,
+    rest: Option<wgpu::Buffer>,
+    len: usize,
+}
+
+/// The validation and out-of-memory error scopes around one step, so that what goes wrong in
+/// it is its error.
+/// (Pushed out-of-memory first; `invalid` is declared first so that dropping pops in order.)
+struct Scopes {
+    invalid: wgpu::ErrorScopeGuard,
+    out_of_memory: wgpu::ErrorScopeGuard,
+}
+
+impl Scopes {
+    fn push(device: &wgpu::Device) -> Scopes {
+        let out_of_memory = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let invalid = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        Scopes { out_of_memory, invalid }
+    }
+
+    async fn pop(self, gpu: &Gpu) -> Result<(), String> {
+        let invalid = self.invalid.pop().await;
+        let out_of_memory = self.out_of_memory.pop().await;
+        match invalid.or(out_of_memory) {
+            Some(error) => Err(format!("{}: {}", gpu.adapter, one_line(&error.to_string()))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// f64 values as two f32 parts: each rounded to f32, and what that left (exact to 2^-48).
+fn split(values: &[f64]) -> (Vec<f32>, Vec<f32>) {
+    let (mut value, mut rest) = (vec![0f32; values.len()], vec![0f32; values.len()]);
+    let size = SMALLEST_CHUNK;
+    let mut pieces: Vec<_> = value.chunks_mut(size).zip(rest.chunks_mut(size)).enumerate().collect();
+    each_chunk(&mut pieces, 1, |_, pieces| {
+        for (i, (value, rest)) in pieces {
+            for ((value, rest), &v) in value.iter_mut().zip(rest.iter_mut()).zip(&values[*i * size..]) {
+                *value = v as f32;
+                *rest = (v - *value as f64) as f32;
+            }
+        }
+    });
+    (value, rest)
+}
+
+/// Entries per task in the conversions around a GPU product: memory-bound loops over hundreds
+/// of MB, which natively took longer than the product itself on one thread (a task costs µs).
+const SMALLEST_CHUNK: usize = 1 << 16;
+
+/// A callback's value handed to the task awaiting it: the callback (to give wgpu) and the
+/// future (to await).
+fn signal<T: Send + 'static>() -> (impl FnOnce(T) + Send + 'static, impl Future<Output = T>) {
+    let slot = Arc::new(Mutex::new(Slot { value: None, waker: None }));
+    let sender = slot.clone();
+    let send = move |value| {
+        let mut slot = sender.lock().unwrap_or_else(|e| e.into_inner());
+        slot.value = Some(value);
+        if let Some(waker) = slot.waker.take() {
+            waker.wake();
+        }
+    };
+    let receive = std::future::poll_fn(move |context| {
+        let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+        match slot.value.take() {
+            Some(value) => Poll::Ready(value),
+            None => {
+                slot.waker = Some(context.waker().clone());
+                Poll::Pending
+            }
+        }
+    });
+    (send, receive)
+}
+
+/// A callback's value, and the task waiting for it.
+struct Slot<T> {
+    value: Option<T>,
+    waker: Option<Waker>,
+}
+
+fn remember(slot: &Mutex<Option<String>>, reason: String) {
+    let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+    // Keep the first: later errors usually follow from it.
+    if slot.is_none() {
+        *slot = Some(one_line(&reason));
+    }
+}
+
+/// wgpu's multi-line error reports as one line, as the CLI and the page show them.
+fn one_line(text: &str) -> String {
+    text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+/// Natively: the best of all adapters, discrete GPUs first, software ones last.
+#[cfg(not(target_arch = "wasm32"))]
+async fn best_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter, String> {
+    let adapters = instance.enumerate_adapters(wgpu::Backends::all()).await;
+    let rank = |adapter: &wgpu::Adapter| match adapter.get_info().device_type {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Other => 3,
+        wgpu::DeviceType::Cpu => 4,
+    };
+    adapters
+        .into_iter()
+        .min_by_key(rank)
+        .ok_or_else(|| "no GPU adapter found (on Linux without a GPU, install mesa-vulkan-drivers for lavapipe)".into())
+}
+
+/// In the browser: the adapter WebGPU offers (it offers one at a time).
+#[cfg(target_arch = "wasm32")]
+async fn best_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter, String> {
+    let options =
+        wgpu::RequestAdapterOptions { power_preference: wgpu::PowerPreference::HighPerformance, ..Default::default() };
+    // wgpu's message lists every native API it was built without; the reader needs less.
+    instance.request_adapter(&options).await.map_err(|_| {
+        match BROWSER_GPU.get().is_some_and(|gpu| !(gpu.has_webgpu)()) {
+            true => "this browser offers no WebGPU here".to_string(),
+            false => "WebGPU offers no adapter here: it may be switched off, or the GPU blocked".to_string(),
+        }
+    })
+}
+
+/// The adapter's name and driver API, e.g. "llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan)".
+#[cfg(not(target_arch = "wasm32"))]
+async fn adapter_name(info: &wgpu::AdapterInfo) -> String {
+    format!("{} ({:?})", info.name, info.backend)
+}
+
+/// The adapter as the browser describes it, e.g. "google swiftshader (WebGPU)": wgpu keeps only
+/// the description, which browsers often leave empty, so the vendor and architecture are read
+/// from the browser's own adapter info.
+#[cfg(target_arch = "wasm32")]
+async fn adapter_name(info: &wgpu::AdapterInfo) -> String {
+    let name = match info.name.trim() {
+        "" => match BROWSER_GPU.get() {
+            Some(gpu) => (gpu.describe_adapter)().await,
+            None => None,
+        }
+        .unwrap_or_else(|| "unnamed adapter".into()),
+        name => name.to_string(),
+    };
+    format!("{name} (WebGPU)")
+}
+
+/// What the browser knows of its GPU and wgpu does not pass on. The core knows no browser: the
+/// page's crate supplies these when it starts ([`set_browser_gpu`]).
+#[cfg(target_arch = "wasm32")]
+#[derive(Clone, Copy)]
+pub struct BrowserGpu {
+    /// Whether the browser offers WebGPU at all, which tells "no WebGPU" from "no adapter".
+    pub has_webgpu: fn() -> bool,
+    /// "vendor architecture [description]" of the adapter the browser gives for high
+    /// performance (the one wgpu was given), or None.
+    pub describe_adapter: fn() -> AdapterDescription,
+}
+
+/// The browser's words for its adapter, when it answers.
+#[cfg(target_arch = "wasm32")]
+pub type AdapterDescription = std::pin::Pin<Box<dyn Future<Output = Option<String>>>>;
+
+#[cfg(target_arch = "wasm32")]
+static BROWSER_GPU: std::sync::OnceLock<BrowserGpu> = std::sync::OnceLock::new();
+
+/// Called once by the page and by each worker before a GPU backend opens.
+#[cfg(target_arch = "wasm32")]
+pub fn set_browser_gpu(gpu: BrowserGpu) {
+    // A second call brings the same functions.
+    let _ = BROWSER_GPU.set(gpu);
+}

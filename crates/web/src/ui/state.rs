@@ -1,0 +1,882 @@
+//! What the page holds for one loaded model (the worker's results; the weights stay in the
+//! worker), how a load goes, and the overview's metrics.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use leptos::prelude::*;
+
+use super::client::{self, ModelSource};
+use headprint::analysis::{Fingerprint, HeadFingerprint, HeadId, Mode, ModelFingerprint};
+use headprint::backend::BackendChoice;
+use headprint::compare::{ComparisonRow, INDUCTION_HEAD_THRESHOLD};
+use headprint::probes::Suite;
+use headprint::probes::induction::HeadScores;
+use headprint::weights::remote::{HUB_ENDPOINT, ModelLink};
+use headprint::worker::protocol::{
+    Analysis, InductionRun, LinkSource, ModelInfo, ProbeSequence, Progress, Reply, Request, Timing,
+};
+
+/// The model the page opens with (one of its own static files).
+pub const DEFAULT_MODEL_URL: &str = "models/nietzsche-char.safetensors";
+/// Held-out Nietzsche (the last 10% of the corpus, never trained on), for in-distribution repeats.
+pub const HELD_OUT_TEXT_URL: &str = "texts/nietzsche-heldout.txt";
+
+/// Which repeated sequence the behavioural scores come from (spec section 4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sequence {
+    UniformRandom,
+    HeldOutText,
+}
+
+impl Sequence {
+    pub fn key(self) -> &'static str {
+        match self {
+            Sequence::UniformRandom => "random",
+            Sequence::HeldOutText => "text",
+        }
+    }
+
+    pub fn from_key(key: &str) -> Option<Sequence> {
+        [Sequence::UniformRandom, Sequence::HeldOutText].into_iter().find(|s| s.key() == key)
+    }
+}
+
+/// Where a model came from, as a share link names it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Origin {
+    Demo,
+    /// Local files: their names and SHA-256, computed once the analysis is shown (see `identify_files`).
+    Local {
+        name: String,
+        sha256: RwSignal<Identity>,
+    },
+    /// A model by link, pinned to the commit it was opened at; `hub` is a Hub other than the
+    /// public one; `fetched` the bytes the pool fetched to load and analyse it.
+    Link {
+        pinned: String,
+        hub: Option<String>,
+        fetched: f64,
+    },
+}
+
+/// The SHA-256 of local files, as far as it is known.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Identity {
+    /// Still being computed by the hashing worker.
+    Pending,
+    Known(String),
+    Failed(String),
+}
+
+/// One model as the page shows it: facts and results computed once by the worker.
+pub struct Loaded {
+    /// The worker's name for the model (caches key on it too).
+    pub id: u64,
+    pub name: String,
+    pub origin: Origin,
+    pub info: ModelInfo,
+    pub folded: ModelFingerprint,
+    /// Raw mode, once first shown (the worker computes it on demand).
+    pub raw: Option<ModelFingerprint>,
+    /// The induction probe on uniform random tokens (run at load) and, once asked for, on held-out text.
+    pub random_run: InductionRun,
+    pub text_run: Option<InductionRun>,
+    /// Whether the runs above started with the model's BOS (the setting they were made with).
+    pub probe_bos: bool,
+    pub timings: Vec<Timing>,
+    /// The backend the load asked for (the results say which one computed them).
+    pub backend_asked: BackendChoice,
+}
+
+impl Loaded {
+    /// None for raw mode until it has been computed.
+    pub fn fingerprint(&self, mode: Mode) -> Option<&ModelFingerprint> {
+        match mode {
+            Mode::Folded => Some(&self.folded),
+            Mode::Raw => self.raw.as_ref(),
+        }
+    }
+
+    pub fn head(&self, mode: Mode, id: HeadId) -> Option<&HeadFingerprint> {
+        self.fingerprint(mode)?.head(id)
+    }
+
+    pub fn run(&self, sequence: Sequence) -> Option<&InductionRun> {
+        match sequence {
+            Sequence::UniformRandom => Some(&self.random_run),
+            Sequence::HeldOutText => self.text_run.as_ref(),
+        }
+    }
+
+    pub fn scores(&self, sequence: Sequence, id: HeadId) -> Option<&HeadScores> {
+        self.run(sequence)?.report.as_ref().ok()?.heads.iter().find(|h| h.layer == id.layer && h.head == id.head)
+    }
+
+    pub fn heads(&self) -> Vec<HeadId> {
+        HeadId::all(&self.info.config).collect()
+    }
+
+    /// The head with the largest OV copying score (folded): where the page starts.
+    pub fn best_copier(&self) -> HeadId {
+        self.folded
+            .heads
+            .iter()
+            .filter(|h| h.ov.error.is_none())
+            .max_by(|a, b| a.ov.copying_score.total_cmp(&b.ov.copying_score))
+            .map(HeadFingerprint::id)
+            .unwrap_or(HeadId::new(0, 0))
+    }
+
+    /// Seed 000's row for this model (folded QK, the chosen sequence's behaviour), with the
+    /// induction scores to count induction heads at any threshold.
+    pub fn comparison(&self, sequence: Sequence) -> Compared {
+        let run = self.run(sequence).unwrap_or(&self.random_run);
+        let report = run.report.as_ref().ok();
+        Compared {
+            id: self.id,
+            sequence,
+            row: ComparisonRow::new(&self.name, &self.folded, report, &run.sequence, INDUCTION_HEAD_THRESHOLD),
+            induction_scores: report.map(|r| r.heads.iter().map(|h| h.induction_score).collect()),
+        }
+    }
+
+    /// A copy with more results (the page's signal holds an immutable `Arc<Loaded>`).
+    fn with(&self, raw: Option<ModelFingerprint>, text_run: Option<InductionRun>, timing: Option<Timing>) -> Loaded {
+        Loaded {
+            raw: raw.or_else(|| self.raw.clone()),
+            text_run: text_run.or_else(|| self.text_run.clone()),
+            timings: self.timings.iter().cloned().chain(timing).collect(),
+            ..self.rerun(self.random_run.clone(), self.probe_bos)
+        }
+    }
+
+    /// The files' SHA-256 once known (local files only).
+    pub fn sha256(&self) -> Option<String> {
+        match &self.origin {
+            Origin::Local { sha256, .. } => match sha256.get_untracked() {
+                Identity::Known(hex) => Some(hex),
+                _ => None,
+            },
+            Origin::Demo | Origin::Link { .. } => None,
+        }
+    }
+
+    /// A copy whose probes were rerun with the BOS switched (the held-out text run is dropped
+    /// until asked for again).
+    fn rerun(&self, random_run: InductionRun, probe_bos: bool) -> Loaded {
+        Loaded {
+            id: self.id,
+            name: self.name.clone(),
+            origin: self.origin.clone(),
+            info: self.info.clone(),
+            folded: self.folded.clone(),
+            raw: self.raw.clone(),
+            random_run,
+            text_run: None,
+            probe_bos,
+            timings: self.timings.clone(),
+            backend_asked: self.backend_asked,
+        }
+    }
+}
+
+/// One row of seed 000's table as loaded, re-countable at any induction-head threshold.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Compared {
+    /// The worker's name for the model (a BOS rerun replaces its row).
+    pub id: u64,
+    pub sequence: Sequence,
+    pub row: ComparisonRow,
+    /// Every head's mean induction score; None when the probe failed.
+    pub induction_scores: Option<Vec<f64>>,
+}
+
+impl Compared {
+    pub fn at(&self, threshold: f64) -> ComparisonRow {
+        ComparisonRow {
+            threshold,
+            induction_heads: self.induction_scores.as_ref().map(|s| s.iter().filter(|&&v| v >= threshold).count()),
+            ..self.row.clone()
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tab {
+    Overview,
+    Head,
+    Probes,
+    Compare,
+}
+
+impl Tab {
+    pub const ALL: [Tab; 4] = [Tab::Overview, Tab::Head, Tab::Probes, Tab::Compare];
+
+    pub fn key(self) -> &'static str {
+        match self {
+            Tab::Overview => "overview",
+            Tab::Head => "head",
+            Tab::Probes => "probes",
+            Tab::Compare => "compare",
+        }
+    }
+
+    pub fn from_key(key: &str) -> Option<Tab> {
+        Tab::ALL.into_iter().find(|t| t.key() == key)
+    }
+}
+
+/// The grid of a model still loading: its shape and the heads done so far (folded).
+#[derive(Clone, Debug)]
+pub struct Preview {
+    pub layers: usize,
+    pub heads: usize,
+    pub done: Vec<HeadFingerprint>,
+}
+
+impl Preview {
+    /// Takes a progress report's finished heads; a new shape starts a new preview.
+    pub fn update(preview: &mut Option<Preview>, progress: &mut Progress) {
+        let Some((layers, heads)) = progress.grid else { return };
+        if preview.as_ref().is_none_or(|p| (p.layers, p.heads) != (layers, heads)) {
+            *preview = Some(Preview { layers, heads, done: Vec::new() });
+        }
+        if let Some(preview) = preview {
+            preview.done.append(&mut progress.heads);
+        }
+    }
+}
+
+/// A share link's model that is not loaded yet (the page asks for the file).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Awaited {
+    pub name: String,
+    /// The first hex digits of the SHA-256 the link was made with.
+    pub sha256_prefix: String,
+}
+
+/// The page's shared state (all `Copy` handles).
+#[derive(Clone, Copy)]
+pub struct Ctx {
+    pub loaded: RwSignal<Option<Arc<Loaded>>>,
+    pub mode: RwSignal<Mode>,
+    pub head: RwSignal<HeadId>,
+    pub tab: RwSignal<Tab>,
+    pub metric: RwSignal<Metric>,
+    pub sequence: RwSignal<Sequence>,
+    /// What is being done right now (loading, analysing).
+    pub busy: RwSignal<Option<String>>,
+    /// The running request's progress, while there is one.
+    pub progress: RwSignal<Option<Progress>>,
+    /// The share link's SHA-256, while the hashing worker reads the files.
+    pub hashing: RwSignal<Option<Progress>>,
+    /// Suites being run (verdict tables), by request: named in the busy line, with Cancel.
+    pub running: RwSignal<Vec<(u64, String)>>,
+    /// Heads fingerprinted so far while a model loads (the grid fills as they come).
+    pub preview: RwSignal<Option<Preview>>,
+    /// The model being loaded, by name, while a load runs: a model loaded after another shows
+    /// its grid filling in above the shown one's (a large model's probe can take many minutes).
+    pub loading: RwSignal<Option<String>>,
+    /// The worker's wasm memory (bytes; the peak so far).
+    pub worker_memory: RwSignal<client::Memory>,
+    /// The last load's error, shown until the next successful load.
+    pub error: RwSignal<Option<String>>,
+    /// The suite in the probes view (built-in or loaded).
+    pub suite: RwSignal<Suite>,
+    pub prompt: RwSignal<String>,
+    /// Seed 000's table: one row per model loaded in this session.
+    pub compared: RwSignal<Vec<Compared>>,
+    /// Whether probes, patterns and verdicts start with the model's BOS (spec section 4).
+    pub prepend_bos: RwSignal<bool>,
+    /// Induction score at or above which a head counts as an induction head.
+    pub threshold: RwSignal<f64>,
+    /// A share link's local model, until the user opens it.
+    pub awaited: RwSignal<Option<Awaited>>,
+    /// The head a share link asked for, applied when its model has loaded.
+    pub linked_head: RwSignal<Option<String>>,
+    /// Where the next load computes its Gram matrices (`backend=` in a link; auto when absent).
+    pub backend: RwSignal<BackendChoice>,
+    /// The Hub `hf:` links are read from (a share link's `hub=`; else the public Hub).
+    pub hub: RwSignal<String>,
+}
+
+impl Default for Ctx {
+    fn default() -> Self {
+        Ctx {
+            loaded: RwSignal::new(None),
+            mode: RwSignal::new(Mode::Folded),
+            head: RwSignal::new(HeadId::new(0, 0)),
+            tab: RwSignal::new(Tab::Overview),
+            metric: RwSignal::new(Metric::OvCopying),
+            sequence: RwSignal::new(Sequence::UniformRandom),
+            busy: RwSignal::new(None),
+            progress: RwSignal::new(None),
+            hashing: RwSignal::new(None),
+            running: RwSignal::new(Vec::new()),
+            preview: RwSignal::new(None),
+            loading: RwSignal::new(None),
+            worker_memory: RwSignal::new(client::Memory::default()),
+            error: RwSignal::new(None),
+            suite: RwSignal::new(Suite::builtin("bracket").expect("built-in suite")),
+            prompt: RwSignal::new(DEFAULT_PROMPT.to_string()),
+            compared: RwSignal::new(Vec::new()),
+            prepend_bos: RwSignal::new(true),
+            threshold: RwSignal::new(INDUCTION_HEAD_THRESHOLD),
+            awaited: RwSignal::new(None),
+            linked_head: RwSignal::new(None),
+            backend: RwSignal::new(BackendChoice::Auto),
+            hub: RwSignal::new(HUB_ENDPOINT.to_string()),
+        }
+    }
+}
+
+pub const DEFAULT_PROMPT: &str = "(a(b)c) \"abc\" (a(b)c) \"abc\"";
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// Follow-up computations in flight, by model and kind: the effects that ask for them rerun
+    /// whenever the shown model's results change, and one request each is enough.
+    static IN_FLIGHT: std::cell::RefCell<std::collections::HashSet<(u64, &'static str)>> = Default::default();
+}
+
+/// Marks `(model, what)` as in flight until dropped; None when it already is.
+struct InFlight((u64, &'static str));
+
+impl InFlight {
+    fn start(model: u64, what: &'static str) -> Option<InFlight> {
+        IN_FLIGHT.with_borrow_mut(|set| set.insert((model, what))).then_some(InFlight((model, what)))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.with_borrow_mut(|set| set.remove(&self.0));
+    }
+}
+
+/// Loads and analyses a model in the worker. On failure (or cancel) the page keeps what it had.
+pub async fn load(ctx: Ctx, label: String, demo: bool, files: ModelSource) {
+    ctx.busy.set(Some(format!("Loading {label}…")));
+    ctx.preview.set(None);
+    ctx.loading.set(Some(label.clone()));
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let names = files.names();
+    let prepend_bos = ctx.prepend_bos.get_untracked();
+    let backend = ctx.backend.get_untracked();
+    // Local files are identified for share links in a second worker once the analysis is shown:
+    // hashing the whole file beside the analysis took a core from the pool (on two cores the
+    // GPT-2-sized grid came 30% later), and nothing on screen needs the hash before then.
+    let identity = RwSignal::new(Identity::Pending);
+    let link = files.link.clone();
+    let fetched_before = client::fetched();
+    let reply =
+        client::request(&Request::Load { model: id, names, analyse: true, prepend_bos, backend, link }, &files).await;
+    match reply {
+        Ok(Reply::Analysed(analysis)) => {
+            let Analysis { info, folded, induction, timings } = *analysis;
+            let origin = match (&files.link, &info.link) {
+                (Some(source), Some(opened)) => {
+                    let hub = (source.hub != HUB_ENDPOINT).then(|| source.hub.clone());
+                    Origin::Link { pinned: opened.pinned.clone(), hub, fetched: client::fetched() - fetched_before }
+                }
+                _ if demo => Origin::Demo,
+                _ => Origin::Local { name: label.clone(), sha256: identity },
+            };
+            // A model by link is named by its pinned link: the commit it shows.
+            let label = match &origin {
+                Origin::Link { pinned, .. } => pinned.clone(),
+                _ => label,
+            };
+            let loaded = Loaded {
+                id,
+                name: label,
+                origin,
+                info,
+                folded,
+                raw: None,
+                random_run: induction,
+                text_run: None,
+                probe_bos: prepend_bos,
+                timings,
+                backend_asked: backend,
+            };
+            if matches!(loaded.origin, Origin::Local { .. }) {
+                leptos::task::spawn_local(identify_files(ctx, files.clone(), identity));
+            }
+            // Reloads (a restart, another backend) read the commit shown, not the branch.
+            let mut files = files;
+            if let (Origin::Link { pinned, .. }, Some(source)) = (&loaded.origin, files.link.as_mut()) {
+                source.link = pinned.clone();
+            }
+            show(ctx, loaded, files);
+        }
+        Ok(_) => ctx.error.set(Some(format!("Could not load {label}: the worker gave an unexpected answer"))),
+        Err(message) => {
+            let kept = ctx.loaded.with_untracked(|l| l.as_ref().map(|l| l.name.clone()));
+            let tail = match kept {
+                Some(name) => format!(" (still showing {name})"),
+                None => String::new(),
+            };
+            if message == client::CANCELLED {
+                ctx.error.set(Some(format!("Cancelled: {label} was not loaded{tail}.")));
+            } else {
+                ctx.error.set(Some(format!("Could not load {label}: {message}{tail}")));
+            }
+            // The worker holds nothing for a failed load; nothing to forget.
+        }
+    }
+    ctx.busy.set(None);
+    ctx.progress.set(None);
+    ctx.preview.set(None);
+    ctx.loading.set(None);
+}
+
+/// Opens a model by link (`hf:ORG/NAME[@REVISION]`, `url:FOLDER/`, an http(s) folder): each
+/// worker of the pool fetches the byte ranges it reads itself. A link that names no model is
+/// said on the error line and changes nothing.
+pub async fn load_link(ctx: Ctx, text: String) {
+    let text = text.trim().to_string();
+    if let Err(e) = ModelLink::parse(&text) {
+        ctx.error.set(Some(format!("Could not open {text}: {e}")));
+        return;
+    }
+    let source = ModelSource::link(LinkSource { link: text.clone(), hub: ctx.hub.get_untracked() });
+    load(ctx, text, false, source).await;
+}
+
+/// Makes a freshly analysed model the shown one.
+fn show(ctx: Ctx, loaded: Loaded, files: ModelSource) {
+    let config = &loaded.info.config;
+    let linked = ctx.linked_head.get_untracked().and_then(|name| HeadId::parse(&name, config).ok());
+    let keep = ctx.head.get_untracked();
+    let head = match linked {
+        Some(head) => head,
+        None if ctx.loaded.with_untracked(Option::is_none)
+            || keep.layer >= config.layers
+            || keep.head >= config.heads =>
+        {
+            loaded.best_copier()
+        }
+        None => keep,
+    };
+    if let Origin::Local { sha256, .. } = &loaded.origin
+        && let Identity::Known(hex) = sha256.get_untracked()
+    {
+        check_awaited(ctx, &hex);
+    }
+    if ctx.awaited.with_untracked(Option::is_none) {
+        ctx.linked_head.set(None);
+    }
+    if let Some(previous) = ctx.loaded.get_untracked() {
+        leptos::task::spawn_local(async move {
+            // Best effort: the worker only frees memory.
+            let _ = client::request(&Request::Forget { model: previous.id }, &ModelSource::default()).await;
+        });
+    }
+    client::set_shown(loaded.id, files, loaded.backend_asked);
+    let row = loaded.comparison(Sequence::UniformRandom);
+    ctx.compared.update(|rows| rows.push(row));
+    ctx.head.set(head);
+    ctx.loaded.set(Some(Arc::new(loaded)));
+    if ctx.error.with_untracked(|e| e.as_ref().is_some_and(|e| e.starts_with("Could not load"))) {
+        ctx.error.set(None);
+    }
+}
+
+/// Computes local files' SHA-256 in the hashing worker; a share link that waits for a file is
+/// checked once it is known (if its model is shown by then; else `show` checks it).
+async fn identify_files(ctx: Ctx, files: ModelSource, identity: RwSignal<Identity>) {
+    let result = client::identify(&files).await;
+    identity.set(match result {
+        Ok(hex) => Identity::Known(hex),
+        Err(message) => Identity::Failed(message),
+    });
+    let shown = ctx.loaded.with_untracked(|l| {
+        l.as_ref().is_some_and(|l| matches!(&l.origin, Origin::Local { sha256, .. } if *sha256 == identity))
+    });
+    if let (true, Identity::Known(hex)) = (shown, identity.get_untracked()) {
+        check_awaited(ctx, &hex);
+    }
+}
+
+/// A share link names a local file by its SHA-256's first digits: the shown file must match.
+fn check_awaited(ctx: Ctx, sha256: &str) {
+    let Some(awaited) = ctx.awaited.get_untracked() else { return };
+    if sha256.starts_with(&awaited.sha256_prefix) {
+        ctx.awaited.set(None);
+        ctx.linked_head.set(None);
+    } else {
+        ctx.error.set(Some(format!(
+            "The link was made with {} (SHA-256 {}…), but this file's SHA-256 is {}…: it is not the same file.",
+            awaited.name,
+            awaited.sha256_prefix,
+            &sha256[..awaited.sha256_prefix.len().min(sha256.len())]
+        )));
+    }
+}
+
+/// Runs the induction probe on held-out text once per model (fetched from the page's own files).
+pub async fn ensure_text_run(ctx: Ctx) {
+    let Some(loaded) = ctx.loaded.get_untracked() else { return };
+    if loaded.text_run.is_some() {
+        return;
+    }
+    let Some(_in_flight) = InFlight::start(loaded.id, "text") else { return };
+    ctx.busy.set(Some("Running the induction probe on held-out text…".into()));
+    let run = match super::browser::fetch_text(HELD_OUT_TEXT_URL).await {
+        Ok(text) => {
+            let len = headprint::worker::session::probe_len(&loaded.info.config);
+            let count = headprint::probes::induction::DEFAULT_SEQUENCES;
+            let sequence = ProbeSequence::TextWindow { text, seed: 0, len, count };
+            let request =
+                Request::Induction { model: loaded.id, sequence: sequence.clone(), prepend_bos: loaded.probe_bos };
+            let describe = || sequence.describe(loaded.info.bos.as_ref().filter(|_| loaded.probe_bos));
+            match client::request(&request, &ModelSource::default()).await {
+                Ok(Reply::Induction(run)) => run,
+                Ok(_) => InductionRun { sequence: describe(), report: Err("unexpected answer".into()) },
+                Err(e) => InductionRun { sequence: describe(), report: Err(e) },
+            }
+        }
+        Err(e) => InductionRun { sequence: "held-out text".into(), report: Err(e) },
+    };
+    ctx.busy.set(None);
+    attach(ctx, loaded.id, |l| l.with(None, Some(run), None));
+}
+
+/// Reruns the shown model's probe when the BOS switch changed since it ran (models without a
+/// BOS run the same either way), and replaces its row of seed 000's table.
+pub async fn ensure_bos(ctx: Ctx) {
+    let prepend_bos = ctx.prepend_bos.get_untracked();
+    let Some(loaded) = ctx.loaded.get_untracked().filter(|l| l.probe_bos != prepend_bos) else { return };
+    if loaded.info.bos.is_none() {
+        attach(ctx, loaded.id, |l| Loaded {
+            text_run: l.text_run.clone(),
+            ..l.rerun(l.random_run.clone(), prepend_bos)
+        });
+        return;
+    }
+    let Some(_in_flight) = InFlight::start(loaded.id, "bos") else { return };
+    ctx.busy
+        .set(Some(format!("Running the induction probe {} the BOS…", if prepend_bos { "with" } else { "without" })));
+    let sequence = headprint::worker::session::default_sequence(&loaded.info.config);
+    let request = Request::Induction { model: loaded.id, sequence: sequence.clone(), prepend_bos };
+    let run = match client::request(&request, &ModelSource::default()).await {
+        Ok(Reply::Induction(run)) => run,
+        Ok(_) => InductionRun { sequence: sequence.describe(None), report: Err("unexpected answer".into()) },
+        Err(e) => InductionRun { sequence: sequence.describe(None), report: Err(e) },
+    };
+    ctx.busy.set(None);
+    attach(ctx, loaded.id, |l| l.rerun(run, prepend_bos));
+    if let Some(shown) = ctx.loaded.get_untracked().filter(|l| l.id == loaded.id) {
+        let row = shown.comparison(Sequence::UniformRandom);
+        ctx.compared.update(|rows| {
+            for existing in rows.iter_mut().filter(|r| r.id == row.id && r.sequence == row.sequence) {
+                *existing = row.clone();
+            }
+        });
+    }
+}
+
+/// Updates the shown model with more results, unless another model is shown by now.
+fn attach(ctx: Ctx, id: u64, update: impl FnOnce(&Loaded) -> Loaded) {
+    if let Some(loaded) = ctx.loaded.get_untracked().filter(|l| l.id == id) {
+        ctx.loaded.set(Some(Arc::new(update(&loaded))));
+    }
+}
+
+/// Computes raw mode's fingerprints once per model, when raw mode is first shown.
+pub async fn ensure_raw(ctx: Ctx) {
+    let Some(loaded) = ctx.loaded.get_untracked().filter(|l| l.raw.is_none()) else { return };
+    let Some(_in_flight) = InFlight::start(loaded.id, "raw") else { return };
+    ctx.busy.set(Some("Fingerprinting every head in raw mode…".into()));
+    let reply =
+        client::request(&Request::Fingerprint { model: loaded.id, mode: Mode::Raw }, &ModelSource::default()).await;
+    ctx.busy.set(None);
+    ctx.progress.set(None);
+    match reply {
+        Ok(Reply::Fingerprint { fingerprint, timing }) => {
+            attach(ctx, loaded.id, |l| l.with(Some(*fingerprint), None, Some(timing)))
+        }
+        Ok(_) => ctx.error.set(Some("Raw mode: unexpected answer from the worker".into())),
+        Err(e) if e == client::CANCELLED => ctx.mode.set(Mode::Folded),
+        Err(e) => ctx.error.set(Some(format!("Raw mode could not be computed: {e}"))),
+    }
+}
+
+/// How a metric is coloured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scale {
+    /// [-1, 1], diverging.
+    Signed,
+    /// [0, 1], sequential.
+    Unit,
+    /// [0, max], sequential.
+    Positive,
+    /// κ: log10, [0, max], ∞ at the top.
+    LogKappa,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Metric {
+    OvCopying,
+    QkCopying,
+    QkImaginary,
+    OvImaginary,
+    QkKappa,
+    OvKappa,
+    QkDeparture,
+    OvDeparture,
+    QkScale,
+    OvScale,
+    QkTokenCopying,
+    QkTokenImaginary,
+    QkTokenKappa,
+    QkTokenDeparture,
+    QkTokenScale,
+    Induction,
+    PreviousToken,
+    DuplicateToken,
+    CopyFidelity,
+}
+
+impl Metric {
+    pub const ALL: [Metric; 19] = [
+        Metric::OvCopying,
+        Metric::QkCopying,
+        Metric::QkImaginary,
+        Metric::OvImaginary,
+        Metric::QkKappa,
+        Metric::OvKappa,
+        Metric::QkDeparture,
+        Metric::OvDeparture,
+        Metric::QkScale,
+        Metric::OvScale,
+        Metric::QkTokenCopying,
+        Metric::QkTokenImaginary,
+        Metric::QkTokenKappa,
+        Metric::QkTokenDeparture,
+        Metric::QkTokenScale,
+        Metric::Induction,
+        Metric::PreviousToken,
+        Metric::DuplicateToken,
+        Metric::CopyFidelity,
+    ];
+
+    pub fn key(self) -> &'static str {
+        match self {
+            Metric::OvCopying => "ov-copying",
+            Metric::QkCopying => "qk-copying",
+            Metric::QkImaginary => "qk-imaginary",
+            Metric::OvImaginary => "ov-imaginary",
+            Metric::QkKappa => "qk-kappa",
+            Metric::OvKappa => "ov-kappa",
+            Metric::QkDeparture => "qk-departure",
+            Metric::OvDeparture => "ov-departure",
+            Metric::QkScale => "qk-scale",
+            Metric::OvScale => "ov-scale",
+            Metric::QkTokenCopying => "qk-token-copying",
+            Metric::QkTokenImaginary => "qk-token-imaginary",
+            Metric::QkTokenKappa => "qk-token-kappa",
+            Metric::QkTokenDeparture => "qk-token-departure",
+            Metric::QkTokenScale => "qk-token-scale",
+            Metric::Induction => "induction",
+            Metric::PreviousToken => "previous-token",
+            Metric::DuplicateToken => "duplicate-token",
+            Metric::CopyFidelity => "copy-fidelity",
+        }
+    }
+
+    pub fn from_key(key: &str) -> Option<Metric> {
+        Metric::ALL.into_iter().find(|m| m.key() == key)
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Metric::OvCopying => "OV copying score",
+            Metric::QkCopying => "QK copying score",
+            Metric::QkImaginary => "QK imaginary fraction",
+            Metric::OvImaginary => "OV imaginary fraction",
+            Metric::QkKappa => "QK eigenvector condition κ",
+            Metric::OvKappa => "OV eigenvector condition κ",
+            Metric::QkDeparture => "QK departure from normality",
+            Metric::OvDeparture => "OV departure from normality",
+            Metric::QkScale => "QK scale Σ|λ|",
+            Metric::OvScale => "OV scale Σ|λ|",
+            Metric::QkTokenCopying => "QK (tokens) copying score",
+            Metric::QkTokenImaginary => "QK (tokens) imaginary fraction",
+            Metric::QkTokenKappa => "QK (tokens) eigenvector condition κ",
+            Metric::QkTokenDeparture => "QK (tokens) departure from normality",
+            Metric::QkTokenScale => "QK (tokens) scale Σ|λ|",
+            Metric::Induction => "induction score",
+            Metric::PreviousToken => "previous-token score",
+            Metric::DuplicateToken => "duplicate-token score",
+            Metric::CopyFidelity => "copy fidelity",
+        }
+    }
+
+    pub fn scale(self) -> Scale {
+        match self {
+            Metric::OvCopying | Metric::QkCopying | Metric::QkTokenCopying => Scale::Signed,
+            Metric::QkKappa | Metric::OvKappa | Metric::QkTokenKappa => Scale::LogKappa,
+            Metric::QkScale | Metric::OvScale | Metric::QkTokenScale => Scale::Positive,
+            _ => Scale::Unit,
+        }
+    }
+
+    /// Whether it comes from running the model (same in raw and folded mode).
+    pub fn behavioural(self) -> bool {
+        matches!(self, Metric::Induction | Metric::PreviousToken | Metric::DuplicateToken | Metric::CopyFidelity)
+    }
+
+    /// The circuit a spectral metric reads; None for a behavioural one.
+    pub fn circuit(self, fingerprint: &HeadFingerprint) -> Option<&Fingerprint> {
+        match self {
+            Metric::OvCopying | Metric::OvImaginary | Metric::OvKappa | Metric::OvDeparture | Metric::OvScale => {
+                Some(&fingerprint.ov)
+            }
+            Metric::QkCopying | Metric::QkImaginary | Metric::QkKappa | Metric::QkDeparture | Metric::QkScale => {
+                Some(&fingerprint.qk)
+            }
+            Metric::QkTokenCopying
+            | Metric::QkTokenImaginary
+            | Metric::QkTokenKappa
+            | Metric::QkTokenDeparture
+            | Metric::QkTokenScale => Some(&fingerprint.qk_token),
+            Metric::Induction | Metric::PreviousToken | Metric::DuplicateToken | Metric::CopyFidelity => None,
+        }
+    }
+
+    /// Whether the value is a κ (plotted as log10).
+    pub fn is_kappa(self) -> bool {
+        matches!(self, Metric::QkKappa | Metric::OvKappa | Metric::QkTokenKappa)
+    }
+
+    /// The value for one head; κ of a defective matrix is +∞; None when not measured, or when
+    /// the circuit could not be read (its error is in `circuit(..).error`).
+    pub fn value(self, fingerprint: &HeadFingerprint, scores: Option<&HeadScores>) -> Option<f64> {
+        let circuit = self.circuit(fingerprint);
+        if circuit.is_some_and(|c| c.error.is_some()) {
+            return None;
+        }
+        Some(match self {
+            Metric::OvCopying | Metric::QkCopying | Metric::QkTokenCopying => circuit?.copying_score,
+            Metric::OvImaginary | Metric::QkImaginary | Metric::QkTokenImaginary => circuit?.imaginary_fraction,
+            Metric::OvKappa | Metric::QkKappa | Metric::QkTokenKappa => circuit?.kappa(),
+            Metric::OvDeparture | Metric::QkDeparture | Metric::QkTokenDeparture => circuit?.departure_from_normality,
+            Metric::OvScale | Metric::QkScale | Metric::QkTokenScale => circuit?.scale,
+            Metric::Induction => scores?.induction_score,
+            Metric::PreviousToken => scores?.previous_token_score,
+            Metric::DuplicateToken => scores?.duplicate_token_score,
+            Metric::CopyFidelity => scores?.copy_fidelity,
+        })
+    }
+}
+
+/// Maps values of one metric to colours (the range comes from all heads' values).
+pub struct ColourScale {
+    pub scale: Scale,
+    pub max: f64,
+}
+
+impl ColourScale {
+    pub fn new(scale: Scale, values: &[f64]) -> Self {
+        let finite_max = values.iter().copied().filter(|v| v.is_finite()).fold(0.0, f64::max);
+        let max = match scale {
+            Scale::Signed | Scale::Unit => 1.0,
+            Scale::Positive => finite_max.max(f64::MIN_POSITIVE),
+            Scale::LogKappa => finite_max.max(1.0).log10().max(1.0),
+        };
+        ColourScale { scale, max }
+    }
+
+    /// Position on the colour map, in [0, 1] (or [-1, 1] for signed).
+    fn position(&self, v: f64) -> f64 {
+        match self.scale {
+            Scale::Signed => v,
+            Scale::Unit => v,
+            Scale::Positive => v / self.max,
+            Scale::LogKappa => {
+                if v.is_finite() {
+                    v.max(1.0).log10() / self.max
+                } else {
+                    1.0
+                }
+            }
+        }
+    }
+
+    pub fn swatch(&self, v: f64) -> headprint::figures::svg::Swatch {
+        match self.scale {
+            Scale::Signed => headprint::figures::svg::diverging(self.position(v)),
+            _ => headprint::figures::svg::viridis(self.position(v)),
+        }
+    }
+
+    /// The swatch's colour as bytes (the canvas grid's cells: the same colours as the buttons).
+    pub fn rgb(&self, v: f64) -> [u8; 3] {
+        headprint::figures::colour::bytes(match self.scale {
+            Scale::Signed => headprint::figures::colour::diverging(self.position(v)),
+            _ => headprint::figures::colour::viridis(self.position(v)),
+        })
+    }
+
+    /// The colour bar of the canvas grid: the plotted values (κ as log10) on the same map.
+    pub fn bar(&self, label: &str) -> headprint::figures::colour::Scale {
+        use headprint::figures::colour::Scale as Bar;
+        match self.scale {
+            Scale::Signed => Bar::diverging(1.0, label),
+            Scale::Unit => Bar::sequential(0.0, 1.0, label),
+            Scale::Positive | Scale::LogKappa => Bar::sequential(0.0, self.max, label),
+        }
+    }
+
+    /// Gradient stops and end labels for the legend.
+    pub fn legend(&self) -> (Vec<(f64, String)>, String, String) {
+        let stops = (0..=10)
+            .map(|i| {
+                let t = i as f64 / 10.0;
+                let colour = match self.scale {
+                    Scale::Signed => headprint::figures::svg::diverging(2.0 * t - 1.0).fill,
+                    _ => headprint::figures::svg::viridis(t).fill,
+                };
+                (t, colour)
+            })
+            .collect();
+        let (lo, hi) = match self.scale {
+            Scale::Signed => ("−1 (suppresses)".to_string(), "+1 (copies)".to_string()),
+            Scale::Unit => ("0".to_string(), "1".to_string()),
+            Scale::Positive => ("0".to_string(), headprint::figures::svg::num(self.max)),
+            Scale::LogKappa => (
+                "κ = 1".to_string(),
+                format!("κ ≥ {} (∞ = defective)", headprint::figures::svg::num(10f64.powf(self.max))),
+            ),
+        };
+        (stops, lo, hi)
+    }
+
+    /// The value axis of the bar chart.
+    pub fn axis(&self) -> (f64, f64) {
+        match self.scale {
+            Scale::Signed => (-1.0, 1.0),
+            Scale::Unit => (0.0, 1.0),
+            Scale::Positive => (0.0, self.max),
+            Scale::LogKappa => (0.0, self.max),
+        }
+    }
+
+    /// The value as plotted on the bar chart's axis (κ as log10).
+    pub fn plotted(&self, v: f64) -> f64 {
+        match self.scale {
+            Scale::LogKappa => {
+                if v.is_finite() {
+                    v.max(1.0).log10()
+                } else {
+                    self.max
+                }
+            }
+            _ => v,
+        }
+    }
+}

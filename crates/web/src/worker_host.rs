@@ -1,0 +1,294 @@
+//! The worker's browser glue: takes messages `{id, json, files}`, hands the request to the
+//! `Session`, posts back `{id, kind: "progress" | "reply", json, memory, payload?}` (large
+//! matrices, the pool's Grams, patterns and OV matrices, travel as a `Float64Array` beside the
+//! JSON, moved, both ways). Files are read by
+//! byte range with `FileReaderSync` (workers only), one tensor at a time, never whole.
+//!
+//! Requests are answered one at a time, in the order they came: a load whose Grams are on the
+//! GPU waits for WebGPU through the event loop, and messages that arrive meanwhile queue up
+//! behind it instead of running beside it.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::task::{Poll, Waker};
+
+use wasm_bindgen::JsCast;
+use wasm_bindgen::prelude::*;
+
+use headprint::weights::remote::{Response, Transport};
+use headprint::weights::{ByteSource, MemorySource};
+use headprint::worker::protocol::{Progress, Request};
+use headprint::worker::session::{Reporter, Session};
+use headprint::{Error, Result};
+
+/// Progress is posted at most this often (ms), plus the first and last step of each stage.
+const PROGRESS_INTERVAL_MS: f64 = 50.0;
+/// Files up to this size are read in one go (one read instead of one per tensor); larger ones
+/// tensor by tensor, so a 500 MB model never sits in memory twice.
+const WHOLE_READ_BYTES: f64 = 32.0 * 1024.0 * 1024.0;
+
+/// A browser `Blob` (a `File`, or the fetched demo model) read by byte range.
+struct BlobSource {
+    name: String,
+    blob: web_sys::Blob,
+}
+
+/// A JS exception as a one-line message (the page uses it too).
+pub(crate) fn js_message(value: &JsValue) -> String {
+    match value.dyn_ref::<js_sys::Error>() {
+        Some(error) => String::from(error.message()),
+        None => value.as_string().unwrap_or_else(|| format!("{value:?}")),
+    }
+}
+
+impl ByteSource for BlobSource {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn len(&self) -> u64 {
+        self.blob.size() as u64
+    }
+    fn read_range(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let fail = |e: JsValue| Error::Io(format!("{}: cannot read the file ({})", self.name, js_message(&e)));
+        let end = offset + len as u64;
+        let slice = self.blob.slice_with_f64_and_f64(offset as f64, end as f64).map_err(fail)?;
+        let buffer = web_sys::FileReaderSync::new().map_err(fail)?.read_as_array_buffer(&slice).map_err(fail)?;
+        let bytes = js_sys::Uint8Array::new(&buffer);
+        if bytes.length() as usize != len {
+            return Err(Error::Io(format!("{}: the file changed or is shorter than its header says", self.name)));
+        }
+        Ok(bytes.to_vec())
+    }
+}
+
+thread_local! {
+    /// Body bytes this worker fetched by link, posted with every message (the page adds up the
+    /// pool's).
+    static FETCHED: Cell<f64> = const { Cell::new(0.0) };
+}
+
+/// The worker's HTTP for models by link: synchronous XHR, which workers may use, beside
+/// `FileReaderSync`. The browser follows redirects itself and sends no token.
+struct XhrTransport;
+
+impl Transport for XhrTransport {
+    fn get(
+        &self,
+        url: &str,
+        range: Option<(u64, u64)>,
+        _authorization: Option<&str>,
+    ) -> std::result::Result<Response, String> {
+        let failed = |e: JsValue| js_message(&e);
+        let xhr = web_sys::XmlHttpRequest::new().map_err(failed)?;
+        xhr.open_with_async("GET", url, false).map_err(failed)?;
+        xhr.set_response_type(web_sys::XmlHttpRequestResponseType::Arraybuffer);
+        if let Some((first, last)) = range {
+            // One range and no other header: a request the browser sends without a preflight.
+            xhr.set_request_header("Range", &format!("bytes={first}-{last}")).map_err(failed)?;
+        }
+        let unreachable = "the server could not be reached, or it does not allow pages on other sites to read its files (no CORS headers)";
+        xhr.send().map_err(|_| unreachable.to_string())?;
+        let status = xhr.status().map_err(failed)?;
+        if status == 0 {
+            return Err(unreachable.into());
+        }
+        let headers = xhr
+            .get_all_response_headers()
+            .map_err(failed)?
+            .lines()
+            .filter_map(|line| line.split_once(':'))
+            .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_string()))
+            .collect();
+        let body = js_sys::Uint8Array::new(&xhr.response().map_err(failed)?).to_vec();
+        FETCHED.with(|f| f.set(f.get() + body.len() as f64));
+        Ok(Response { status, headers, body: Box::new(std::io::Cursor::new(body)) })
+    }
+
+    /// A worker cannot sleep without shared memory; the waits (a `Retry-After`, a retry's
+    /// backoff) are short and rare, so it waits by the clock.
+    fn wait(&self, seconds: f64) {
+        let until = now() + seconds * 1000.0;
+        while now() < until {}
+    }
+}
+
+fn scope() -> web_sys::DedicatedWorkerGlobalScope {
+    js_sys::global().unchecked_into()
+}
+
+fn now() -> f64 {
+    scope().performance().map(|p| p.now()).unwrap_or(0.0)
+}
+
+/// Bytes of wasm memory (it only grows, so this is also the peak).
+fn memory_bytes() -> f64 {
+    wasm_bindgen::memory()
+        .unchecked_into::<js_sys::WebAssembly::Memory>()
+        .buffer()
+        .unchecked_into::<js_sys::ArrayBuffer>()
+        .byte_length() as f64
+}
+
+fn post(id: f64, kind: &str, json: &str) {
+    post_with(id, kind, json, None);
+}
+
+/// Posts a message; a payload (Gram entries) travels as a `Float64Array` whose buffer is moved,
+/// not copied, to the page.
+fn post_with(id: f64, kind: &str, json: &str, payload: Option<Vec<f64>>) {
+    let message = js_sys::Object::new();
+    for (key, value) in [
+        ("id", JsValue::from_f64(id)),
+        ("kind", JsValue::from_str(kind)),
+        ("json", JsValue::from_str(json)),
+        ("memory", JsValue::from_f64(memory_bytes())),
+        ("fetched", JsValue::from_f64(FETCHED.with(Cell::get))),
+    ] {
+        let _ = js_sys::Reflect::set(&message, &JsValue::from_str(key), &value);
+    }
+    match payload {
+        Some(values) => {
+            let array = js_sys::Float64Array::from(values.as_slice());
+            drop(values);
+            let _ = js_sys::Reflect::set(&message, &JsValue::from_str("payload"), &array);
+            let transfer = js_sys::Array::of1(&array.buffer());
+            let _ = scope().post_message_with_transfer(&message, &transfer);
+        }
+        None => {
+            let _ = scope().post_message(&message);
+        }
+    }
+}
+
+/// Posts progress at most every `PROGRESS_INTERVAL_MS`; finished heads wait for the next post.
+fn reporter(id: f64) -> Reporter {
+    let last = Cell::new((f64::NEG_INFINITY, String::new()));
+    let waiting_heads = RefCell::new(Vec::new());
+    Rc::new(move |mut progress: Progress| {
+        waiting_heads.borrow_mut().append(&mut progress.heads);
+        let (time, stage) = last.take();
+        let now = now();
+        if stage != progress.stage || progress.done >= progress.total || now - time >= PROGRESS_INTERVAL_MS {
+            progress.heads = waiting_heads.take();
+            if let Ok(json) = serde_json::to_string(&progress) {
+                post(id, "progress", &json);
+            }
+            last.set((now, progress.stage));
+        } else {
+            last.set((time, stage));
+        }
+    })
+}
+
+/// A property of a message object (the page reads the worker's messages the same way).
+pub(crate) fn field(data: &JsValue, key: &str) -> JsValue {
+    js_sys::Reflect::get(data, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
+}
+
+/// A message from the page, as it came.
+struct Message {
+    id: f64,
+    json: String,
+    blobs: Vec<web_sys::Blob>,
+    /// Gram entries beside the JSON (a `Float64Array`), for the requests that carry them.
+    payload: JsValue,
+}
+
+/// Messages not yet answered, and the answering task when it waits for one.
+#[derive(Default)]
+struct Inbox {
+    waiting: VecDeque<Message>,
+    waker: Option<Waker>,
+}
+
+/// The next message, when there is one.
+async fn next(inbox: &RefCell<Inbox>) -> Message {
+    std::future::poll_fn(|context| {
+        let mut inbox = inbox.borrow_mut();
+        match inbox.waiting.pop_front() {
+            Some(message) => Poll::Ready(message),
+            None => {
+                inbox.waker = Some(context.waker().clone());
+                Poll::Pending
+            }
+        }
+    })
+    .await
+}
+
+/// Answers one message: the request's reply (or its error) as JSON, and the reply's Gram
+/// entries when it carries some.
+async fn answer(session: &mut Session, Message { id, json, blobs, payload }: Message) -> (String, Option<Vec<f64>>) {
+    let mut entries = None;
+    let result = match serde_json::from_str::<Request>(&json) {
+        Ok(mut request) => {
+            if let Ok(array) = payload.dyn_into::<js_sys::Float64Array>() {
+                request.put_payload(array.to_vec());
+            }
+            let names = match &request {
+                Request::Load { names, .. } | Request::Open { names, .. } | Request::Hash { names } => names.clone(),
+                _ => Vec::new(),
+            };
+            let files = blobs
+                .into_iter()
+                .enumerate()
+                .map(|(i, blob)| {
+                    let name = names.get(i).cloned().unwrap_or_else(|| format!("file {i}"));
+                    let size = blob.size();
+                    let source = BlobSource { name, blob };
+                    if size <= WHOLE_READ_BYTES
+                        && let Ok(bytes) = source.read_range(0, size as usize)
+                    {
+                        return Box::new(MemorySource::new(source.name, bytes)) as Box<dyn ByteSource>;
+                    }
+                    Box::new(source) as Box<dyn ByteSource>
+                })
+                .collect();
+            let mut reply = session.answer(request, files, reporter(id)).await.map_err(|e| e.to_string());
+            if let Ok(reply) = &mut reply {
+                entries = reply.take_payload();
+            }
+            reply
+        }
+        Err(e) => Err(format!("the worker did not understand the request: {e}")),
+    };
+    let json = serde_json::to_string(&result)
+        .unwrap_or_else(|e| format!("{{\"Err\":\"the worker could not encode its reply: {e}\"}}"));
+    (json, entries)
+}
+
+/// Starts answering the page's messages (called by `worker.js` once the wasm is ready).
+#[wasm_bindgen]
+pub fn worker_main() {
+    console_error_panic_hook::set_once();
+    crate::webgpu::register();
+    let inbox = Rc::new(RefCell::new(Inbox::default()));
+    let arrived = inbox.clone();
+    let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
+        let data = event.data();
+        let message = Message {
+            id: field(&data, "id").as_f64().unwrap_or(-1.0),
+            json: field(&data, "json").as_string().unwrap_or_default(),
+            blobs: js_sys::Array::from(&field(&data, "files")).iter().filter_map(|b| b.dyn_into().ok()).collect(),
+            payload: field(&data, "payload"),
+        };
+        let mut inbox = arrived.borrow_mut();
+        inbox.waiting.push_back(message);
+        if let Some(waker) = inbox.waker.take() {
+            waker.wake();
+        }
+    });
+    scope().set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+    on_message.forget();
+    // The one task that owns the session: it answers each message in turn, to the end.
+    wasm_bindgen_futures::spawn_local(async move {
+        let mut session = Session::new(now).with_transport(|| Box::new(XhrTransport));
+        loop {
+            let message = next(&inbox).await;
+            let id = message.id;
+            let (json, entries) = answer(&mut session, message).await;
+            post_with(id, "reply", &json, entries);
+        }
+    });
+}
