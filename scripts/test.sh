@@ -5,6 +5,7 @@ cd "$(dirname "$0")/.."
 page_tests=$( [ -x scripts/e2e.sh ] && echo yes || echo no )
 scripts/setup.sh $( [ "$page_tests" = yes ] && echo --page )
 
+scripts/check_docs.sh
 cargo fmt --all -- --check
 cargo clippy --all-targets --release -- -D warnings
 # The core and the page for the browser (the core alone too: it must build without the page).

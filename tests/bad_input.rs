@@ -1,6 +1,6 @@
 //! Bad input gets a specific error, never a panic or a hang.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

@@ -1,6 +1,6 @@
 //! The CLI contract (issue 2): JSON shapes that scripts rely on, and one-line errors.
 
-mod common;
+use crate::common;
 
 use common::{assert_verdicts_match, expected, fixture, headprint, json};
 use serde_json::Value;

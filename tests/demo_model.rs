@@ -1,7 +1,7 @@
 //! The shipped demo model (public/models/nietzsche-char.safetensors): shapes, metadata, and
 //! fingerprints of a few heads against numpy values stored by scripts/evaluate_demo.py.
 
-mod common;
+use crate::common;
 
 use common::assert_close;
 use headprint::analysis::{HeadId, Mode, fingerprint_model};

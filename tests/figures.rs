@@ -3,7 +3,7 @@
 //! head's copying score from `fingerprint --json`, the scatter prints `compare --json`'s ρ, the swap
 //! figure outlines every induction cell, the verdict picture has a row per prompt. Errors are one line.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

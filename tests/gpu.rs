@@ -7,7 +7,7 @@
 //! no adapter at all they fail, saying so: a GPU test never passes without a GPU.
 #![cfg(all(feature = "gpu", not(target_arch = "wasm32")))]
 
-mod common;
+use crate::common;
 
 use common::{assert_same_spectrum, fixture};
 use headprint::Error;

@@ -7,7 +7,7 @@
 //! comparison gave Grams within 2e-7 but κ of the OV circuit up to 2.8e-2 off (eigenvalues
 //! 1.6e-5), because the embedding's common direction makes W_V^T G_E W_V ill-conditioned.
 
-mod common;
+use crate::common;
 
 use common::{TOLERANCE, assert_close};
 use headprint::analysis::circuits::Grams;

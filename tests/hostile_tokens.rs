@@ -1,7 +1,7 @@
 //! Token strings come from files and reach the page's charts (inline SVG), its tables and the
 //! exports: a hostile vocabulary must stay text everywhere, never markup or script.
 
-mod common;
+use crate::common;
 
 use std::rc::Rc;
 

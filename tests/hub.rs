@@ -3,8 +3,8 @@
 //! analysis reads are fetched, every misbehaviour of a real network gives the model or one clear
 //! line, and a second run needs no network.
 
-mod common;
-mod hub_imitation;
+use crate::common;
+use crate::hub_imitation;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! `head_dim`, llama3 rope scaling). Their fingerprints and forward passes are checked with the
 //! other families in tests/reference.rs; here, what is particular to the layouts.
 
-mod common;
+use crate::common;
 
 use common::*;
 use headprint::model::{LoadParts, Positions, RopeScaling, rope_settings};

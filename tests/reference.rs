@@ -1,7 +1,7 @@
 //! Every quantity against the independent Python references in tests/fixtures (built by
 //! scripts/make_fixtures.py with transformers, TransformerLens 3.9.0 and numpy), to 1e-4 relative.
 
-mod common;
+use crate::common;
 
 use common::*;
 use headprint::analysis::circuits::Grams;

@@ -1,7 +1,7 @@
 //! Reading a model a layer at a time gives exactly what the whole load gives: the same rows of
 //! a tensor, the same Grams, the same layers and the same fingerprints, on every fixture.
 
-mod common;
+use crate::common;
 
 use common::{FAMILIES, fixture};
 use headprint::Error;

@@ -3,7 +3,7 @@
 //! induction model (tests/fixtures/gptchar-induction) against the Python reference of
 //! scripts/make_fixtures.py (PyTorch forward pass + labels written from the spec).
 
-mod common;
+use crate::common;
 
 use common::*;
 use headprint::analysis::HeadId;

@@ -1,7 +1,7 @@
 //! The page's analysis worker, natively: its session answers the page's requests from the
 //! core, and what the page receives (after the JSON trip) matches the Python references.
 
-mod common;
+use crate::common;
 
 use std::cell::RefCell;
 use std::rc::Rc;

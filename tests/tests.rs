@@ -1,0 +1,20 @@
+//! Every integration test, in one test binary (one link of the core and the CLI instead of one
+//! per file). Each file is a module: `cargo test --release --test tests cli::` runs one of them.
+
+mod common;
+mod hub_imitation;
+
+mod bad_input;
+mod cli;
+mod demo_model;
+mod figures;
+mod gpu;
+mod gram_precision;
+mod hostile_tokens;
+mod hub;
+mod hub_layouts;
+mod properties;
+mod reference;
+mod stream;
+mod verdicts;
+mod worker_session;
