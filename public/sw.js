@@ -6,12 +6,12 @@
 // in the tab, not fetched).
 const CACHE = 'headprint';
 const APP = [
-  './', 'index.html', 'headprint.js', 'headprint_bg.wasm', 'worker.js', 'main.css',
+  './', 'index.html', 'headprint-web.js', 'headprint-web_bg.wasm', 'worker.js', 'main.css',
   'models/nietzsche-char.safetensors', 'texts/nietzsche-heldout.txt',
   'suites/quote.json', 'suites/bracket.json', 'suites/swap.json', 'suites/exercises-demo.json',
 ];
 // The compiled app: a change here is a new version of the page.
-const VERSIONED = ['headprint_bg.wasm', 'headprint.js'];
+const VERSIONED = ['headprint-web_bg.wasm', 'headprint-web.js'];
 
 self.addEventListener('install', (event) => {
   event.waitUntil(caches.open(CACHE).then((cache) => cache.addAll(APP)).then(() => self.skipWaiting()));

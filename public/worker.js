@@ -1,7 +1,7 @@
 // The analysis worker (a module worker). It runs the page's own wasm: the page posts its
 // already compiled WebAssembly.Module first (so the worker does not compile 4 MB again), then
 // requests, which wait in a queue while the wasm starts. See src/worker/.
-import init, { worker_main } from './headprint.js';
+import init, { worker_main } from './headprint-web.js';
 
 const waiting = [];
 let started = false;

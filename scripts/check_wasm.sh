@@ -3,10 +3,10 @@
 # `+simd128` build flag took effect) and no relaxed-SIMD instruction (Safari rejects a whole
 # module that has one, even if the code is never run). binaryen's validator decides both, with
 # a feature turned off at a time; the checks are first shown to fail on modules that break them.
-# Usage: scripts/check_wasm.sh [dist/headprint_bg.wasm]
+# Usage: scripts/check_wasm.sh [dist/headprint-web_bg.wasm]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-module=${1:-dist/headprint_bg.wasm}
+module=${1:-dist/headprint-web_bg.wasm}
 bin=node_modules/.bin
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -20,4 +20,4 @@ fi
 cargo build --release --example hub_imitation
 node tests/e2e/run.mjs dist
 # The module uses SIMD and no relaxed-SIMD instruction (Safari rejects a module that has one).
-scripts/check_wasm.sh dist/headprint_bg.wasm
+scripts/check_wasm.sh dist/headprint-web_bg.wasm

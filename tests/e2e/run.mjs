@@ -697,7 +697,7 @@ await test('a long load shows progress and can be cancelled; the shown model sta
 await test('after one visit the page works offline, local files too; a new version is announced', async () => {
   // A build deployed two hours ago: the browser's HTTP cache would call it fresh for twelve
   // minutes on its heuristic, so the service worker must revalidate to see the next one.
-  const wasm = path.join(dist, 'headprint_bg.wasm');
+  const wasm = path.join(dist, 'headprint-web_bg.wasm');
   const deployed = new Date(Date.now() - 2 * 3600_000);
   fs.utimesSync(wasm, deployed, deployed);
   const visit = await browser.newContext({ viewport: { width: 1280, height: 900 } });
