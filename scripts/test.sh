@@ -17,8 +17,7 @@ cargo test --release
 scripts/fuzz.sh --ci 8
 if [ "$page_tests" = yes ]; then
   # The core compiled to wasm, in headless Chromium (wasm-bindgen-test).
-  CHROMEDRIVER=/usr/bin/chromedriver cargo test --target wasm32-unknown-unknown -p headprint-web --no-default-features --test wasm_ui
-  CHROMEDRIVER=/usr/bin/chromedriver cargo test --target wasm32-unknown-unknown -p headprint --no-default-features --test wasm_gemm
+  CHROMEDRIVER=/usr/bin/chromedriver cargo test --target wasm32-unknown-unknown -p headprint --no-default-features --test wasm_pipeline --test wasm_gemm
   # The built page, end to end (Playwright driving Debian's Chromium).
   scripts/e2e.sh
   # Seed 000's Pythia-1B at full size (a 2.09 GB random checkpoint written here): the CLI's

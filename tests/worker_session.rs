@@ -500,7 +500,8 @@ fn a_zeroed_head_reaches_the_page_as_an_error_in_its_own_cells() {
 /// scripts/evaluate_demo.py).
 #[test]
 fn the_demo_exercise_sheet_answers_are_what_the_demo_model_does() {
-    use headprint::probes::exercise::{Answer, Question};
+    use headprint::probes::exercise::Answer;
+    use headprint::probes::question::Question;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let demo = std::fs::read(root.join("public/models/nietzsche-char.safetensors")).unwrap();
     let torch: serde_json::Value =

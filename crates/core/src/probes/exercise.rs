@@ -10,38 +10,6 @@ use crate::probes::Suite;
 use crate::probes::suite::VerdictRow;
 use crate::{Error, Result};
 
-/// A prompt's question, about one head (`L{layer}H{head}`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Question {
-    /// Which key does `head` attend to most from the prompt's query? Answered with a position
-    /// (counted as the verdict table counts, from the BOS when one is prepended).
-    Attend { head: String },
-    /// Is `head` an induction head (mean induction score at or above the threshold)? Yes or no.
-    Induction { head: String },
-    /// Which token does `head`'s OV circuit promote most when it attends `after`? A token.
-    OvTop { head: String, after: String },
-}
-
-impl Question {
-    pub fn head(&self) -> &str {
-        match self {
-            Question::Attend { head } | Question::Induction { head } | Question::OvTop { head, .. } => head,
-        }
-    }
-
-    /// The question as the sheet asks it.
-    pub fn text(&self) -> String {
-        match self {
-            Question::Attend { head } => format!("Which key will {head} attend to most from the query?"),
-            Question::Induction { head } => format!("Is {head} an induction head?"),
-            Question::OvTop { head, after } => {
-                format!("Which token does the OV circuit of {head} promote most after attending `{after}`?")
-            }
-        }
-    }
-}
-
 /// A student's answer, or the model's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Answer {
@@ -106,33 +74,6 @@ impl Score {
     }
 }
 
-/// Checks a sheet's questions beyond what JSON parsing checks: each names a head written
-/// `L{layer}H{head}` and an OV question names a token. Whether the head exists is checked
-/// against the model when the question is answered.
-pub fn check_questions(suite: &Suite) -> Result<()> {
-    for prompt in &suite.prompts {
-        let Some(question) = &prompt.question else { continue };
-        let head = question.head().to_ascii_uppercase();
-        let well_formed = head
-            .strip_prefix('L')
-            .and_then(|rest| rest.split_once('H'))
-            .is_some_and(|(l, h)| l.parse::<usize>().is_ok() && h.parse::<usize>().is_ok());
-        if !well_formed {
-            return Err(Error::BadSuite(format!(
-                "prompt {}: the question's head `{}` is not written L<layer>H<head>",
-                prompt.id,
-                question.head()
-            )));
-        }
-        if let Question::OvTop { after, .. } = question
-            && after.is_empty()
-        {
-            return Err(Error::BadSuite(format!("prompt {}: the OV question's `after` token is empty", prompt.id)));
-        }
-    }
-    Ok(())
-}
-
 /// Share links hold a sheet this long at most (characters of the encoded sheet); a longer one
 /// is saved as a JSON file instead. 2000 characters keep the whole link within what every
 /// browser, chat program and QR code (version 40 holds 2953 bytes) carries.
@@ -165,6 +106,7 @@ pub fn decode_sheet(text: &str) -> Result<Suite> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probes::question::Question;
     use crate::probes::suite::{Attended, Verdict};
 
     fn sheet() -> Suite {

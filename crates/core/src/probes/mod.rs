@@ -4,6 +4,7 @@
 
 pub mod exercise;
 pub mod induction;
+pub mod question;
 pub mod suite;
 
 pub use induction::{FirstCopy, InductionReport, RepeatSource, induction_probe, random_first_copy};

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 use crate::analysis::HeadId;
 use crate::forward::{self, HeadOutputs};
 use crate::model::Weights;
-use crate::probes::exercise::{Question, check_questions};
 use crate::probes::induction::induction_cells;
+use crate::probes::question::Question;
 use crate::tokens::{Tokenizer, with_bos};
 use crate::{Error, Result};
 
@@ -53,7 +53,11 @@ impl Suite {
                 }
             }
         }
-        check_questions(&suite)?;
+        for prompt in &suite.prompts {
+            if let Some(question) = &prompt.question {
+                question.check(&prompt.id)?;
+            }
+        }
         Ok(suite)
     }
 

@@ -12,7 +12,8 @@ use super::state::{Ctx, Sequence};
 use headprint::analysis::HeadId;
 use headprint::figures::svg::{attention_legend, heatmap, key_picker, visible};
 use headprint::probes::Suite;
-use headprint::probes::exercise::{Answer, Question, Score};
+use headprint::probes::exercise::{Answer, Score};
+use headprint::probes::question::Question;
 use headprint::probes::suite::{Prompt, VerdictRow};
 use headprint::worker::protocol::{Reply, Request, Scored};
 
@@ -159,7 +160,7 @@ fn Exercise(prompt: Prompt, question: Question, outcomes: RwSignal<BTreeMap<Stri
             Err(e) => return Some(Err(e)),
         };
         Some(match &kind {
-            Question::Attend { .. } => verdict.get()?.map(Truth::Attend),
+            Question::Attend { .. } => verdict.get()?.map(Truth::Attend).map_err(|e| e.to_string()),
             Question::Induction { .. } => {
                 let loaded = ctx.loaded.get()?;
                 loaded
@@ -167,7 +168,7 @@ fn Exercise(prompt: Prompt, question: Question, outcomes: RwSignal<BTreeMap<Stri
                     .map(|s| Truth::Induction { score: s.induction_score, threshold: ctx.threshold.get() })
                     .ok_or_else(|| "the induction probe has no score for this head".to_string())
             }
-            Question::OvTop { .. } => ov_row.get()?.map(Truth::Ov),
+            Question::OvTop { .. } => ov_row.get()?.map(Truth::Ov).map_err(|e| e.to_string()),
         })
     };
     let truth = Signal::derive(truth);

@@ -300,7 +300,7 @@ pub fn HeadView() -> impl IntoView {
                 }
                 .into_any()
             }
-            Err(e) => view! { <p class="error-inline" id="ov-matrix-error">{e}</p> }.into_any(),
+            Err(e) => view! { <p class="error-inline" id="ov-matrix-error">{e.to_string()}</p> }.into_any(),
         })
     };
 
@@ -319,7 +319,7 @@ pub fn HeadView() -> impl IntoView {
                 </div>
             }
             .into_any(),
-            Err(e) => view! { <p class="error-inline">{e}</p> }.into_any(),
+            Err(e) => view! { <p class="error-inline">{e.to_string()}</p> }.into_any(),
         })
     };
 
@@ -331,7 +331,7 @@ pub fn HeadView() -> impl IntoView {
                 let text = format!("attending `{}` {verb} `{}` by {amount}", visible(&from), visible(&to));
                 view! { <p class="pair-result" id="pair-result">{text}</p> }.into_any()
             }
-            Err(e) => view! { <p class="pair-result error-inline" id="pair-result">{e}</p> }.into_any(),
+            Err(e) => view! { <p class="pair-result error-inline" id="pair-result">{e.to_string()}</p> }.into_any(),
         })
     };
 
@@ -350,7 +350,7 @@ pub fn HeadView() -> impl IntoView {
                 </div>
             }
             .into_any(),
-            Err(e) => view! { <p class="error-inline">{e}</p> }.into_any(),
+            Err(e) => view! { <p class="error-inline">{e.to_string()}</p> }.into_any(),
         })
     };
 

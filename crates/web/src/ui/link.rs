@@ -140,7 +140,7 @@ fn report_after_load(ctx: Ctx, message: String) {
         if reported == Some(true) || ctx.loaded.with(Option::is_none) {
             return reported.unwrap_or(false);
         }
-        ctx.error.set(Some(message.clone()));
+        ctx.show_error(message.clone());
         true
     });
 }

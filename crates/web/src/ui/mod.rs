@@ -18,6 +18,7 @@ mod print;
 mod probes;
 mod requested;
 pub mod state;
+mod workers;
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
@@ -50,7 +51,7 @@ fn load_user_files(ctx: Ctx, files: Vec<web_sys::File>) {
         None => files.iter().map(|f| f.name()).collect::<Vec<_>>().join(", "),
     };
     let named = files.into_iter().map(|f| (f.name(), f.unchecked_into::<web_sys::Blob>())).collect();
-    spawn_local(state::load(ctx, label, false, client::ModelSource::files(named)));
+    spawn_local(state::load(ctx, label, false, workers::ModelSource::files(named)));
 }
 
 fn load_default(ctx: Ctx) {
@@ -59,10 +60,10 @@ fn load_default(ctx: Ctx) {
         match browser::fetch_blob(DEFAULT_MODEL_URL).await {
             Ok(blob) => {
                 let name = DEFAULT_MODEL_URL.rsplit('/').next().unwrap_or(DEFAULT_MODEL_URL).to_string();
-                state::load(ctx, name.clone(), true, client::ModelSource::files(vec![(name, blob)])).await;
+                state::load(ctx, name.clone(), true, workers::ModelSource::files(vec![(name, blob)])).await;
             }
             Err(message) => {
-                ctx.error.set(Some(format!("Could not fetch the demo model: {message}")));
+                ctx.show_error(format!("Could not fetch the demo model: {message}"));
                 ctx.busy.set(None);
             }
         }
@@ -71,7 +72,7 @@ fn load_default(ctx: Ctx) {
 
 /// Connects the worker's progress, memory and trouble reports to the page.
 fn connect_worker(ctx: Ctx) {
-    client::set_hooks(client::Hooks {
+    workers::set_hooks(workers::Hooks {
         on_progress: Box::new(move |mut progress| {
             // A load fills the preview grid (a raw fingerprint of the shown model does not).
             if ctx.loading.with_untracked(Option::is_some) {
@@ -81,11 +82,11 @@ fn connect_worker(ctx: Ctx) {
             ctx.progress.set(Some(progress));
         }),
         on_memory: Box::new(move |bytes| ctx.worker_memory.set(bytes)),
-        on_trouble: Box::new(move |message| ctx.error.set(Some(message))),
+        on_trouble: Box::new(move |message| ctx.show_error(message)),
         on_hashing: Box::new(move |progress| ctx.hashing.set(progress)),
     });
     // Start the worker (and its copy of the wasm) while the demo model downloads.
-    client::warm_up();
+    workers::warm_up();
 }
 
 /// Stops the running work: the analysis worker is replaced when it was busy (the shown model
@@ -95,9 +96,9 @@ fn cancel(ctx: Ctx) {
         || ctx.progress.get_untracked().is_some()
         || ctx.running.with_untracked(|r| !r.is_empty());
     if analysing {
-        client::restart(client::CANCELLED);
+        client::restart(workers::Failure::Cancelled);
     }
-    client::cancel_hashing();
+    workers::cancel_hashing();
     ctx.progress.set(None);
     ctx.busy.set(None);
     ctx.hashing.set(None);
@@ -247,7 +248,7 @@ fn App() -> impl IntoView {
             <footer>
                 "Everything runs in this tab; no file leaves your computer. Drop model files anywhere on the page. "
                 <span id="worker-memory">
-                    {move || ctx.worker_memory.with(client::Memory::describe)}
+                    {move || ctx.worker_memory.with(workers::Memory::describe)}
                 </span>
             </footer>
         </div>
@@ -530,7 +531,7 @@ fn ModelBar() -> impl IntoView {
                     .map(|e| {
                         view! {
                             <p class="error" id="load-error" role="alert">
-                                {e}
+                                {e.text}
                                 <button class="dismiss" on:click=move |_| ctx.error.set(None)>
                                     "×"
                                 </button>

@@ -18,8 +18,7 @@ use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
-use super::client::{self, ModelSource};
-use crate::worker_host::js_message;
+use super::workers::{self, Failure, ModelSource};
 use headprint::analysis::circuits::{Grams, segment_rows};
 use headprint::analysis::{Mode, ModelFingerprint};
 use headprint::backend::{BackendChoice, BackendInfo};
@@ -57,12 +56,12 @@ struct Run {
 impl Run {
     fn report(&self, progress: Progress) {
         if self.shows_progress {
-            client::report(progress);
+            workers::report(progress);
         }
     }
 
-    async fn send(&self, worker: usize, request: Request, files: &ModelSource) -> Result<Reply, String> {
-        client::send_to(worker, request, files, self.shows_progress && worker == 0, self.generation).await
+    async fn send(&self, worker: usize, request: Request, files: &ModelSource) -> Result<Reply, Failure> {
+        workers::send_to(worker, request, files, self.shows_progress && worker == 0, self.generation).await
     }
 }
 
@@ -70,26 +69,26 @@ fn now() -> f64 {
     web_sys::window().and_then(|w| w.performance()).map_or(0.0, |p| p.now())
 }
 
-fn unexpected(what: &str) -> String {
-    format!("a worker gave an unexpected answer to {what}")
+fn unexpected(what: &str) -> Failure {
+    Failure::Failed(format!("a worker gave an unexpected answer to {what}"))
 }
 
 /// Runs `work(worker)` on every worker at once; the first error (a cancel is one) is the
 /// result, and `work` should stop taking parts once a `failed` flag is set.
-async fn on_every_worker<F, Fut>(workers: usize, work: F) -> Result<(), String>
+async fn on_every_worker<F, Fut>(workers: usize, work: F) -> Result<(), Failure>
 where
     F: Fn(usize) -> Fut,
-    Fut: Future<Output = Result<(), String>> + 'static,
+    Fut: Future<Output = Result<(), Failure>> + 'static,
 {
     let promises: js_sys::Array = (0..workers)
         .map(|w| {
             let part = work(w);
             JsValue::from(wasm_bindgen_futures::future_to_promise(async move {
-                part.await.map(|()| JsValue::UNDEFINED).map_err(|e| JsValue::from_str(&e))
+                part.await.map(|()| JsValue::UNDEFINED).map_err(|e| e.to_js())
             }))
         })
         .collect();
-    JsFuture::from(js_sys::Promise::all(&promises)).await.map(|_| ()).map_err(|e| js_message(&e))
+    JsFuture::from(js_sys::Promise::all(&promises)).await.map(|_| ()).map_err(|e| Failure::from_js(&e))
 }
 
 /// Opens the model on the lead, then on as many helpers as the estimates let the pool use, and
@@ -101,8 +100,8 @@ pub async fn open(
     files: ModelSource,
     shows_progress: bool,
     backend: BackendChoice,
-) -> Result<OpenModel, String> {
-    let generation = client::generation();
+) -> Result<OpenModel, Failure> {
+    let generation = workers::generation();
     let mut run = Run { model, workers: 1, generation, shows_progress };
     let mut timings = Vec::new();
     let started = now();
@@ -110,7 +109,7 @@ pub async fn open(
     let Reply::Opened { info, tied, segments, lead_bytes, helper_bytes } = run.send(0, open, &files).await? else {
         return Err(unexpected("opening the model"));
     };
-    run.workers = pool_workers(client::pool_size(), lead_bytes, helper_bytes);
+    run.workers = pool_workers(workers::pool_size(), lead_bytes, helper_bytes);
     // Helpers open the commit the lead opened, never the branch again (a push meanwhile
     // would mix two versions in one result).
     let mut files = files;
@@ -188,8 +187,8 @@ async fn share_out(
     run: Run,
     parts: usize,
     ask: impl Fn(usize) -> Request + 'static,
-    take: impl FnMut(usize, Reply) -> Result<(), String> + 'static,
-) -> Result<(), String> {
+    take: impl FnMut(usize, Reply) -> Result<(), Failure> + 'static,
+) -> Result<(), Failure> {
     struct Queue {
         next: usize,
         failed: bool,
@@ -223,7 +222,7 @@ async fn share_out(
 }
 
 /// The Grams from every segment, asked for by whichever worker is free, summed in order.
-async fn grams(run: Run, config: &ModelConfig, tied: bool, segments: usize) -> Result<Grams, String> {
+async fn grams(run: Run, config: &ModelConfig, tied: bool, segments: usize) -> Result<Grams, Failure> {
     let (vocab, model, stage) = (config.vocab, run.model, gram_stage(tied));
     run.report(Progress::new(stage, 0, vocab as u64));
     let sum = Rc::new(RefCell::new((GramSum::new(config.d_model, tied, segments), 0)));
@@ -244,13 +243,14 @@ async fn grams(run: Run, config: &ModelConfig, tied: bool, segments: usize) -> R
         },
     )
     .await?;
-    let (sum, _) = Rc::try_unwrap(sum).map_err(|_| "the Gram sum is still shared".to_string())?.into_inner();
-    sum.finish().map_err(|e| e.to_string())
+    let (sum, _) =
+        Rc::try_unwrap(sum).map_err(|_| Failure::Failed("the Gram sum is still shared".into()))?.into_inner();
+    Ok(sum.finish()?)
 }
 
 /// Every head in one mode, a layer at a time from whichever worker is free; each layer's heads
 /// fill the grid as they come.
-async fn heads(run: Run, pooled: &Pooled, mode: Mode) -> Result<ModelFingerprint, String> {
+async fn heads(run: Run, pooled: &Pooled, mode: Mode) -> Result<ModelFingerprint, Failure> {
     let config = &pooled.config;
     let (layers, per_layer, model) = (config.layers, config.heads, run.model);
     // Grams made on a GPU: each worker runs its layers' products on its own device too.
@@ -272,12 +272,13 @@ async fn heads(run: Run, pooled: &Pooled, mode: Mode) -> Result<ModelFingerprint
             let (collected, done) = &mut *collecting.borrow_mut();
             *done += heads.len();
             run.report(Progress { stage: stage.clone(), done: *done as u64, total, grid, heads: heads.clone() });
-            collected.add(layer, heads).map_err(|e| e.to_string())
+            Ok(collected.add(layer, heads)?)
         },
     )
     .await?;
-    let (collected, _) = Rc::try_unwrap(collected).map_err(|_| "the heads are still shared".to_string())?.into_inner();
-    collected.finish(config, pooled.parameters, &pooled.backend, mode).map_err(|e| e.to_string())
+    let (collected, _) =
+        Rc::try_unwrap(collected).map_err(|_| Failure::Failed("the heads are still shared".into()))?.into_inner();
+    Ok(collected.finish(config, pooled.parameters, &pooled.backend, mode)?)
 }
 
 /// A whole load, as one worker's `Load { analyse: true }` answers it: open, Grams and folded
@@ -288,7 +289,7 @@ pub async fn analyse(
     files: ModelSource,
     prepend_bos: bool,
     backend: BackendChoice,
-) -> Result<Reply, String> {
+) -> Result<Reply, Failure> {
     let OpenModel { info, run, mut timings } = open(model, names, files, true, backend).await?;
     let pooled = pooled(model)?;
 
@@ -305,7 +306,7 @@ pub async fn analyse(
 
 /// An induction probe with its sequences shared out, one share to each worker (the lead's
 /// progress is the one shown), averaged in sequence order.
-async fn probe(run: Run, sequence: ProbeSequence, prepend_bos: bool) -> Result<InductionRun, String> {
+async fn probe(run: Run, sequence: ProbeSequence, prepend_bos: bool) -> Result<InductionRun, Failure> {
     let shares = run.workers.min(sequence.count()).max(1);
     let collected = Rc::new(RefCell::new(vec![None; shares]));
     let model = run.model;
@@ -321,26 +322,31 @@ async fn probe(run: Run, sequence: ProbeSequence, prepend_bos: bool) -> Result<I
         }
     })
     .await?;
-    let collected = Rc::try_unwrap(collected).map_err(|_| "the probe's shares are still shared".to_string())?;
+    let collected =
+        Rc::try_unwrap(collected).map_err(|_| Failure::Failed("the probe's shares are still shared".into()))?;
     let shares = collected.into_inner().into_iter().collect::<Option<Vec<_>>>();
-    Ok(combine_induction(shares.ok_or("a share of the induction probe did not come back")?))
+    Ok(combine_induction(
+        shares.ok_or_else(|| Failure::Failed("a share of the induction probe did not come back".into()))?,
+    ))
 }
 
 /// The induction probe on other sequences of a held model, across the pool.
-pub async fn induction(model: ModelId, sequence: ProbeSequence, prepend_bos: bool) -> Result<Reply, String> {
+pub async fn induction(model: ModelId, sequence: ProbeSequence, prepend_bos: bool) -> Result<Reply, Failure> {
     let pooled = pooled(model)?;
-    let run = Run { model, workers: pooled.workers, generation: client::generation(), shows_progress: true };
+    let run = Run { model, workers: pooled.workers, generation: workers::generation(), shows_progress: true };
     Ok(Reply::Induction(probe(run, sequence, prepend_bos).await?))
 }
 
-fn pooled(model: ModelId) -> Result<Pooled, String> {
-    MODELS.with_borrow(|m| m.get(&model).cloned()).ok_or_else(|| format!("model {model} is not loaded in the workers"))
+fn pooled(model: ModelId) -> Result<Pooled, Failure> {
+    MODELS
+        .with_borrow(|m| m.get(&model).cloned())
+        .ok_or_else(|| Failure::Failed(format!("model {model} is not loaded in the workers")))
 }
 
 /// Every head of a held model in one mode (raw mode, when first shown), across the pool.
-pub async fn fingerprint(model: ModelId, mode: Mode) -> Result<Reply, String> {
+pub async fn fingerprint(model: ModelId, mode: Mode) -> Result<Reply, Failure> {
     let pooled = pooled(model)?;
-    let run = Run { model, workers: pooled.workers, generation: client::generation(), shows_progress: true };
+    let run = Run { model, workers: pooled.workers, generation: workers::generation(), shows_progress: true };
     let started = now();
     let fingerprint = heads(run, &pooled, mode).await?;
     let timing = Timing { step: format!("fingerprint {}", mode.name()), ms: now() - started };
@@ -348,9 +354,9 @@ pub async fn fingerprint(model: ModelId, mode: Mode) -> Result<Reply, String> {
 }
 
 /// Drops a model from every worker that holds it.
-pub async fn forget(model: ModelId) -> Result<Reply, String> {
+pub async fn forget(model: ModelId) -> Result<Reply, Failure> {
     let workers = MODELS.with_borrow_mut(|m| m.remove(&model)).map_or(1, |p| p.workers);
-    let run = Run { model, workers, generation: client::generation(), shows_progress: false };
+    let run = Run { model, workers, generation: workers::generation(), shows_progress: false };
     on_every_worker(workers, |w| async move {
         run.send(w, Request::Forget { model }, &ModelSource::default()).await.map(|_| ())
     })

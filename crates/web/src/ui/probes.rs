@@ -8,12 +8,12 @@ use super::browser::{download_text, file_list, read_file};
 use std::sync::Arc;
 
 use super::canvas::{CanvasMatrix, HEATMAP_CANVAS_TOKENS, attention_matrix, use_canvas};
-use super::client;
 use super::exercises::Exercises;
 use super::export::ChartExport;
 use super::head::HeadSelect;
 use super::requested::requested;
 use super::state::Ctx;
+use super::workers::Failure;
 use headprint::analysis::HeadId;
 use headprint::figures::svg::{attention_legend, heatmap, visible};
 use headprint::probes::Suite;
@@ -26,7 +26,7 @@ fn attended(a: &Attended) -> String {
 }
 
 /// The shown head's attention pattern on `text`, asked of the worker.
-fn pattern_of(ctx: Ctx, text: impl Fn() -> String + 'static) -> ReadSignal<Option<Result<Pattern, String>>> {
+fn pattern_of(ctx: Ctx, text: impl Fn() -> String + 'static) -> ReadSignal<Option<Result<Pattern, Failure>>> {
     requested(
         move || {
             ctx.loaded.get().map(|l| Request::Pattern {
@@ -118,7 +118,7 @@ pub fn Probes() -> impl IntoView {
                 }
                 .into_any()
             }
-            Err(e) => view! { <p class="error-inline" id="prompt-error">{e}</p> }.into_any(),
+            Err(e) => view! { <p class="error-inline" id="prompt-error">{e.to_string()}</p> }.into_any(),
         })
     };
 
@@ -196,13 +196,13 @@ pub fn Probes() -> impl IntoView {
                 }
                 .into_any()
             }
-            Err(e) if e == client::CANCELLED => view! {
+            Err(Failure::Cancelled) => view! {
                 <p class="error-inline" id="verdict-error">
                     "Cancelled: the suite was not run. Choose it again to run it."
                 </p>
             }
             .into_any(),
-            Err(e) => view! { <p class="error-inline" id="verdict-error">{e}</p> }.into_any(),
+            Err(e) => view! { <p class="error-inline" id="verdict-error">{e.to_string()}</p> }.into_any(),
         })
     };
 

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::client;
 use super::state::Ctx;
+use super::workers::{Failure, ModelSource};
 use headprint::worker::protocol::{Reply, Request};
 
 static NEXT_TICKET: AtomicU64 = AtomicU64::new(1);
@@ -18,11 +19,11 @@ static NEXT_TICKET: AtomicU64 = AtomicU64::new(1);
 pub fn requested<T>(
     request: impl Fn() -> Option<Request> + 'static,
     read: fn(Reply) -> Option<T>,
-) -> ReadSignal<Option<Result<T, String>>>
+) -> ReadSignal<Option<Result<T, Failure>>>
 where
     T: Send + Sync + 'static,
 {
-    let answer = RwSignal::new(None::<Result<T, String>>);
+    let answer = RwSignal::new(None::<Result<T, Failure>>);
     let asked = StoredValue::new(0u64);
     Effect::new(move |_| {
         let Some(request) = request() else {
@@ -41,9 +42,9 @@ where
             _ => None,
         };
         spawn_local(async move {
-            let result = client::request(&request, &client::ModelSource::default())
-                .await
-                .and_then(|reply| read(reply).ok_or_else(|| "unexpected answer from the worker".to_string()));
+            let result = client::request(&request, &ModelSource::default()).await.and_then(|reply| {
+                read(reply).ok_or_else(|| Failure::Failed("unexpected answer from the worker".into()))
+            });
             if let Some((ctx, ticket)) = running {
                 ctx.running.try_update(|r| r.retain(|(t, _)| *t != ticket));
             }

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use leptos::prelude::*;
 
-use super::client::{self, ModelSource};
+use super::client;
+use super::workers::{self, Failure, ModelSource};
 use headprint::analysis::{Fingerprint, HeadFingerprint, HeadId, Mode, ModelFingerprint};
 use headprint::backend::BackendChoice;
 use headprint::compare::{ComparisonRow, INDUCTION_HEAD_THRESHOLD};
@@ -279,9 +280,9 @@ pub struct Ctx {
     /// its grid filling in above the shown one's (a large model's probe can take many minutes).
     pub loading: RwSignal<Option<String>>,
     /// The worker's wasm memory (bytes; the peak so far).
-    pub worker_memory: RwSignal<client::Memory>,
+    pub worker_memory: RwSignal<workers::Memory>,
     /// The last load's error, shown until the next successful load.
-    pub error: RwSignal<Option<String>>,
+    pub error: RwSignal<Option<ErrorLine>>,
     /// The suite in the probes view (built-in or loaded).
     pub suite: RwSignal<Suite>,
     pub prompt: RwSignal<String>,
@@ -301,6 +302,24 @@ pub struct Ctx {
     pub hub: RwSignal<String>,
 }
 
+/// What the page's error line says, and whether it reports a load that failed: the next model
+/// shown clears that, but not other errors (a link's file that does not match, say).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ErrorLine {
+    pub text: String,
+    pub failed_load: bool,
+}
+
+impl Ctx {
+    pub fn show_error(&self, text: String) {
+        self.error.set(Some(ErrorLine { text, failed_load: false }));
+    }
+
+    fn show_failed_load(&self, text: String) {
+        self.error.set(Some(ErrorLine { text, failed_load: true }));
+    }
+}
+
 impl Default for Ctx {
     fn default() -> Self {
         Ctx {
@@ -316,7 +335,7 @@ impl Default for Ctx {
             running: RwSignal::new(Vec::new()),
             preview: RwSignal::new(None),
             loading: RwSignal::new(None),
-            worker_memory: RwSignal::new(client::Memory::default()),
+            worker_memory: RwSignal::new(workers::Memory::default()),
             error: RwSignal::new(None),
             suite: RwSignal::new(Suite::builtin("bracket").expect("built-in suite")),
             prompt: RwSignal::new(DEFAULT_PROMPT.to_string()),
@@ -370,7 +389,7 @@ pub async fn load(ctx: Ctx, label: String, demo: bool, files: ModelSource) {
     // GPT-2-sized grid came 30% later), and nothing on screen needs the hash before then.
     let identity = RwSignal::new(Identity::Pending);
     let link = files.link.clone();
-    let fetched_before = client::fetched();
+    let fetched_before = workers::fetched();
     let reply =
         client::request(&Request::Load { model: id, names, analyse: true, prepend_bos, backend, link }, &files).await;
     match reply {
@@ -379,7 +398,7 @@ pub async fn load(ctx: Ctx, label: String, demo: bool, files: ModelSource) {
             let origin = match (&files.link, &info.link) {
                 (Some(source), Some(opened)) => {
                     let hub = (source.hub != HUB_ENDPOINT).then(|| source.hub.clone());
-                    Origin::Link { pinned: opened.pinned.clone(), hub, fetched: client::fetched() - fetched_before }
+                    Origin::Link { pinned: opened.pinned.clone(), hub, fetched: workers::fetched() - fetched_before }
                 }
                 _ if demo => Origin::Demo,
                 _ => Origin::Local { name: label.clone(), sha256: identity },
@@ -412,17 +431,17 @@ pub async fn load(ctx: Ctx, label: String, demo: bool, files: ModelSource) {
             }
             show(ctx, loaded, files);
         }
-        Ok(_) => ctx.error.set(Some(format!("Could not load {label}: the worker gave an unexpected answer"))),
+        Ok(_) => ctx.show_failed_load(format!("Could not load {label}: the worker gave an unexpected answer")),
         Err(message) => {
             let kept = ctx.loaded.with_untracked(|l| l.as_ref().map(|l| l.name.clone()));
             let tail = match kept {
                 Some(name) => format!(" (still showing {name})"),
                 None => String::new(),
             };
-            if message == client::CANCELLED {
-                ctx.error.set(Some(format!("Cancelled: {label} was not loaded{tail}.")));
+            if message == Failure::Cancelled {
+                ctx.show_error(format!("Cancelled: {label} was not loaded{tail}."));
             } else {
-                ctx.error.set(Some(format!("Could not load {label}: {message}{tail}")));
+                ctx.show_failed_load(format!("Could not load {label}: {message}{tail}"));
             }
             // The worker holds nothing for a failed load; nothing to forget.
         }
@@ -439,7 +458,7 @@ pub async fn load(ctx: Ctx, label: String, demo: bool, files: ModelSource) {
 pub async fn load_link(ctx: Ctx, text: String) {
     let text = text.trim().to_string();
     if let Err(e) = ModelLink::parse(&text) {
-        ctx.error.set(Some(format!("Could not open {text}: {e}")));
+        ctx.show_error(format!("Could not open {text}: {e}"));
         return;
     }
     let source = ModelSource::link(LinkSource { link: text.clone(), hub: ctx.hub.get_untracked() });
@@ -480,7 +499,7 @@ fn show(ctx: Ctx, loaded: Loaded, files: ModelSource) {
     ctx.compared.update(|rows| rows.push(row));
     ctx.head.set(head);
     ctx.loaded.set(Some(Arc::new(loaded)));
-    if ctx.error.with_untracked(|e| e.as_ref().is_some_and(|e| e.starts_with("Could not load"))) {
+    if ctx.error.with_untracked(|e| e.as_ref().is_some_and(|e| e.failed_load)) {
         ctx.error.set(None);
     }
 }
@@ -488,10 +507,10 @@ fn show(ctx: Ctx, loaded: Loaded, files: ModelSource) {
 /// Computes local files' SHA-256 in the hashing worker; a share link that waits for a file is
 /// checked once it is known (if its model is shown by then; else `show` checks it).
 async fn identify_files(ctx: Ctx, files: ModelSource, identity: RwSignal<Identity>) {
-    let result = client::identify(&files).await;
+    let result = workers::identify(&files).await;
     identity.set(match result {
         Ok(hex) => Identity::Known(hex),
-        Err(message) => Identity::Failed(message),
+        Err(failure) => Identity::Failed(failure.to_string()),
     });
     let shown = ctx.loaded.with_untracked(|l| {
         l.as_ref().is_some_and(|l| matches!(&l.origin, Origin::Local { sha256, .. } if *sha256 == identity))
@@ -508,12 +527,12 @@ fn check_awaited(ctx: Ctx, sha256: &str) {
         ctx.awaited.set(None);
         ctx.linked_head.set(None);
     } else {
-        ctx.error.set(Some(format!(
+        ctx.show_error(format!(
             "The link was made with {} (SHA-256 {}…), but this file's SHA-256 is {}…: it is not the same file.",
             awaited.name,
             awaited.sha256_prefix,
             &sha256[..awaited.sha256_prefix.len().min(sha256.len())]
-        )));
+        ));
     }
 }
 
@@ -536,7 +555,7 @@ pub async fn ensure_text_run(ctx: Ctx) {
             match client::request(&request, &ModelSource::default()).await {
                 Ok(Reply::Induction(run)) => run,
                 Ok(_) => InductionRun { sequence: describe(), report: Err("unexpected answer".into()) },
-                Err(e) => InductionRun { sequence: describe(), report: Err(e) },
+                Err(e) => InductionRun { sequence: describe(), report: Err(e.to_string()) },
             }
         }
         Err(e) => InductionRun { sequence: "held-out text".into(), report: Err(e) },
@@ -565,7 +584,7 @@ pub async fn ensure_bos(ctx: Ctx) {
     let run = match client::request(&request, &ModelSource::default()).await {
         Ok(Reply::Induction(run)) => run,
         Ok(_) => InductionRun { sequence: sequence.describe(None), report: Err("unexpected answer".into()) },
-        Err(e) => InductionRun { sequence: sequence.describe(None), report: Err(e) },
+        Err(e) => InductionRun { sequence: sequence.describe(None), report: Err(e.to_string()) },
     };
     ctx.busy.set(None);
     attach(ctx, loaded.id, |l| l.rerun(run, prepend_bos));
@@ -599,9 +618,9 @@ pub async fn ensure_raw(ctx: Ctx) {
         Ok(Reply::Fingerprint { fingerprint, timing }) => {
             attach(ctx, loaded.id, |l| l.with(Some(*fingerprint), None, Some(timing)))
         }
-        Ok(_) => ctx.error.set(Some("Raw mode: unexpected answer from the worker".into())),
-        Err(e) if e == client::CANCELLED => ctx.mode.set(Mode::Folded),
-        Err(e) => ctx.error.set(Some(format!("Raw mode could not be computed: {e}"))),
+        Ok(_) => ctx.show_error("Raw mode: unexpected answer from the worker".into()),
+        Err(Failure::Cancelled) => ctx.mode.set(Mode::Folded),
+        Err(e) => ctx.show_error(format!("Raw mode could not be computed: {e}")),
     }
 }
 

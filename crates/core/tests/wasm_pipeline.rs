@@ -1,5 +1,5 @@
 //! Browser tests (wasm-bindgen-test): the core's pipeline as the page runs it, in wasm, and
-//! the page's chart builders. `CHROMEDRIVER=/usr/bin/chromedriver cargo test --target wasm32-unknown-unknown --no-default-features --test wasm_ui`
+//! the page's chart builders. `CHROMEDRIVER=/usr/bin/chromedriver cargo test --target wasm32-unknown-unknown -p headprint --no-default-features --test wasm_pipeline`
 #![cfg(target_arch = "wasm32")]
 
 use headprint::analysis::circuits::{Grams, HeadWeights};
@@ -9,7 +9,7 @@ use headprint::backend::Backend;
 use headprint::model::{LoadParts, Model, ModelStream, Weights};
 use headprint::probes::{Suite, verdict_table};
 use headprint::tokens::Tokenizer;
-use headprint::ui::svg;
+use headprint::figures::svg;
 use headprint::weights::{ByteSource, MemorySource, ModelFiles};
 use wasm_bindgen_test::*;
 
