@@ -21,8 +21,8 @@ if [ "$page_tests" = yes ]; then
   CHROMEDRIVER=/usr/bin/chromedriver cargo test --target wasm32-unknown-unknown -p headprint --no-default-features --test wasm_gemm
   # The built page, end to end (Playwright driving Debian's Chromium).
   scripts/e2e.sh
-  # Seed 000's Pythia-1B at full size (a 2.09 GB random checkpoint written here): the CLI's
-  # fingerprint checked against float64 numpy on three heads, and the tab from the file input to
-  # the grid and the probe within 1.5 GB of worker memory (about 4 minutes here).
+  # The spectral-fingerprint study's Pythia-1B at full size (a random checkpoint written here):
+  # the CLI's fingerprint checked against float64 numpy on three heads, and the tab from the file
+  # input to the grid and the probe within 1.5 GB of worker memory.
   BIG_RESULTS=target/big-models-tab.json scripts/big_models.sh
 fi

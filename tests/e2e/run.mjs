@@ -893,7 +893,7 @@ await test('backend=cpu in a link computes on the CPU and says so', async () => 
 
 await test("backend=gpu runs on SwiftShader's WebGPU and matches the CPU", async () => {
   // A second browser with WebGPU on SwiftShader (a software adapter, so only a forced `gpu`
-  // takes it; see /work/shared/spec/toolchain.md for the flags).
+  // takes it; the flags below ask Chromium for it).
   const args = CHROMIUM_ARGS.filter((a) => a !== '--disable-gpu').concat(['--enable-unsafe-webgpu', '--use-webgpu-adapter=swiftshader']);
   const gpuBrowser = await chromium.launch({ executablePath: chromiumPath, args });
   try {

@@ -120,10 +120,10 @@ impl Tokenizer {
         }
     }
 
-    /// The ids random probe tokens are drawn from (spec section 4): the tokens the tokenizer
-    /// knows, without its special tokens and without embedding rows past its vocabulary (Pythia
-    /// pads its embedding from 50277 to 50304 rows that training never touched). Without a
-    /// tokenizer, every row but the ids config.json names special.
+    /// The ids random probe tokens are drawn from (docs/methods.md#5-probes-running-the-model): the
+    /// tokens the tokenizer knows, without its special tokens and without embedding rows past its
+    /// vocabulary (Pythia pads its embedding from 50277 to 50304 rows that training never touched).
+    /// Without a tokenizer, every row but the ids config.json names special.
     pub fn ordinary_ids(&self, model: &(impl Weights + ?Sized)) -> Vec<usize> {
         let rows = model.config().vocab;
         let mut excluded = self.special_ids();
@@ -147,7 +147,8 @@ impl Tokenizer {
 /// preference when config.json names none.
 const BOS_NAMES: [&str; 4] = ["<|begin_of_text|>", "<s>", "<bos>", "<|endoftext|>"];
 
-/// The token prepended to probes and prompts (spec section 4, "BOS"), and where it came from.
+/// The token prepended to probes and prompts (docs/methods.md#1-conventions, "BOS"), and where it
+/// came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Bos {
     pub id: usize,

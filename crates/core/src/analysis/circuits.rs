@@ -1,7 +1,7 @@
-//! The weight-space circuits of every head (spec section 1), in f64, with LayerNorm folded
-//! the way TransformerLens's `fold_ln=True` does (`center_writing_weights=False,
-//! center_unembed=False`) or raw. The three d_model x d_model Gram matrices of the embedding
-//! and unembedding are computed once per model; every head then costs O(d_model² · d_head).
+//! The weight-space circuits of every head (docs/methods.md#2-circuits-of-one-head), in f64, with
+//! LayerNorm folded the way TransformerLens's `fold_ln=True` does (`center_writing_weights=False,
+//! center_unembed=False`) or raw. The three d_model x d_model Gram matrices of the embedding and
+//! unembedding are computed once per model; every head then costs O(d_model² · d_head).
 
 use std::sync::Arc;
 

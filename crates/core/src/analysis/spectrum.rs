@@ -1,8 +1,8 @@
-//! The fingerprint of one circuit `M = A B` from three small matrices (spec section 2):
-//! `B A` (whose eigenvalues are M's non-zero ones), `A^T A` and `B B^T`. Nothing here is ever
-//! larger than d_head x d_head, and every decomposition is bounded (nalgebra's run under an
-//! iteration cap, faer's return an error on non-convergence or, for its eigendecomposition, are
-//! checked by their residuals: none loops).
+//! The fingerprint of one circuit `M = A B` from three small matrices
+//! (docs/methods.md#3-the-fingerprint-of-a-circuit): `B A` (whose eigenvalues are M's non-zero
+//! ones), `A^T A` and `B B^T`. Nothing here is ever larger than d_head x d_head, and every
+//! decomposition is bounded (nalgebra's run under an iteration cap, faer's return an error on
+//! non-convergence or, for its eigendecomposition, are checked by their residuals: none loops).
 
 use faer::Mat;
 use faer::c64;
@@ -152,9 +152,9 @@ impl Factored {
     }
 }
 
-/// `R` and `R^+` with `R^T R = A^T A` (spec section 2), R of full row rank and spanning the
-/// directions of A's range: those whose eigenvalue of `A^T A` is above `RANK_TOLERANCE` of the
-/// largest.
+/// `R` and `R^+` with `R^T R = A^T A` (docs/methods.md#3-the-fingerprint-of-a-circuit, κ), R of
+/// full row rank and spanning the directions of A's range: those whose eigenvalue of `A^T A` is
+/// above `RANK_TOLERANCE` of the largest.
 ///
 /// Cholesky (`R = L^T`, upper triangular) when A has full rank beyond doubt: every eigenvalue of
 /// `A^T A` lies in `[1 / ‖R^-1‖_F², ‖R‖_F²]`, so when `1 / ‖R^-1‖_F² > RANK_TOLERANCE ‖R‖_F²`

@@ -177,8 +177,9 @@ fn square(values: Vec<f64>, n: usize) -> crate::Result<Vec<Vec<f64>>> {
     Ok(values.chunks(n.max(1)).map(<[f64]>::to_vec).collect())
 }
 
-/// The first copies of the induction probe's repeated sequences (spec section 4): `count`
-/// of them, seeds `seed, seed + 1, ...`; the scores are their means.
+/// The first copies of the induction probe's repeated sequences
+/// (docs/methods.md#5-probes-running-the-model): `count` of them, seeds `seed, seed + 1, ...`;
+/// the scores are their means.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ProbeSequence {
     /// `len` tokens drawn uniformly (seeded) from the tokenizer's ordinary vocabulary.
