@@ -1096,7 +1096,7 @@ def make_pythia_hub():
 
 def rope_inverse_frequencies():
     """transformers' own rotary inverse frequencies for each scaling headprint applies, the
-    reference for src/model's RopeScaling (checked in tests/hub_layouts.rs)."""
+    reference for crates/core/src/model's RopeScaling (checked in tests/hub_layouts.rs)."""
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 

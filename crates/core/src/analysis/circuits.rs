@@ -71,7 +71,7 @@ fn scale_rows(norm: &Norm, w: &mut DMatrix<f64>) {
 ///
 /// They are accumulated in f64 from f32 rows, a block at a time (each block's products on the
 /// CPU in f64, or on a GPU from split f32 parts with error-free sums, ~1e-11 of f64: see
-/// src/backend/products.wgsl), and every per-head product with them is f64. An f32 path was measured (tests/gram_precision.rs, vocabulary 50257):
+/// backend/products.wgsl), and every per-head product with them is f64. An f32 path was measured (tests/gram_precision.rs, vocabulary 50257):
 /// its Grams were within 2e-7 relative, but an embedding with a common direction (as trained
 /// ones have) makes `A^T A = W_V^T G_E W_V` ill-conditioned, and κ of the token-space OV circuit
 /// came out up to 3% off. In f64 the same comparison agrees to ~1e-10.
