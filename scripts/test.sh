@@ -12,8 +12,8 @@ cargo clippy --all-targets --release -- -D warnings
 cargo clippy --target wasm32-unknown-unknown -p headprint -p headprint-web --lib -- -D warnings
 cargo build --target wasm32-unknown-unknown -p headprint --lib
 cargo test --release
-# Every fuzz target replays its committed corpus and fuzzes 8 s (48 s in all; the instrumented
-# build is about 10 minutes cold): a parser that panics again on a known input shows here.
+# Every fuzz target replays its committed corpus and fuzzes 8 s (the instrumented build is slow
+# cold): a parser that panics again on a known input shows here.
 scripts/fuzz.sh --ci 8
 if [ "$page_tests" = yes ]; then
   # The core compiled to wasm, in headless Chromium (wasm-bindgen-test).

@@ -125,7 +125,7 @@ class MultiHeadAttention(nn.Module):
             return self.dropout(self.proj(out))
         # Fast path, identical maths to the per-head loop above: the heads' query/key/value
         # weights are concatenated so all heads run as one matmul and one fused causal
-        # attention (~25 % faster per step on 2 CPU threads). Parameters stay per head.
+        # attention, which is faster per step on CPU threads. Parameters stay per head.
         B, T, C = x.shape
         H = len(self.heads)
         hs = self.heads[0].key.weight.shape[0]

@@ -74,7 +74,8 @@ for (const dir of models) {
       const error = await page.$('#load-error');
       if (error) throw new Error(`load refused: ${await error.textContent()}`);
       result.loadWall = await page.evaluate(() => performance.now() - window.loadStarted);
-      // Above 256 heads the grid is a canvas (README "Dense views"), one cell per head.
+      // Above 256 heads the grid is a canvas, one cell per head
+      // (docs/page.md#dense-views-which-charts-are-svg-and-which-are-canvas).
       const canvas = await page.$('#head-grid-canvas');
       const cells = canvas
         ? +(await canvas.getAttribute('data-rows')) * +(await canvas.getAttribute('data-cols'))

@@ -20,9 +20,9 @@ impl Tokenizer {
     pub fn for_model(model: &(impl Weights + ?Sized), tokenizer_json: Option<&[u8]>) -> Result<Self> {
         if let Some(bytes) = tokenizer_json {
             // The tokenizers crate panics (an abort in the browser) on a decoder that is not
-            // valid JSON: check the whole file first (found by fuzzing). Every string is read in
-            // full: a syntax-only check (serde's IgnoredAny) passed bytes that are not UTF-8 and
-            // lone surrogate escapes, which panicked too (found by fuzzing again).
+            // valid JSON: check the whole file first (fuzz/fuzz_targets/tokenizer_json.rs). Every
+            // string is read in full: a syntax-only check (serde's IgnoredAny) would pass bytes
+            // that are not UTF-8 and lone surrogate escapes, on which the crate panics too.
             let text = std::str::from_utf8(bytes).map_err(|e| {
                 Error::Tokenizer(format!("tokenizer.json is not UTF-8 text (byte {} is not)", e.valid_up_to()))
             })?;

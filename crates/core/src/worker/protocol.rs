@@ -146,7 +146,7 @@ impl Reply {
     /// Takes out the numbers that travel beside this reply's JSON (a moved `Float64Array`,
     /// never text), if it carries any: the Grams' entries, an attention pattern's or an OV
     /// matrix's rows. As JSON numbers a 512-token pattern's 262k weights cost the page's main
-    /// thread over 150 ms to copy and parse (README "Dense views"); moved, they cost a copy.
+    /// thread a long frame to copy and parse; moved, they cost a copy.
     pub fn take_payload(&mut self) -> Option<Vec<f64>> {
         match self {
             Reply::GramSegment { grams, .. } | Reply::Grams { grams } => Some(std::mem::take(&mut grams.values)),

@@ -368,8 +368,8 @@ pub async fn load(ctx: Ctx, label: String, demo: bool, files: ModelSource) {
     let prepend_bos = ctx.prepend_bos.get_untracked();
     let backend = ctx.backend.get_untracked();
     // Local files are identified for share links in a second worker once the analysis is shown:
-    // hashing the whole file beside the analysis took a core from the pool (on two cores the
-    // GPT-2-sized grid came 30% later), and nothing on screen needs the hash before then.
+    // hashing the whole file beside the analysis would take a core from the pool and delay the
+    // grid, and nothing on screen needs the hash before then.
     let identity = RwSignal::new(Identity::Pending);
     let link = files.link.clone();
     let fetched_before = client::fetched();
