@@ -1,8 +1,8 @@
 //! Where a GPU product's time goes, and what the kernel could do instead: times the kernel of
-//! src/backend/products.wgsl alone (one large dispatch, inputs uploaded once, nothing read
-//! back) beside variants of it, with wgpu's runtime checks on and off, then whole products
+//! crates/core/src/backend/products.wgsl alone (one large dispatch, inputs uploaded once, nothing
+//! read back) beside variants of it, with wgpu's runtime checks on and off, then whole products
 //! through the backend (uploads, dispatches, read-back) on the same shape, against the CPU. A
-//! benchmark for a machine with a hardware GPU (issue 9), not a test; prints one JSON line per
+//! benchmark for a machine with a hardware GPU, not a test; prints one JSON line per
 //! measurement.
 //!
 //! cargo run --release --example gpu_kernels -- [SIZE] [REPEATS]   (SIZE: 4096, REPEATS: 3)

@@ -1,8 +1,8 @@
-//! The CPU's product shapes timed the ways they could be computed natively, to choose between
-//! them (`src/backend/cpu.rs`): a layer's `F [W_Q | W_K | W_V]` with the Gram's upper-triangular
-//! factor F (a full product, faer's triangular product, or panels of 128 rows from the diagonal
-//! on, as `upper_product`), and a head's small `A^T A` (a full `A^T A`, or the lower triangle
-//! only, as `gram`). Run: `cargo run --release --example products_bench [d_model]`.
+//! The CPU's product shapes timed the ways they could be computed natively, to choose between them
+//! (`crates/core/src/backend/cpu.rs`): a layer's `F [W_Q | W_K | W_V]` with the Gram's
+//! upper-triangular factor F (a full product, faer's triangular product, or panels of 128 rows from
+//! the diagonal on, as `upper_product`), and a head's small `A^T A` (a full `A^T A`, or the lower
+//! triangle only, as `gram`). Run: `cargo run --release --example products_bench [d_model]`.
 
 use faer::linalg::matmul::matmul;
 use faer::linalg::matmul::triangular::{BlockStructure, matmul as triangular};

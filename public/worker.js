@@ -1,6 +1,7 @@
 // The analysis worker (a module worker). It runs the page's own wasm: the page posts its
 // already compiled WebAssembly.Module first (so the worker does not compile 4 MB again), then
-// requests, which wait in a queue while the wasm starts. See src/worker/.
+// requests, which wait in a queue while the wasm starts. See crates/web/src/worker_host.rs (this
+// worker's browser side) and crates/core/src/worker/ (what it answers).
 import init, { worker_main } from './headprint-web.js';
 
 const waiting = [];

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Side-by-side benchmark: headprint vs TransformerLens 3.9 on a GPT-2-Small-shaped model.
 
-    .venv/bin/python scripts/bench.py            # prints a Markdown table for the README
+    .venv/bin/python scripts/bench.py            # prints a Markdown table for docs/benchmarks.md
 
 Both sides start from the same files (bench-data/gpt2-small: config.json + model.safetensors,
 random weights from `scripts/make_fixtures.py --gpt2-small`, made here if missing) and compute

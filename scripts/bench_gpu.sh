@@ -4,7 +4,7 @@
 # Llama-3.2-1B-shaped random checkpoints. One JSON line per model on stdout.
 # Usage: scripts/bench_gpu.sh [--gram-rows=N] [MODEL_DIR ...]
 # Default: GPT-2 Small over its whole vocabulary, then Llama-3.2-1B's Gram stage over its first
-# 8192 vocabulary rows (lavapipe would take ~15 minutes over all 128256).
+# 8192 vocabulary rows (lavapipe is far too slow for all 128256).
 # Make the checkpoints with scripts/make_fixtures.py --gpt2-small and scripts/make_big_models.py.
 #
 # scripts/bench_gpu.sh --tab [DIST]: the same comparison in the page instead (tests/e2e/bench_gpu.mjs):

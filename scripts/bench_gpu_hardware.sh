@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The native GPU benchmark on a machine with a hardware GPU (issue 9), in one run:
+# The native GPU benchmark on a machine with a hardware GPU, in one run:
 #   1. the Llama-3.2-1B- and Llama-3-8B-shaped random checkpoints are written if missing
 #      (scripts/make_big_models.py on all cores, into $BIG_MODELS);
 #   2. examples/bench_gpu on each: GPU and CPU side by side, stage by stage (Grams, layer

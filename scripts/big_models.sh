@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Seed 000's Pythia-1B at full size, end to end (issue 8): the checkpoint (random weights in the
-# hub's layout, f16, 2.09 GB) is written if missing, fingerprinted by the CLI and three heads
+# The spectral-fingerprint study's Pythia-1B at full size, end to end: the checkpoint (random
+# weights in the hub's layout, f16) is written if missing, fingerprinted by the CLI and three heads
 # checked against float64 numpy (scripts/check_big_model.py), then opened in the tab through the
 # file input (full grid, induction probe, one head's OV view) with the analysis worker's memory
 # asserted ≤ 1.5 GB from the page's own report (tests/e2e/big.mjs).

@@ -1,15 +1,15 @@
-// The dense views' longest frames, SVG against canvas, in one run of headless Chromium: a
-// 1024-head grid (a random gpt.py-layout model of 32 layers x 32 heads, d_model 64, so it loads
-// in seconds) and the 512 x 512 attention heatmap of a 512-token prompt (a second random model,
-// 2 layers x 4 heads, context 520: the forward pass keeps every head's pattern, which for 1024
-// heads at 512 tokens is over its 1 GiB bound; a character model has no BOS). Each view is drawn through each path, forced
-// by the page's `?render=` parameter: `svg` (today's inline SVG / HTML grid), `canvas` (one
-// ImageData for the cells, src/ui/canvas.rs) and `canvas-rects` (the cells as plotters
-// rectangles on the canvas, the slower way of filling them). For each it records the longest
-// long animation frame (Long Animation Frames API: frames over 50 ms, so 0 means none) and the
-// longest gap between requestAnimationFrame callbacks from the click that shows the view until
-// a second after it appeared, how long the click's own handlers ran (Event Timing; 0 when under
-// 16 ms, the API's least threshold) and how long the view took to appear.
+// The dense views' longest frames, SVG against canvas, in one run of headless Chromium: a 1024-head
+// grid (a random gpt.py-layout model of 32 layers x 32 heads, d_model 64, so it loads in seconds)
+// and the 512 x 512 attention heatmap of a 512-token prompt (a second random model, 2 layers x 4
+// heads, context 520: the forward pass keeps every head's pattern, which for 1024 heads at 512
+// tokens is over its 1 GiB bound; a character model has no BOS). Each view is drawn through each
+// path, forced by the page's `?render=` parameter: `svg` (inline SVG / an HTML grid), `canvas` (one
+// ImageData for the cells, crates/web/src/ui/canvas.rs) and `canvas-rects` (the cells as plotters
+// rectangles on the canvas, the slower way of filling them). For each it records the longest long
+// animation frame (Long Animation Frames API: frames over 50 ms, so 0 means none) and the longest
+// gap between requestAnimationFrame callbacks from the click that shows the view until a second
+// after it appeared, how long the click's own handlers ran (Event Timing; 0 when under 16 ms, the
+// API's least threshold) and how long the view took to appear.
 //
 // The machine's load average (1 min) is recorded before and after each view: the frames are
 // only comparable between runs on an equally quiet machine.

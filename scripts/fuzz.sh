@@ -9,10 +9,10 @@
 #   scripts/fuzz.sh --minimise                         merges fuzz/corpus/TARGET into the committed
 #                                                       fuzz/corpus-min/TARGET (libFuzzer -merge=1)
 #
-# Needs nightly Rust (scripts/setup.sh installs it) and builds every dependency instrumented the
-# way `cargo fuzz build -s none` does (about 10 minutes on a fresh machine, seconds after). The
-# long runs in README were `nice -n 19` and all six targets at once: see README "Fuzzing".
-# Seeds come from tests/fixtures, public/suites and fuzz/seeds; crashes land in fuzz/artifacts/TARGET/.
+# Needs nightly Rust (scripts/setup.sh installs it) and builds every dependency instrumented the way
+# `cargo fuzz build -s none` does (slow on a fresh machine, seconds after). The long runs behind the
+# committed corpora, and how they were run: docs/validation.md#fuzzing. Seeds come from
+# tests/fixtures, public/suites and fuzz/seeds; crashes land in fuzz/artifacts/TARGET/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 all=(model_files config_json tokenizer_json suite_json share_link worker_request)

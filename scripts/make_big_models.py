@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Write seed 000's models at full size with random weights, in the hub's real layouts.
+"""Write the spectral-fingerprint study's models at full size with random weights, in the hub's
+real layouts.
 
     .venv/bin/python scripts/make_big_models.py               # all three into bench-data/ (needs numpy)
     .venv/bin/python scripts/make_big_models.py --only pythia-1b --out /tmp/big

@@ -150,7 +150,8 @@ def fingerprint(A, B, tl_eigs, d_head):
     C = Q.conj().T @ V_top
     C = C / np.linalg.norm(C, axis=0, keepdims=True)
     kappa = float(np.linalg.cond(C))
-    # the same two numbers the way analyses.md computes them (small matrices only)
+    # the same two numbers the way docs/methods.md#3-the-fingerprint-of-a-circuit computes them
+    # (small matrices only)
     _, Vs = np.linalg.eig(R @ B @ Q)
     Vs = Vs / np.linalg.norm(Vs, axis=0, keepdims=True)
     CHECKS.upd("kappa_small_rel", abs(np.linalg.cond(Vs) - kappa) / kappa)
@@ -175,7 +176,7 @@ def tl_eigs(fm, d_head):
 
 
 def head_fingerprints(model):
-    """All heads of a (float64) TL model: the circuits of analyses.md section 1."""
+    """All heads of a (float64) TL model: the circuits of docs/methods.md#2-circuits-of-one-head."""
     cfg = model.cfg
     dh = cfg.d_head
     W_E = model.W_E.detach().double()
@@ -1020,8 +1021,9 @@ def make_llama():
 
 
 # --------------------------------------------------------------------------------------------
-# 6. Hub layouts of seed 000's models: an older-transformers Pythia file (f16, old config keys,
-#    the buffers it carries) and a Llama-3.2-style model (tied, bf16, head_dim, llama3 rope)
+# 6. Hub layouts of the spectral-fingerprint study's models: an older-transformers Pythia file
+#    (f16, old config keys, the buffers it carries) and a Llama-3.2-style model (tied, bf16,
+#    head_dim, llama3 rope)
 
 
 def make_pythia_hub():
@@ -1094,7 +1096,7 @@ def make_pythia_hub():
 
 def rope_inverse_frequencies():
     """transformers' own rotary inverse frequencies for each scaling headprint applies, the
-    reference for src/model's RopeScaling (checked in tests/hub_layouts.rs)."""
+    reference for crates/core/src/model's RopeScaling (checked in tests/hub_layouts.rs)."""
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
@@ -1311,8 +1313,8 @@ def planted_model():
 
 
 def spec_verdict_labels(chars, query, key):
-    """Every label of the spec (analyses.md section 4, verdict tables) that applies to `key`,
-    in the spec's order, for a prompt of single characters. Written from the spec's words."""
+    """Every verdict label (docs/methods.md#6-verdict-tables) that applies to `key`, in that
+    section's order, for a prompt of single characters. Written from its words."""
     found = []
     earlier = [j for j in range(query) if chars[j] == chars[query]]
     if earlier and key == max(earlier) + 1:

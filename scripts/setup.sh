@@ -23,7 +23,8 @@ if [ "${1:-}" = "--page" ]; then
   # The wasm-bindgen CLI must be exactly the library version in Cargo.lock, or Trunk downloads one.
   bindgen_version=$(grep -A1 '^name = "wasm-bindgen"$' Cargo.lock | sed -n 's/^version = "\(.*\)"/\1/p')
   if ! have trunk || ! trunk --version | grep -q "0.21.14"; then
-    # trunk 0.22 needs a newer rustc than this machine's; LTO off halves the build time.
+    # trunk 0.22 needs a newer rustc than the one the project is built and tested with; LTO off
+    # shortens the build.
     CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
       cargo install trunk --locked --version 0.21.14
   fi

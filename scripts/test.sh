@@ -12,16 +12,16 @@ cargo clippy --all-targets --release -- -D warnings
 cargo clippy --target wasm32-unknown-unknown -p headprint -p headprint-web --lib -- -D warnings
 cargo build --target wasm32-unknown-unknown -p headprint --lib
 cargo test --release
-# Every fuzz target replays its committed corpus and fuzzes 8 s (48 s in all; the instrumented
-# build is about 10 minutes cold): a parser that panics again on a known input shows here.
+# Every fuzz target replays its committed corpus and fuzzes 8 s (the instrumented build is slow
+# cold): a parser that panics again on a known input shows here.
 scripts/fuzz.sh --ci 8
 if [ "$page_tests" = yes ]; then
   # The core compiled to wasm, in headless Chromium (wasm-bindgen-test).
   CHROMEDRIVER=/usr/bin/chromedriver cargo test --target wasm32-unknown-unknown -p headprint --no-default-features --test wasm_pipeline --test wasm_gemm
   # The built page, end to end (Playwright driving Debian's Chromium).
   scripts/e2e.sh
-  # Seed 000's Pythia-1B at full size (a 2.09 GB random checkpoint written here): the CLI's
-  # fingerprint checked against float64 numpy on three heads, and the tab from the file input to
-  # the grid and the probe within 1.5 GB of worker memory (about 4 minutes here).
+  # The spectral-fingerprint study's Pythia-1B at full size (a random checkpoint written here):
+  # the CLI's fingerprint checked against float64 numpy on three heads, and the tab from the file
+  # input to the grid and the probe within 1.5 GB of worker memory.
   BIG_RESULTS=target/big-models-tab.json scripts/big_models.sh
 fi

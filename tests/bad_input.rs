@@ -457,7 +457,7 @@ fn a_run_that_would_keep_gigabytes_of_patterns_is_refused_before_it_allocates() 
 
 #[test]
 fn a_model_without_a_vocabulary_takes_prompts_and_suites_as_ids() {
-    // Found by the browser test of cancelling a suite: prompts took ids, suites refused them.
+    // Prompts and suites alike take ids: a model without a vocabulary has no other way in.
     let gpt2 = common::load("gpt2", LoadParts::Everything);
     let tokenizer = headprint::tokens::Tokenizer::for_model(&gpt2, None).unwrap();
     assert_eq!(tokenizer.encode(" 3, 1,4 ").unwrap(), [3, 1, 4]);

@@ -1,4 +1,4 @@
-//! The CLI contract (issue 2): JSON shapes that scripts rely on, and one-line errors.
+//! The CLI contract: JSON shapes that scripts rely on, and one-line errors.
 
 use crate::common;
 

@@ -1,4 +1,4 @@
-//! `headprint figure` (issue 11): the same figure is the same bytes every run, PNGs have their
+//! `headprint figure`: the same figure is the same bytes every run, PNGs have their
 //! stated size, and what is drawn is the data: each grid cell has the colour map's colour of that
 //! head's copying score from `fingerprint --json`, the scatter prints `compare --json`'s ρ, the swap
 //! figure outlines every induction cell, the verdict picture has a row per prompt. Errors are one line.

@@ -22,9 +22,9 @@ use nalgebra::DMatrix;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-/// Relative tolerance of the GPU's Gram matrices (per entry, see `assert_gram_close`). The issue
-/// asks for 1e-5; the split-product kernels give ~1e-11, and 1e-9 would catch a kernel that
-/// fell back to plain f32 sums (~1e-7).
+/// Relative tolerance of the GPU's Gram matrices (per entry, see `assert_gram_close`). The
+/// split-product kernels give ~1e-11, and 1e-9 would catch a kernel that fell back to plain f32
+/// sums (~1e-7).
 const GRAM_TOLERANCE: f64 = 1e-9;
 /// Relative tolerance of every fingerprint quantity computed through the GPU's Grams.
 const FINGERPRINT_TOLERANCE: f64 = 1e-4;

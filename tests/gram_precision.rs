@@ -1,11 +1,11 @@
 //! The Gram path at a real vocabulary size (50257, GPT-2's), against plain float64 loops: the
-//! Gram matrices from `Grams::compute` (f32 weights widened a block at a time, matrixmultiply's
-//! blocked gemm) against dot products summed one by one, and the token-space fingerprints of
-//! every head (OV and QK) against the same circuits built from those loop Grams.
+//! Gram matrices from `Grams::compute` (f32 weights widened a block at a time, the CPU
+//! backend's blocked gemm) against dot products summed one by one, and the token-space
+//! fingerprints of every head (OV and QK) against the same circuits built from those loop Grams.
 //!
-//! This test is why the Grams are f64: with f32 Grams and f32 per-head products, the same
-//! comparison gave Grams within 2e-7 but κ of the OV circuit up to 2.8e-2 off (eigenvalues
-//! 1.6e-5), because the embedding's common direction makes W_V^T G_E W_V ill-conditioned.
+//! This test is why the Grams are f64: with f32 Grams and f32 per-head products, the Grams stay
+//! close but κ of the OV circuit comes out percents off (docs/methods.md#1-conventions,
+//! Precision), because the embedding's common direction makes W_V^T G_E W_V ill-conditioned.
 
 use crate::common;
 

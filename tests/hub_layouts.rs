@@ -1,4 +1,4 @@
-//! The hub's real layouts of seed 000's models (issue: full-size models): an older-transformers
+//! The hub's real layouts of the spectral-fingerprint study's models: an older-transformers
 //! Pythia file with its buffers and old config keys, and a Llama-3.2-style model (tied, bf16,
 //! `head_dim`, llama3 rope scaling). Their fingerprints and forward passes are checked with the
 //! other families in tests/reference.rs; here, what is particular to the layouts.

@@ -1,4 +1,5 @@
-//! Properties of the spectral fingerprint that cannot hold by accident (spec section 2).
+//! Properties of the spectral fingerprint that cannot hold by accident
+//! (docs/methods.md#3-the-fingerprint-of-a-circuit).
 
 use headprint::analysis::Factored;
 use nalgebra::DMatrix;
@@ -79,7 +80,8 @@ fn fingerprint_is_gauge_invariant() {
         assert!((before.departure_from_normality - after.departure_from_normality).abs() < 1e-8);
         let (k1, k2) = (before.eigenvector_condition.unwrap(), after.eigenvector_condition.unwrap());
         assert!((k1 - k2).abs() < 1e-6 * k1, "trial {trial}: κ {k1} vs {k2}");
-        // The naive κ of the small matrix B A itself is not invariant: that is why the spec asks for this.
+        // The naive κ of the small matrix B A itself is not invariant: that is why κ is taken on
+        // the circuit itself (docs/methods.md#3-the-fingerprint-of-a-circuit).
     }
 }
 

@@ -1,7 +1,7 @@
-//! Verdict labels (spec section 4): each rule on hand-made token sequences, merged BPE tokens
-//! through a real byte-level tokenizer, and the built-in suites run for real on the planted
-//! induction model (tests/fixtures/gptchar-induction) against the Python reference of
-//! scripts/make_fixtures.py (PyTorch forward pass + labels written from the spec).
+//! Verdict labels (docs/methods.md#6-verdict-tables): each rule on hand-made token sequences,
+//! merged BPE tokens through a real byte-level tokenizer, and the built-in suites run for real on
+//! the planted induction model (tests/fixtures/gptchar-induction) against the Python reference of
+//! scripts/make_fixtures.py (PyTorch forward pass + labels written from that section's words).
 
 use crate::common;
 
@@ -35,7 +35,8 @@ fn sink(also: Option<Verdict>) -> Labels {
 #[test]
 fn position_zero_is_always_the_sink_with_its_other_label_beside_it() {
     use Verdict::*;
-    // C3-C6 of seed 003 start with `(`: attention on it is the sink, and also a bracket.
+    // C3-C6 of the character-transformer case study start with `(`: attention on it is the sink,
+    // and also a bracket.
     let c3 = chars("(a (b");
     assert_eq!(classify(&c3, 4, 0), sink(Some(OpenBracket)));
     assert_eq!(classify(&c3, 4, 3), only(OpenBracket));
@@ -68,7 +69,8 @@ fn the_induction_successor_follows_the_most_recent_occurrence() {
     let tokens = chars("ab ac a");
     assert_eq!(classify(&tokens, 6, 4).verdict, Verdict::InductionSuccessor);
     assert_eq!(classify(&tokens, 6, 1).verdict, Verdict::Other, "after an older occurrence");
-    // Seed 003's P3-A: `r` occurs at 3 and 5; the successor is `e` at 6, not `a` at 4.
+    // The character-transformer case study's P3-A: `r` occurs at 3 and 5; the successor is `e` at
+    // 6, not `a` at 4.
     let p3 = chars("a \"rare\" w \"r");
     assert_eq!(classify(&p3, 12, 6).verdict, Verdict::InductionSuccessor);
     assert_eq!(classify(&p3, 12, 4).verdict, Verdict::Other);
@@ -214,8 +216,8 @@ fn built_in_suites_run_on_the_planted_model_and_match_the_python_reference() {
     let tokenizer = Tokenizer::for_model(&model, None).unwrap();
     let reference = expected(PLANTED);
     let mut labels_seen = std::collections::BTreeSet::new();
-    // Seed 003's suites; the exercise sheet is written for the demo model, where
-    // worker_session.rs checks its answers.
+    // The character-transformer case study's suites; the exercise sheet is written for the demo
+    // model, where worker_session.rs checks its answers.
     for name in Suite::BUILTIN.into_iter().filter(|&name| name != "exercises-demo") {
         let suite = Suite::builtin(name).unwrap();
         for (head, want) in reference["verdicts"][name].as_object().unwrap() {

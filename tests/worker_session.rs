@@ -105,8 +105,9 @@ fn a_load_brings_fingerprints_probe_and_hash_that_match_the_references() {
             }
         }
     }
-    // Seed 000's row: the mean QK imaginary fraction against the reference's per-head values,
-    // and induction heads counted from the report at the spec's threshold.
+    // The spectral-fingerprint study's row: the mean QK imaginary fraction against the
+    // reference's per-head values, and induction heads counted from the report at the default
+    // threshold (docs/methods.md#5-probes-running-the-model).
     let reference_heads = reference["folded"]["heads"].as_array().unwrap();
     let reference_mean = reference_heads.iter().map(|h| h["qk"]["imaginary_fraction"].as_f64().unwrap()).sum::<f64>()
         / reference_heads.len() as f64;

@@ -1,11 +1,11 @@
-// Seed 000's full-size models in the tab (headless Chromium, the built page): each model folder
-// given goes through the file input, then the whole folded grid, the induction probe and one
-// head's OV token view are awaited, and the analysis worker's memory is read from the page's
-// own report (#worker-memory: the worker's wasm memory, which only grows, so its peak).
+// The spectral-fingerprint study's full-size models in the tab (headless Chromium, the built page):
+// each model folder given goes through the file input, then the whole folded grid, the induction
+// probe and one head's OV token view are awaited, and the analysis worker's memory is read from the
+// page's own report (#worker-memory: the worker's wasm memory, which only grows, so its peak).
 // Fails (exit 1) when a model does not open, or when a model under 3 GB of files (Pythia-1B,
-// Llama-3.2-1B) needs more than 1.5 GB there (issue 8's bound). Records each model's run in
-// docs/big-models-tab.json (or $BIG_RESULTS: scripts/test.sh keeps its runs under target/),
-// replacing that model's earlier entry and keeping the others.
+// Llama-3.2-1B) needs more than 1.5 GB there (the bound docs/validation.md states for the tab).
+// Records each model's run in docs/big-models-tab.json (or $BIG_RESULTS: scripts/test.sh keeps
+// its runs under target/), replacing that model's earlier entry and keeping the others.
 // Usage: node tests/e2e/big.mjs [--grid-only] dist-dir model-dir...   (folders from
 // scripts/make_big_models.py). --grid-only stops once every head is fingerprinted (the busy line
 // moves on to the probe), for a model whose probe takes too long to wait for (Llama-3-8B); the
@@ -74,7 +74,8 @@ for (const dir of models) {
       const error = await page.$('#load-error');
       if (error) throw new Error(`load refused: ${await error.textContent()}`);
       result.loadWall = await page.evaluate(() => performance.now() - window.loadStarted);
-      // Above 256 heads the grid is a canvas (README "Dense views"), one cell per head.
+      // Above 256 heads the grid is a canvas, one cell per head
+      // (docs/page.md#dense-views-which-charts-are-svg-and-which-are-canvas).
       const canvas = await page.$('#head-grid-canvas');
       const cells = canvas
         ? +(await canvas.getAttribute('data-rows')) * +(await canvas.getAttribute('data-cols'))

@@ -409,7 +409,7 @@ await test('a teacher sheet travels compressed in the share link, and prints wit
   expect(/exercise sheet does not inflate/.test(damaged), `the damaged sheet is named: ${damaged}`);
   await linked.close();
 
-  // The QR code is drawn for print only (a long link's took 30 ms a change of the view).
+  // The QR code is drawn for print only (a long link's would slow every change of the view).
   expect(await page.locator('#print-qr svg').count() === 0, 'no QR code drawn on screen');
   await page.emulateMedia({ media: 'print' });
   expect(await page.isVisible('#print-handout'), 'the handout shows in print');
@@ -863,8 +863,8 @@ function compareFingerprints(gpu, cpu, tolerance) {
   return worst;
 }
 
-/// Tolerance of every fingerprint quantity computed on a GPU against the CPU (the issue's 1e-4;
-/// lavapipe natively gives ≤ 3.3e-9).
+/// Tolerance of every fingerprint quantity computed on a GPU against the CPU: 1e-4 relative, as
+/// docs/validation.md#references-and-tolerances states for WebGPU in the tab.
 const GPU_TOLERANCE = 1e-4;
 
 /// Opens the GPT-2 fixture through the file input of page `p` and returns its exported JSON.
@@ -893,7 +893,7 @@ await test('backend=cpu in a link computes on the CPU and says so', async () => 
 
 await test("backend=gpu runs on SwiftShader's WebGPU and matches the CPU", async () => {
   // A second browser with WebGPU on SwiftShader (a software adapter, so only a forced `gpu`
-  // takes it; see /work/shared/spec/toolchain.md for the flags).
+  // takes it; the flags below ask Chromium for it).
   const args = CHROMIUM_ARGS.filter((a) => a !== '--disable-gpu').concat(['--enable-unsafe-webgpu', '--use-webgpu-adapter=swiftshader']);
   const gpuBrowser = await chromium.launch({ executablePath: chromiumPath, args });
   try {

@@ -1,15 +1,17 @@
-//! Model comparison (spec section 5, seed 000's table): one row of facts per model, and the
-//! rank correlation between a spectral feature and a behavioural score across heads.
+//! Model comparison (docs/methods.md#7-comparing-models; the spectral-fingerprint study's table):
+//! one row of facts per model, and the rank correlation between a spectral feature and a
+//! behavioural score across heads.
 
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::{HeadFingerprint, ModelFingerprint};
 use crate::probes::induction::{HeadScores, InductionReport, RepeatSource, Spread};
 
-/// Induction score at or above which a head counts as an induction head (spec section 4).
+/// Induction score at or above which a head counts as an induction head
+/// (docs/methods.md#5-probes-running-the-model).
 pub const INDUCTION_HEAD_THRESHOLD: f64 = 0.4;
 
-/// Seed 000's columns for one model.
+/// The spectral-fingerprint study's columns for one model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ComparisonRow {
     pub model: String,
@@ -65,8 +67,8 @@ pub type SpectralFeature = fn(&HeadFingerprint) -> f64;
 /// A head's value of one behavioural score.
 pub type BehaviouralScore = fn(&HeadScores) -> f64;
 
-/// The spectral features correlated with behaviour (spec section 5): JSON name and value per
-/// head; κ of a defective circuit is +∞ (it still ranks, as the largest).
+/// The spectral features correlated with behaviour (docs/methods.md#7-comparing-models): JSON name
+/// and value per head; κ of a defective circuit is +∞ (it still ranks, as the largest).
 pub const SPECTRAL_FEATURES: [(&str, SpectralFeature); 15] = [
     ("qk.copying_score", |h| h.qk.copying_score),
     ("qk.imaginary_fraction", |h| h.qk.imaginary_fraction),

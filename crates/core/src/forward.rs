@@ -1,5 +1,5 @@
-//! Running the model (spec section 4): the attention pattern of every head and the final
-//! logits, for all four families, in f32 like the reference implementations.
+//! Running the model (docs/methods.md#5-probes-running-the-model): the attention pattern of every
+//! head and the final logits, for all four families, in f32 like the reference implementations.
 
 use std::ops::Range;
 

@@ -1,6 +1,7 @@
 //! Share-link fragments as text: the `key=value&…` pairs after `#`, percent-encoded as
 //! `encodeURIComponent` does. Pure, so the untrusted half (a link from a stranger) is fuzzed
-//! natively (fuzz/fuzz_targets/share_link.rs); the page (src/ui/link.rs) writes and applies it.
+//! natively (fuzz/fuzz_targets/share_link.rs); the page (crates/web/src/ui/link.rs) writes and
+//! applies it.
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 

@@ -20,9 +20,9 @@ impl Tokenizer {
     pub fn for_model(model: &(impl Weights + ?Sized), tokenizer_json: Option<&[u8]>) -> Result<Self> {
         if let Some(bytes) = tokenizer_json {
             // The tokenizers crate panics (an abort in the browser) on a decoder that is not
-            // valid JSON: check the whole file first (found by fuzzing). Every string is read in
-            // full: a syntax-only check (serde's IgnoredAny) passed bytes that are not UTF-8 and
-            // lone surrogate escapes, which panicked too (found by fuzzing again).
+            // valid JSON: check the whole file first (fuzz/fuzz_targets/tokenizer_json.rs). Every
+            // string is read in full: a syntax-only check (serde's IgnoredAny) would pass bytes
+            // that are not UTF-8 and lone surrogate escapes, on which the crate panics too.
             let text = std::str::from_utf8(bytes).map_err(|e| {
                 Error::Tokenizer(format!("tokenizer.json is not UTF-8 text (byte {} is not)", e.valid_up_to()))
             })?;
@@ -120,10 +120,10 @@ impl Tokenizer {
         }
     }
 
-    /// The ids random probe tokens are drawn from (spec section 4): the tokens the tokenizer
-    /// knows, without its special tokens and without embedding rows past its vocabulary (Pythia
-    /// pads its embedding from 50277 to 50304 rows that training never touched). Without a
-    /// tokenizer, every row but the ids config.json names special.
+    /// The ids random probe tokens are drawn from (docs/methods.md#5-probes-running-the-model): the
+    /// tokens the tokenizer knows, without its special tokens and without embedding rows past its
+    /// vocabulary (Pythia pads its embedding from 50277 to 50304 rows that training never touched).
+    /// Without a tokenizer, every row but the ids config.json names special.
     pub fn ordinary_ids(&self, model: &(impl Weights + ?Sized)) -> Vec<usize> {
         let rows = model.config().vocab;
         let mut excluded = self.special_ids();
@@ -147,7 +147,8 @@ impl Tokenizer {
 /// preference when config.json names none.
 const BOS_NAMES: [&str; 4] = ["<|begin_of_text|>", "<s>", "<bos>", "<|endoftext|>"];
 
-/// The token prepended to probes and prompts (spec section 4, "BOS"), and where it came from.
+/// The token prepended to probes and prompts (docs/methods.md#1-conventions, "BOS"), and where it
+/// came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Bos {
     pub id: usize,

@@ -1,7 +1,7 @@
-//! The weight-space circuits of every head (spec section 1), in f64, with LayerNorm folded
-//! the way TransformerLens's `fold_ln=True` does (`center_writing_weights=False,
-//! center_unembed=False`) or raw. The three d_model x d_model Gram matrices of the embedding
-//! and unembedding are computed once per model; every head then costs O(d_model² · d_head).
+//! The weight-space circuits of every head (docs/methods.md#2-circuits-of-one-head), in f64, with
+//! LayerNorm folded the way TransformerLens's `fold_ln=True` does (`center_writing_weights=False,
+//! center_unembed=False`) or raw. The three d_model x d_model Gram matrices of the embedding and
+//! unembedding are computed once per model; every head then costs O(d_model² · d_head).
 
 use std::sync::Arc;
 
@@ -69,16 +69,17 @@ fn scale_rows(norm: &Norm, w: &mut DMatrix<f64>) {
 
 /// The embedding/unembedding Gram matrices: `W_E^T W_E`, `W_U W_E`, `W_U W_U^T` (raw), in f64.
 ///
-/// They are accumulated in f64 from f32 rows, a block at a time (each block's products on the
-/// CPU in f64, or on a GPU from split f32 parts with error-free sums, ~1e-11 of f64: see
-/// src/backend/products.wgsl), and every per-head product with them is f64. An f32 path was measured (tests/gram_precision.rs, vocabulary 50257):
-/// its Grams were within 2e-7 relative, but an embedding with a common direction (as trained
-/// ones have) makes `A^T A = W_V^T G_E W_V` ill-conditioned, and κ of the token-space OV circuit
-/// came out up to 3% off. In f64 the same comparison agrees to ~1e-10.
+/// They are accumulated in f64 from f32 rows, a block at a time (each block's products on the CPU
+/// in f64, or on a GPU from split f32 parts with error-free sums, ~1e-11 of f64: see
+/// backend/products.wgsl), and every per-head product with them is f64. f32 is not enough: its
+/// Grams are close, but an embedding with a common direction (as trained ones have) makes
+/// `A^T A = W_V^T G_E W_V` ill-conditioned, and κ of the token-space OV circuit comes out
+/// percents off (docs/methods.md#1-conventions, Precision). tests/gram_precision.rs holds the f64
+/// path to plain f64 loops at GPT-2's vocabulary.
 /// Vocabulary rows per Gram segment: the unit of work the tab's pool hands a worker (and the
 /// order of the sums everywhere, so every path on one machine gives the same bits: the tab's
-/// kernel and faer's native ones round differently). 4096 rows of GPT-2's
-/// width are ~6 GFLOP, far more than passing the 768 x 768 result between workers.
+/// kernel and faer's native ones round differently). 4096 rows of GPT-2's width are ~6 GFLOP,
+/// far more than passing the 768 x 768 result between workers.
 pub const SEGMENT_ROWS: usize = 4096;
 
 /// The most memory the Grams' segments summed at once natively may take, the running total

@@ -1,5 +1,6 @@
 //! Weight-space analysis: circuits of each head, their spectra and fingerprints, and the
-//! OV circuit read as token logits (spec sections 1-3).
+//! OV circuit read as token logits (docs/methods.md#2-circuits-of-one-head to
+//! docs/methods.md#4-ov-token-logits).
 
 pub mod circuits;
 pub mod fingerprint;

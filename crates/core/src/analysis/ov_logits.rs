@@ -1,4 +1,4 @@
-//! The token-space OV circuit read entry by entry (spec section 3): entry (i, j) of
+//! The token-space OV circuit read entry by entry (docs/methods.md#4-ov-token-logits): entry (i, j) of
 //! `W_E W_V W_O W_U` is how much attending to token i raises the logit of token j.
 //! Computed as `A[i,:] · B[:,j]` with A = W_E W_V (vocab x d_head), B = W_O W_U
 //! (d_head x vocab); the vocab x vocab matrix is never formed.

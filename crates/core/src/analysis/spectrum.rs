@@ -1,8 +1,8 @@
-//! The fingerprint of one circuit `M = A B` from three small matrices (spec section 2):
-//! `B A` (whose eigenvalues are M's non-zero ones), `A^T A` and `B B^T`. Nothing here is ever
-//! larger than d_head x d_head, and every decomposition is bounded (nalgebra's run under an
-//! iteration cap, faer's return an error on non-convergence or, for its eigendecomposition, are
-//! checked by their residuals: none loops).
+//! The fingerprint of one circuit `M = A B` from three small matrices
+//! (docs/methods.md#3-the-fingerprint-of-a-circuit): `B A` (whose eigenvalues are M's non-zero
+//! ones), `A^T A` and `B B^T`. Nothing here is ever larger than d_head x d_head, and every
+//! decomposition is bounded (nalgebra's run under an iteration cap, faer's return an error on
+//! non-convergence or, for its eigendecomposition, are checked by their residuals: none loops).
 
 use faer::Mat;
 use faer::c64;
@@ -152,17 +152,17 @@ impl Factored {
     }
 }
 
-/// `R` and `R^+` with `R^T R = A^T A` (spec section 2), R of full row rank and spanning the
-/// directions of A's range: those whose eigenvalue of `A^T A` is above `RANK_TOLERANCE` of the
-/// largest.
+/// `R` and `R^+` with `R^T R = A^T A` (docs/methods.md#3-the-fingerprint-of-a-circuit, κ), R of
+/// full row rank and spanning the directions of A's range: those whose eigenvalue of `A^T A` is
+/// above `RANK_TOLERANCE` of the largest.
 ///
 /// Cholesky (`R = L^T`, upper triangular) when A has full rank beyond doubt: every eigenvalue of
-/// `A^T A` lies in `[1 / ‖R^-1‖_F², ‖R‖_F²]`, so when `1 / ‖R^-1‖_F² > RANK_TOLERANCE ‖R‖_F²`
-/// no direction is dropped. With `R^-1` that takes about a fifth of the time of the symmetric
-/// eigendecomposition at d_head 64 (`examples/spectra_bench.rs`), which decides every other case
-/// (rank-deficient, or too close to tell: the bounds can be loose by up to r²) by the eigenvalues
-/// themselves. Any two such square R differ by an orthogonal factor, which changes neither the
-/// eigenvalues nor κ.
+/// `A^T A` lies in `[1 / ‖R^-1‖_F², ‖R‖_F²]`, so when `1 / ‖R^-1‖_F² > RANK_TOLERANCE ‖R‖_F²` no
+/// direction is dropped. With `R^-1` that takes a fraction of the time of the symmetric
+/// eigendecomposition at d_head 64 (`examples/spectra_bench.rs` times both), which decides every
+/// other case (rank-deficient, or too close to tell: the bounds can be loose by up to r²) by the
+/// eigenvalues themselves. Any two such square R differ by an orthogonal factor, which changes
+/// neither the eigenvalues nor κ.
 fn restriction(gram_left: &DMatrix<f64>) -> Result<(DMatrix<f64>, DMatrix<f64>), String> {
     let r = gram_left.nrows();
     if let Some(cholesky) = gram_left.clone().cholesky() {
@@ -217,14 +217,13 @@ impl Eigen {
 }
 
 /// From this many rows on, faer's route is the faster for the whole fingerprint natively.
-/// nalgebra's unblocked Schur iteration wins at d_head 64 (0.9 ms and 0.2 of back substitution,
-/// against 1.3 ms for faer's eigendecomposition); faer's is 2.6x faster at d_head 256 (24
-/// against 64 ms; both timed alone by `examples/spectra_bench.rs`). But κ's SVD is cheaper on
-/// the triangular eigenvector matrix that back substitution gives than on faer's dense one, so
-/// the whole fingerprint only breaks even between 160 and 192 (one thread, builds with this
-/// constant at 0 and at usize::MAX: d_head 128 8.5 against 8.9 ms, 160 15.4 against 15.6, 192
-/// 25.5 against 24.1, 256 80 against 50). In wasm faer's has no SIMD and never wins (256: 89
-/// against 78 ms for the Schur form alone, in Chromium), so the tab keeps nalgebra's.
+/// nalgebra's unblocked Schur iteration (with back substitution) wins at d_head 64, faer's
+/// eigendecomposition at d_head 256 (`examples/spectra_bench.rs` times both alone). But κ's SVD
+/// is cheaper on the triangular eigenvector matrix that back substitution gives than on faer's
+/// dense one, so the whole fingerprint only breaks even between 160 and 192 (on one thread, in
+/// builds with this constant at 0 and at usize::MAX; the solver timings are in
+/// docs/architecture.md#dependencies-and-why-each-is-there). In wasm faer's has no SIMD and never
+/// wins, even for the Schur form alone, so the tab keeps nalgebra's.
 pub const BLOCKED_FROM: usize = if cfg!(target_arch = "wasm32") { usize::MAX } else { 192 };
 
 /// An eigenpair is accepted from faer when `‖X v − λ v‖ ≤ this × ‖X‖_F ‖v‖`. A backward
@@ -398,7 +397,7 @@ fn schur_eigenvectors(t: &DMatrix<f64>) -> (Vec<c64>, Mat<c64>) {
                 x[top + 1] = (-r_next * a + r_top * c) / determinant;
             }
             // Keep the growing vector representable; only its direction matters. (|re| + |im|:
-            // a hypot per entry per row was a tenth of the whole fingerprint.)
+            // a hypot per entry per row would be a sizeable share of the whole fingerprint.)
             let newest = (top..row).map(|i| x[i].re.abs() + x[i].im.abs()).fold(0.0, f64::max);
             if newest > 1e150 {
                 x.iter_mut().for_each(|v| *v *= 1e-150);
@@ -508,9 +507,9 @@ fn eigenvector_condition(
     Ok(Some(largest / smallest))
 }
 
-/// The singular values of a real matrix: natively faer's on this thread (0.31 against 0.45 ms
-/// for nalgebra's at 64 x 64, 7.1 against 17.5 ms at 256; `examples/spectra_bench.rs`), in the
-/// tab nalgebra's (faer has no wasm SIMD there).
+/// The singular values of a real matrix: natively faer's on this thread (faster than
+/// nalgebra's from 64 x 64 up; `examples/spectra_bench.rs` times both), in the tab nalgebra's
+/// (faer has no wasm SIMD there).
 fn real_singular_values(real: DMatrix<f64>) -> Result<Vec<f64>, ()> {
     #[cfg(not(target_arch = "wasm32"))]
     return singular_values_here(to_faer(&real).as_ref());
@@ -525,7 +524,7 @@ fn real_singular_values(real: DMatrix<f64>) -> Result<Vec<f64>, ()> {
 
 /// faer's singular values of `m` on this thread: its `singular_values` takes the global
 /// parallelism, which would split a matrix this small over every core from inside the threads
-/// that already share the heads (that made the CLI slower, not faster).
+/// that already share the heads (which makes the CLI slower, not faster).
 fn singular_values_here<T: faer::traits::ComplexField>(m: faer::MatRef<'_, T>) -> Result<Vec<T::Real>, ()> {
     use faer::dyn_stack::{MemBuffer, MemStack};
     use faer::linalg::svd::{ComputeSvdVectors, svd, svd_scratch};

@@ -23,7 +23,7 @@ pub fn gemm(c: DMatrixViewMut<f64>, a: DMatrixView<f64>, b: DMatrixView<f64>) {
     );
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     {
-        // In the tab matrixmultiply's dgemm is scalar; this kernel is about 2x faster there.
+        // In the tab matrixmultiply's dgemm is scalar; this SIMD kernel is faster there.
         use super::wasm_gemm::ColumnMajor;
         let (m, n, k) = (c.nrows(), c.ncols(), a.ncols());
         let (a, b) =
@@ -41,7 +41,7 @@ pub fn gemm(c: DMatrixViewMut<f64>, a: DMatrixView<f64>, b: DMatrixView<f64>) {
     faer::linalg::matmul::matmul(faer_mut(c), faer::Accum::Add, faer_ref(a), faer_ref(b), 1.0, faer::Par::rayon(0));
     #[cfg(all(target_arch = "wasm32", not(target_feature = "simd128")))]
     // nalgebra's `gemm` goes through matrixmultiply; its `tr_mul` would be a loop of dot
-    // products, 20x slower at vocabulary size.
+    // products, far slower at vocabulary size.
     { c }.gemm(1.0, &a, &b, 1.0);
 }
 
@@ -86,9 +86,9 @@ pub fn inner(a: DMatrixView<f64>, b: DMatrixView<f64>) -> DMatrix<f64> {
     product(a.transpose().as_view(), b)
 }
 
-/// `a^T a`, exactly symmetric (its lower triangle mirrored): natively only the lower triangle
-/// is computed (0.098 against 0.119 ms for a head's 768 x 64 factor;
-/// `examples/products_bench.rs`).
+/// `a^T a`, exactly symmetric (its lower triangle mirrored): natively only the lower triangle is
+/// computed, which is faster even for a head's 768 x 64 factor (`examples/products_bench.rs` times
+/// both).
 pub fn gram(a: DMatrixView<f64>) -> DMatrix<f64> {
     #[cfg(not(target_arch = "wasm32"))]
     {
@@ -113,8 +113,8 @@ const TRIANGLE_PANEL: usize = 128;
 
 /// `U X` for an upper-triangular U (d x d): a panel of rows at a time, each from its diagonal
 /// block on (the zeros left of it skipped), half the work of a full product. (Natively faer's
-/// own triangular product was slower: 20.0-20.4 against 18.1-19.2 ms at GPT-2's width for a
-/// layer's queries, keys and values, 335 against 323 ms at 2048; `examples/products_bench.rs`.)
+/// own triangular product is slower for a layer's queries, keys and values, at GPT-2's width and
+/// at 2048; `examples/products_bench.rs` times both.)
 pub fn upper_product(upper: &DMatrix<f64>, x: &DMatrix<f64>) -> DMatrix<f64> {
     let d = upper.nrows();
     let mut y = DMatrix::zeros(d, x.ncols());

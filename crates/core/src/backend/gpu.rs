@@ -3,9 +3,9 @@
 //! WebGPU (wgpu's `webgpu` feature; the same kernels, compiled by the browser). Results are two
 //! f32 parts (see products.wgsl for why), added in f64 on the way back.
 //!
-//! Where the time goes decides the shape of this file. On an NVIDIA H200 the kernel multiplies
-//! 4096 rows of 4096 columns in 24 ms, but a product that allocated its buffers, read its
-//! result back and widened it took 290 ms (examples/gpu_kernels.rs). So:
+//! Where the time goes decides the shape of this file. The kernel itself is a small part of a
+//! product that allocates its buffers, reads its result back and widens it (examples/gpu_kernels.rs
+//! times both; docs/benchmarks.md#gpu). So:
 //! - the Grams' blocks are summed on the device ([`Accumulator`]) and read back once;
 //! - a left operand used again (a Gram's factor, for every layer) stays on the device, uploaded
 //!   once ([`Gpu::multiply`]);
@@ -668,7 +668,7 @@ fn split(values: &[f64]) -> (Vec<f32>, Vec<f32>) {
 }
 
 /// Entries per task in the conversions around a GPU product: memory-bound loops over hundreds
-/// of MB, which natively took longer than the product itself on one thread (a task costs µs).
+/// of MB, which on one thread take longer than the product itself natively (a task costs µs).
 const SMALLEST_CHUNK: usize = 1 << 16;
 
 /// A callback's value handed to the task awaiting it: the callback (to give wgpu) and the

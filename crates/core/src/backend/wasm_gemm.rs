@@ -1,16 +1,14 @@
 //! `C += A B` in f64 with WebAssembly SIMD (`f64x2`): [`super::cpu::gemm`] in the tab. It exists
-//! because no crate gives a fast one: matrixmultiply's wasm SIMD kernel is f32 only (its dgemm
-//! runs the generic scalar kernel there), and the `gemm` crate's (faer's) f64x2 kernel measured
-//! slower still. One thread in a Chromium 156 worker, GFLOP/s on the analysis's shapes (768x4096
-//! by 4096x128 SYRK panel, 768^3, 2048x2048 by 2048x1024, 64x768 by 768x64), on a shared 2-core
-//! machine: matrixmultiply 5.2 / 5.0 / 4.9 / 4.7, faer 5.9 / 5.5 / 4.0 / 3.9, this 11.3 / 11.4 /
-//! 12.0 / 10.7 (2.2-2.4x; the same in node 20).
+//! because no crate gives a fast one: matrixmultiply's wasm SIMD kernel is f32 only (its dgemm runs
+//! the generic scalar kernel there), and the `gemm` crate's (faer's) f64x2 kernel is slower still.
+//! This one is about twice as fast as either on every shape the analysis uses, in Chromium and in
+//! node (docs/architecture.md#backends-where-the-large-products-run).
 //!
 //! The usual blocked GEMM (Goto / BLIS): B is packed `KC x NC` at a time into panels `NR`
 //! columns wide, A `MC x KC` at a time into panels `MR` rows tall, both contiguous in the order
 //! the micro-kernel reads them and zero-padded at ragged edges; the micro-kernel keeps an
 //! `MR x NR` tile of C in registers (`MR / 2` f64x2 vectors per column) over the `KC` depth.
-//! The 4x4 tile measured fastest of 4x4, 6x4, 8x4, 4x6, 4x8, 6x6 and 8x2 (larger ones spill
+//! The tile is 4x4, the fastest of 4x4, 6x4, 8x4, 4x6, 4x8, 6x6 and 8x2 (larger ones spill
 //! registers in V8). Plain multiply and add, no fused multiply-add: relaxed SIMD's
 //! `f64x2.relaxed_madd` would make Safari reject the whole module.
 
@@ -22,8 +20,8 @@ const MR: usize = 4;
 const NR: usize = 4;
 /// Depth of a packed block: a `KC x NR` panel of B stays in L1 while A's panels stream past.
 const KC: usize = 256;
-/// Rows of A packed at a time (`MC x KC` f64, 128 KiB: L2). 64 and 128 measured alike, 64 a
-/// little ahead in Chromium.
+/// Rows of A packed at a time (`MC x KC` f64, 128 KiB: L2). 64 and 128 run alike, 64 a little
+/// ahead in Chromium.
 const MC: usize = 64;
 /// Columns of B packed at a time (`KC x NC` f64, 2 MiB).
 const NC: usize = 1024;

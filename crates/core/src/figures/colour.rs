@@ -1,5 +1,5 @@
 //! The colour maps every chart uses (colour-blind safe): the page's SVG charts
-//! (`ui/svg.rs`), its canvas views and the CLI's figures read the same tables.
+//! (`figures/svg.rs`), its canvas views and the CLI's figures read the same tables.
 
 use plotters::style::RGBColor;
 

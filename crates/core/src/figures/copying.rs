@@ -1,5 +1,5 @@
-//! Seed 003's Figure 1: every head's OV copying score as a layer x head grid (with its colour
-//! bar) above the same scores as bars, grouped by layer.
+//! The character-transformer case study's Figure 1: every head's OV copying score as a layer x head
+//! grid (with its colour bar) above the same scores as bars, grouped by layer.
 
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};

@@ -218,8 +218,8 @@ pub fn fill_cells<DB: DrawingBackend>(
 /// puts this once as an `ImageData` (one call, instead of a draw call a cell). A device pixel
 /// belongs to the cell [`Layout::cell_at`] finds at its centre; `colour` None is left white.
 /// Each of `marks` is outlined just inside its cell in `mark`, as [`outline`] draws it (2 px
-/// wide for cells of 8 px or more, else 1), in the pixels themselves: 10k outlines drawn one
-/// `strokeRect` each took over 20 ms. Returns (width, height, pixels).
+/// wide for cells of 8 px or more, else 1), in the pixels themselves: thousands of outlines drawn
+/// one `strokeRect` each would make a long frame. Returns (width, height, pixels).
 pub fn cell_pixels(
     layout: &Layout,
     factor: f64,

@@ -1,8 +1,8 @@
 //! Figures drawn with plotters, once, onto any of its backends: SVG and PNG files in the CLI
 //! (`headprint figure`, through [`output`]), and the HTML canvas of the page's dense views
-//! (the page's `ui/canvas.rs`). One file per figure; [`matrix`] is the labelled, colour-barred grid
-//! of cells the heatmaps, the head grid and the OV logit matrix share; [`colour`] the colour maps
-//! every chart reads. [`svg`] holds the page's light charts, drawn as inline SVG strings.
+//! (`crates/web/src/ui/canvas.rs`). One file per figure; [`matrix`] is the labelled, colour-barred
+//! grid of cells the heatmaps, the head grid and the OV logit matrix share; [`colour`] the colour
+//! maps every chart reads. [`svg`] holds the page's light charts, drawn as inline SVG strings.
 
 pub mod attention;
 pub mod colour;

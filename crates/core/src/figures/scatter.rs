@@ -1,5 +1,6 @@
-//! Seed 000's question as a picture: one spectral feature against one behavioural score across
-//! a model's heads, with Spearman's ρ (the same function `compare` reports it from).
+//! The spectral-fingerprint study's question as a picture: one spectral feature against one
+//! behavioural score across a model's heads, with Spearman's ρ (the same function `compare` reports
+//! it from).
 
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};

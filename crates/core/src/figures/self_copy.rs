@@ -1,5 +1,6 @@
-//! Seed 003's Figure 2: a head's top self-copy logits (the OV circuit's diagonal, how much
-//! attending token i raises token i), raw beside normalised by ‖W_E[i]‖·‖W_U[:,i]‖.
+//! The character-transformer case study's Figure 2: a head's top self-copy logits (the OV circuit's
+//! diagonal, how much attending token i raises token i), raw beside normalised by
+//! ‖W_E[i]‖·‖W_U[:,i]‖.
 
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};

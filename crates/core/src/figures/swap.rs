@@ -1,6 +1,6 @@
-//! Seed 003's Figure 3: each swap pair's two prompts side by side, the head's attention
-//! pattern on each with the induction cells (the key after the query token's most recent
-//! earlier occurrence) outlined.
+//! The character-transformer case study's Figure 3: each swap pair's two prompts side by side, the
+//! head's attention pattern on each with the induction cells (the key after the query token's most
+//! recent earlier occurrence) outlined.
 
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};

@@ -1,6 +1,7 @@
-//! Seed 003's Figures 4 and 5: a suite's verdict table as a picture. Each prompt is a row of
-//! token boxes shaded by how much the query (outlined in black) attends to each; the top key is
-//! outlined in its verdict's colour, the runner-up with a thin line, and both are named at the right.
+//! The character-transformer case study's Figures 4 and 5: a suite's verdict table as a picture.
+//! Each prompt is a row of token boxes shaded by how much the query (outlined in black) attends to
+//! each; the top key is outlined in its verdict's colour, the runner-up with a thin line, and both
+//! are named at the right.
 
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};

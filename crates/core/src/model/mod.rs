@@ -483,7 +483,7 @@ impl Reader<'_> {
 
     /// An nn.Linear weight (stored out x in) as the row-vector map in x out. The stored
     /// row-major bytes are already that map in nalgebra's column-major order: no transposing
-    /// copy (two of them, through `matrix`, took most of a large layer's read).
+    /// copy (two of them, through `matrix`, would take most of a large layer's read).
     pub fn linear(&mut self, name: &str, d_in: usize, d_out: usize) -> Result<DMatrix<f32>> {
         Ok(DMatrix::from_vec(d_in, d_out, self.tensor(name, &[d_out, d_in])?.data))
     }

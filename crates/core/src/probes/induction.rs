@@ -1,6 +1,6 @@
 //! Induction, previous-token and duplicate-token scores, copy fidelity and prefix-copy accuracy
 //! on sequences repeated once (Olsson et al.; TransformerLens's induction demo), averaged over
-//! several seeded sequences (spec section 4).
+//! several seeded sequences (docs/methods.md#5-probes-running-the-model).
 //!
 //! Positions: with a BOS, the sequence is `BOS, x_1..x_n, x_1..x_n` (2n + 1 tokens) and the
 //! second copy is positions n + 1 ..= 2n; without one, `x_1..x_n, x_1..x_n` and n ..= 2n - 1.
@@ -17,7 +17,8 @@ use crate::model::{NormKind, Weights};
 use crate::tokens::with_bos;
 use crate::{Error, Result};
 
-/// How many seeded sequences the scores average over by default (spec section 4).
+/// How many seeded sequences the scores average over by default
+/// (docs/methods.md#5-probes-running-the-model).
 pub const DEFAULT_SEQUENCES: usize = 8;
 
 /// Where a first copy came from, so every score says which sequence it was measured on.
@@ -76,7 +77,8 @@ pub struct HeadScores {
     pub previous_token_score: f64,
     pub duplicate_token_score: f64,
     /// Fraction of second-copy positions where the head's direct logit contribution ranks the
-    /// true next token first among the first copy's distinct tokens (spec section 4).
+    /// true next token first among the first copy's distinct tokens
+    /// (docs/methods.md#5-probes-running-the-model).
     pub copy_fidelity: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spread: Option<HeadSpread>,

@@ -1,6 +1,6 @@
-//! What heads do when the model runs (spec section 4): induction / previous-token /
-//! duplicate-token scores and prefix-copy accuracy on repeated sequences, and verdict tables
-//! for prompt suites.
+//! What heads do when the model runs: induction / previous-token / duplicate-token scores and
+//! prefix-copy accuracy on repeated sequences (docs/methods.md#5-probes-running-the-model), and
+//! verdict tables for prompt suites (docs/methods.md#6-verdict-tables).
 
 pub mod exercise;
 pub mod induction;

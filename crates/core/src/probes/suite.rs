@@ -1,6 +1,6 @@
-//! Prompt suites as plain JSON (seed 003's quote, bracket and swap tests, or any a teacher
-//! writes) and the verdict table: for each prompt and one head, what the query attends to
-//! most, the runner-up, and a label for why.
+//! Prompt suites as plain JSON (the character-transformer case study's quote, bracket and swap
+//! tests, or any a teacher writes) and the verdict table: for each prompt and one head, what the
+//! query attends to most, the runner-up, and a label for why.
 
 use serde::{Deserialize, Serialize};
 
@@ -61,7 +61,8 @@ impl Suite {
         Ok(suite)
     }
 
-    /// The suites of seed 003 and the demo model's exercise sheet, shipped with the tool.
+    /// The suites of the character-transformer case study and the demo model's exercise sheet,
+    /// shipped with the tool.
     pub fn builtin(name: &str) -> Option<Suite> {
         let text = match name {
             "quote" => include_str!("../../../../public/suites/quote.json"),
@@ -169,10 +170,10 @@ fn marks(tokens: &[String], query: usize) -> Vec<(usize, char)> {
         .collect()
 }
 
-/// Labels key `key` for query `query`. A key at position 0 is the `position-0 sink`; otherwise
-/// the first rule that applies, in the spec's order: induction successor (the token after the
-/// query token's most recent earlier occurrence, the heatmap's induction cell), matching quote,
-/// open bracket still to close, most recent bracket, other.
+/// Labels key `key` for query `query`. A key at position 0 is the `position-0 sink`; otherwise the
+/// first rule that applies, in the order of docs/methods.md#6-verdict-tables: induction successor
+/// (the token after the query token's most recent earlier occurrence, the heatmap's induction
+/// cell), matching quote, open bracket still to close, most recent bracket, other.
 pub fn classify(tokens: &[String], query: usize, key: usize) -> Labels {
     let rule = rule_label(tokens, query, key);
     if key == 0 {

@@ -166,7 +166,7 @@ struct HeaderTensor {
 /// The header's table, checked as the safetensors crate checks it (`Metadata::validate`: byte
 /// ranges in order from 0 with no gaps or overlaps, each as long as its shape and dtype say),
 /// but with offsets in u64. The crate keeps them as usize, which is 32 bits in the tab: it
-/// refused every file over 4 GiB there, such as each of Llama-3-8B's 5 GB shards.
+/// refuses every file over 4 GiB there, such as each of Llama-3-8B's 5 GB shards.
 struct HeaderTable {
     tensors: Vec<(String, HeaderTensor)>,
     metadata: HashMap<String, String>,

@@ -1,12 +1,11 @@
-//! The arithmetic of the tab's worker pool, as plain Rust (the page's side, which sends the
-//! parts to the workers, is `src/ui/pool.rs`). The pool splits the two large stages of a load:
-//! the Grams into segments of vocabulary rows and the fingerprint into layers; the induction
-//! probe splits into shares of its sequences. Whatever worker
-//! computed which part, and in whatever order the parts come back, the results are the bits of
-//! one worker doing it all: each segment is summed from zero and the segments are added in
-//! order ([`GramSum`]), as `Grams::stream_with_progress` adds them; each head is computed alone;
-//! each probe sequence is run alone and the shares are averaged in sequence order
-//! ([`combine_induction`]).
+//! The arithmetic of the tab's worker pool, as plain Rust (the page's side, which sends the parts
+//! to the workers, is `crates/web/src/ui/pool.rs`). The pool splits the two large stages of a load:
+//! the Grams into segments of vocabulary rows and the fingerprint into layers; the induction probe
+//! splits into shares of its sequences. Whatever worker computed which part, and in whatever order
+//! the parts come back, the results are the bits of one worker doing it all: each segment is summed
+//! from zero and the segments are added in order ([`GramSum`]), as `Grams::stream_with_progress`
+//! adds them; each head is computed alone; each probe sequence is run alone and the shares are
+//! averaged in sequence order ([`combine_induction`]).
 
 use std::collections::BTreeMap;
 

@@ -146,7 +146,7 @@ impl Reply {
     /// Takes out the numbers that travel beside this reply's JSON (a moved `Float64Array`,
     /// never text), if it carries any: the Grams' entries, an attention pattern's or an OV
     /// matrix's rows. As JSON numbers a 512-token pattern's 262k weights cost the page's main
-    /// thread over 150 ms to copy and parse (README "Dense views"); moved, they cost a copy.
+    /// thread a long frame to copy and parse; moved, they cost a copy.
     pub fn take_payload(&mut self) -> Option<Vec<f64>> {
         match self {
             Reply::GramSegment { grams, .. } | Reply::Grams { grams } => Some(std::mem::take(&mut grams.values)),
@@ -177,8 +177,9 @@ fn square(values: Vec<f64>, n: usize) -> crate::Result<Vec<Vec<f64>>> {
     Ok(values.chunks(n.max(1)).map(<[f64]>::to_vec).collect())
 }
 
-/// The first copies of the induction probe's repeated sequences (spec section 4): `count`
-/// of them, seeds `seed, seed + 1, ...`; the scores are their means.
+/// The first copies of the induction probe's repeated sequences
+/// (docs/methods.md#5-probes-running-the-model): `count` of them, seeds `seed, seed + 1, ...`;
+/// the scores are their means.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ProbeSequence {
     /// `len` tokens drawn uniformly (seeded) from the tokenizer's ordinary vocabulary.

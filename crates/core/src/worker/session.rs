@@ -30,7 +30,8 @@ use crate::{Error, Result};
 /// Receives progress; the host forwards it to the page.
 pub type Reporter = Rc<dyn Fn(Progress)>;
 
-/// Longest first copy of the default induction probe (spec section 4; TransformerLens uses 50).
+/// Longest first copy of the default induction probe (docs/methods.md#5-probes-running-the-model;
+/// TransformerLens uses 50).
 pub const INDUCTION_LEN: usize = 50;
 /// Bytes hashed per read, so a large file never sits in memory whole.
 const HASH_CHUNK: usize = 8 << 20;

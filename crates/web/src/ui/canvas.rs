@@ -1,12 +1,11 @@
-//! Dense views on an HTML canvas: the head grid of a model with many heads, the attention
-//! heatmap of a long prompt and the OV token matrix. Thousands of SVG elements make the page
-//! stutter (README "Dense views": the measured frames), so above a size these charts are one
+//! Dense views on an HTML canvas: the head grid of a model with many heads, the attention heatmap
+//! of a long prompt and the OV token matrix. Thousands of SVG elements make the page stutter
+//! (docs/benchmarks.md#dense-views-svg-against-canvas), so above a size these charts are one
 //! canvas. plotters (`plotters-canvas`) draws the labels and the colour bar through the same
 //! `figures::matrix` code as the CLI's files; the cells are filled as one `ImageData` of the
-//! block's device pixels, put once (the fastest of the ways measured). Hover
-//! and the keyboard find a cell through the same `Layout`, and an HTML tooltip gives its exact
-//! value. Exports redraw the figure: PNG on a canvas at twice the size, SVG through plotters'
-//! SVG backend.
+//! block's device pixels, put once (the fastest of the ways that page compares). Hover and the
+//! keyboard find a cell through the same `Layout`, and an HTML tooltip gives its exact value.
+//! Exports redraw the figure: PNG on a canvas at twice the size, SVG through plotters' SVG backend.
 
 use std::sync::{Arc, OnceLock};
 
@@ -192,8 +191,8 @@ pub fn paint(canvas: &web_sys::HtmlCanvasElement, m: &DenseMatrix, factor: f64, 
     } else if layout.rows > 0 && layout.cols > 0 {
         // Every device pixel of the cell block, the marks' outlines included, in one
         // ImageData put once (a put ignores the transform, so this works in device pixels;
-        // measured faster than drawing a one-pixel-per-cell image scaled up, which costs a
-        // resampling pass, and than a strokeRect a mark).
+        // faster than drawing a one-pixel-per-cell image scaled up, which costs a resampling
+        // pass, and than a strokeRect a mark).
         let fills = &m.fills;
         let cols = layout.cols;
         let colour = |r: usize, c: usize| fills.get(r * cols + c).copied().flatten();

@@ -1,5 +1,6 @@
-//! Seed 000's table for every model loaded in the session, and a scatter of any spectral
-//! feature against any behavioural score across the shown model's heads, with Spearman's ρ.
+//! The spectral-fingerprint study's table for every model loaded in the session, and a scatter of
+//! any spectral feature against any behavioural score across the shown model's heads, with
+//! Spearman's ρ.
 
 use leptos::prelude::*;
 
@@ -10,8 +11,8 @@ use headprint::analysis::HeadId;
 use headprint::compare::{ComparisonRow, spearman};
 use headprint::figures::svg::{Point, num, scatter};
 
-/// Seed 000's claimed rows (model, mean QK imaginary fraction, induction heads, prefix-copy
-/// accuracy), shown beside what the weights say: claims to test, not facts.
+/// The spectral-fingerprint study's claimed rows (model, mean QK imaginary fraction, induction
+/// heads, prefix-copy accuracy), shown beside what the weights say: claims to test, not facts.
 const CLAIMED: [(&str, f64, usize, f64); 4] = [
     ("GPT-2 Small", 0.12, 8, 0.82),
     ("Pythia-1B", 0.18, 15, 0.89),

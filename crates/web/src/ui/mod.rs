@@ -116,8 +116,8 @@ fn App() -> impl IntoView {
         link::Opening::Link(model) => spawn_local(state::load_link(ctx, model)),
         link::Opening::Demo => load_default(ctx),
     }
-    // Written only when it changed: `replaceState` with a long prompt's link took 5 ms, and a
-    // tab switch reran this twice with the same link.
+    // Written only when it changed: `replaceState` with a long prompt's link is not free, and a
+    // tab switch reruns this twice with the same link.
     Effect::new(move |written: Option<Option<String>>| {
         let fragment = link::fragment(ctx);
         if let Some(new) = &fragment

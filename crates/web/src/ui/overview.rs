@@ -139,7 +139,8 @@ pub fn Overview() -> impl IntoView {
                 let (stops, lo, hi) = scale.legend();
                 let heads = config.heads;
                 let dense = use_canvas(config.layers * heads, GRID_CANVAS_HEADS).then(|| {
-                    // Many heads: one canvas (README "Dense views"), same colours as the buttons.
+                    // Many heads: one canvas, same colours as the buttons
+                    // (docs/page.md#dense-views-which-charts-are-svg-and-which-are-canvas).
                     let fills = values
                         .iter()
                         .zip(&errors)

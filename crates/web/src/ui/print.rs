@@ -2,10 +2,10 @@
 //! view's charts and tables with the share link, as text and as a QR code drawn here (the
 //! `qrcode` crate's SVG renderer; nothing leaves the tab).
 //!
-//! The QR code is drawn only when the page prints (`beforeprint`, or the print media query
-//! starting to match), not on every change of the link: for a long prompt the link is over a
-//! thousand characters and its QR code took 30 ms, in the same frame as the click that ran the
-//! prompt (README "Dense views").
+//! The QR code is drawn only when the page prints (`beforeprint`, or the print media query starting
+//! to match), not on every change of the link: for a long prompt the link is over a thousand
+//! characters and its QR code is slow enough to lengthen the frame of the click that ran the
+//! prompt.
 
 use leptos::prelude::*;
 use qrcode::render::svg;

@@ -23,7 +23,8 @@ pub const DEFAULT_MODEL_URL: &str = "models/nietzsche-char.safetensors";
 /// Held-out Nietzsche (the last 10% of the corpus, never trained on), for in-distribution repeats.
 pub const HELD_OUT_TEXT_URL: &str = "texts/nietzsche-heldout.txt";
 
-/// Which repeated sequence the behavioural scores come from (spec section 4).
+/// Which repeated sequence the behavioural scores come from
+/// (docs/methods.md#5-probes-running-the-model).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sequence {
     UniformRandom,
@@ -129,8 +130,8 @@ impl Loaded {
             .unwrap_or(HeadId::new(0, 0))
     }
 
-    /// Seed 000's row for this model (folded QK, the chosen sequence's behaviour), with the
-    /// induction scores to count induction heads at any threshold.
+    /// The spectral-fingerprint study's row for this model (folded QK, the chosen sequence's
+    /// behaviour), with the induction scores to count induction heads at any threshold.
     pub fn comparison(&self, sequence: Sequence) -> Compared {
         let run = self.run(sequence).unwrap_or(&self.random_run);
         let report = run.report.as_ref().ok();
@@ -182,7 +183,8 @@ impl Loaded {
     }
 }
 
-/// One row of seed 000's table as loaded, re-countable at any induction-head threshold.
+/// One row of the spectral-fingerprint study's table as loaded, re-countable at any induction-head
+/// threshold.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Compared {
     /// The worker's name for the model (a BOS rerun replaces its row).
@@ -286,9 +288,9 @@ pub struct Ctx {
     /// The suite in the probes view (built-in or loaded).
     pub suite: RwSignal<Suite>,
     pub prompt: RwSignal<String>,
-    /// Seed 000's table: one row per model loaded in this session.
+    /// The spectral-fingerprint study's table: one row per model loaded in this session.
     pub compared: RwSignal<Vec<Compared>>,
-    /// Whether probes, patterns and verdicts start with the model's BOS (spec section 4).
+    /// Whether probes, patterns and verdicts start with the model's BOS (docs/methods.md#1-conventions).
     pub prepend_bos: RwSignal<bool>,
     /// Induction score at or above which a head counts as an induction head.
     pub threshold: RwSignal<f64>,
@@ -385,8 +387,8 @@ pub async fn load(ctx: Ctx, label: String, demo: bool, files: ModelSource) {
     let prepend_bos = ctx.prepend_bos.get_untracked();
     let backend = ctx.backend.get_untracked();
     // Local files are identified for share links in a second worker once the analysis is shown:
-    // hashing the whole file beside the analysis took a core from the pool (on two cores the
-    // GPT-2-sized grid came 30% later), and nothing on screen needs the hash before then.
+    // hashing the whole file beside the analysis would take a core from the pool and delay the
+    // grid, and nothing on screen needs the hash before then.
     let identity = RwSignal::new(Identity::Pending);
     let link = files.link.clone();
     let fetched_before = workers::fetched();
@@ -565,7 +567,7 @@ pub async fn ensure_text_run(ctx: Ctx) {
 }
 
 /// Reruns the shown model's probe when the BOS switch changed since it ran (models without a
-/// BOS run the same either way), and replaces its row of seed 000's table.
+/// BOS run the same either way), and replaces its row of the spectral-fingerprint study's table.
 pub async fn ensure_bos(ctx: Ctx) {
     let prepend_bos = ctx.prepend_bos.get_untracked();
     let Some(loaded) = ctx.loaded.get_untracked().filter(|l| l.probe_bos != prepend_bos) else { return };
