@@ -486,7 +486,7 @@ await test('compare lists every model loaded and correlates features with behavi
   await page.waitForSelector('#compare-table tbody tr');
   const measured = await page.locator('#compare-table tbody tr:not(.claimed)').count();
   expect(measured >= 2, `rows for the demo and the fixture: ${measured}`);
-  expect(await page.locator('#compare-table tbody tr.claimed').count() === 4, "seed 000's four claims");
+  expect(await page.locator('#compare-table tbody tr.claimed').count() === 4, "the spectral-fingerprint study's four claims");
   await page.selectOption('#scatter-x', 'qk-imaginary');
   await page.selectOption('#scatter-y', 'induction');
   expect(await page.locator('#scatter circle.point').count() === 4, 'one point per head');

@@ -6,9 +6,10 @@ use leptos::prelude::*;
 
 use super::browser::data_head_of;
 use super::export::ChartExport;
-use super::state::{Ctx, Metric, Tab};
+use super::state::{Ctx, Tab};
 use headprint::analysis::HeadId;
 use headprint::compare::{ComparisonRow, spearman};
+use headprint::figures::metric::Metric;
 use headprint::figures::svg::{Point, num, scatter};
 
 /// The spectral-fingerprint study's claimed rows (model, mean QK imaginary fraction, induction
@@ -95,7 +96,7 @@ pub fn Compare() -> impl IntoView {
                     <td class="num">{format!("{imaginary:.2}")}</td>
                     <td class="num">{heads.to_string()}</td>
                     <td class="num">{format!("{:.0}%", 100.0 * accuracy)}</td>
-                    <td class="note">"claimed by seed 000"</td>
+                    <td class="note">"claimed by the spectral-fingerprint study"</td>
                 </tr>
             }
         })
@@ -160,10 +161,10 @@ pub fn Compare() -> impl IntoView {
 
     view! {
         <section class="compare">
-            <h3>"Models in this session (seed 000's table)"</h3>
+            <h3>"Models in this session, as in the spectral-fingerprint study's table"</h3>
             <p class="note">
                 {move || format!(
-                    "Mean QK imaginary fraction over heads (folded); induction heads: mean induction score ≥ {}; prefix-copy accuracy: mean over the same repeated sequences ± their standard deviation (population), with the lowest and highest. Open more models to add rows. Seed 000's own numbers are listed below as claims to test.",
+                    "Mean QK imaginary fraction over heads (folded); induction heads: mean induction score ≥ {}; prefix-copy accuracy: mean over the same repeated sequences ± their standard deviation (population), with the lowest and highest. Open more models to add rows. The study's own numbers are listed below as claims to test.",
                     ctx.threshold.get(),
                 )}
             </p>
