@@ -8,6 +8,7 @@ pub mod attention;
 pub mod colour;
 pub mod copying;
 pub mod matrix;
+pub mod metric;
 pub mod scatter;
 pub mod self_copy;
 pub mod spectrum;

@@ -87,7 +87,7 @@ impl Figure {
     pub fn render(&self, format: Format) -> Result<Vec<u8>> {
         register_font();
         let (width, height) = self.size();
-        let failed = |e: &dyn std::fmt::Display| Error::Invalid(format!("drawing the figure failed: {e}"));
+        let failed = |e: &dyn std::fmt::Display| Error::Figure(format!("drawing the figure failed: {e}"));
         match format {
             Format::Svg => {
                 let mut svg = String::new();
@@ -113,7 +113,7 @@ impl Figure {
     /// Draws the figure into `path`, in the format its extension names.
     pub fn write(&self, path: &Path) -> Result<()> {
         let bytes = self.render(Format::of(path)?)?;
-        std::fs::write(path, bytes).map_err(|e| Error::Io(format!("{}: {e}", path.display())))
+        std::fs::write(path, bytes).map_err(|e| Error::File { path: path.display().to_string(), reason: e.to_string() })
     }
 }
 

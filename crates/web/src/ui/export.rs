@@ -5,8 +5,9 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use super::browser::{download_png, download_text};
-use super::state::{Ctx, Loaded, Metric, Origin, Sequence};
+use super::state::{Ctx, Loaded, Origin, Sequence};
 use headprint::analysis::{HeadFingerprint, Mode};
+use headprint::figures::metric::Metric;
 
 /// PNG exports are drawn at this multiple of the chart's size (sharp on high-DPI screens).
 const PNG_SCALE: f64 = 2.0;

@@ -7,9 +7,10 @@
 use leptos::prelude::*;
 use wasm_bindgen::JsValue;
 
-use super::state::{Awaited, Ctx, Identity, Metric, Origin, Sequence, Tab};
+use super::state::{Awaited, Ctx, Identity, Origin, Sequence, Tab};
 use headprint::analysis::Mode;
 use headprint::backend::BackendChoice;
+use headprint::figures::metric::Metric;
 use headprint::link::{self, encode_component};
 use headprint::probes::Suite;
 use headprint::probes::exercise::link_form;

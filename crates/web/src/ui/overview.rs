@@ -7,8 +7,9 @@ use std::sync::Arc;
 use super::browser::{data_head_of, focus_id};
 use super::canvas::{CanvasMatrix, DenseMatrix, GRID_CANVAS_HEADS, use_canvas};
 use super::export::{ChartExport, ResultsExport};
-use super::state::{ColourScale, Ctx, Metric, Sequence, Tab};
+use super::state::{Ctx, Sequence, Tab};
 use headprint::analysis::{HeadFingerprint, HeadId};
+use headprint::figures::metric::{ColourScale, Metric};
 use headprint::figures::svg::{Bar, bar_chart, legend, num};
 
 fn cell_id(id: HeadId) -> String {
