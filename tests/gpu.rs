@@ -168,7 +168,7 @@ fn blocks_sum_on_the_device() {
 
     let mut wrong = block_on(gpu.sum(3, 3)).unwrap();
     assert!(
-        matches!(block_on(gpu.add_product(&a[0], &b[0], &mut wrong)), Err(Error::Invalid(_))),
+        matches!(block_on(gpu.add_product(&a[0], &b[0], &mut wrong)), Err(Error::Internal(_))),
         "a mis-shaped sum is an error"
     );
     let mut mixed = block_on(gpu.sum(20, 20)).unwrap();

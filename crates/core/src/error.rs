@@ -45,8 +45,32 @@ pub enum Error {
     BadSuite(String),
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// An argument or a request out of range (a backend's name, an OV matrix's k).
     #[error("{0}")]
     Invalid(String),
+    /// A file, or a file's name, that could not be read or written.
+    #[error("{path}: {reason}")]
+    File { path: String, reason: String },
+    /// Weights whose structure makes no model (tensors numbered with gaps, a zero dimension
+    /// read from the tensors, a character model's vocabulary metadata).
+    #[error("{0}")]
+    BadModel(String),
+    /// A forward pass needs the MLPs, which this load left on disk.
+    #[error("the model was loaded without its MLP weights")]
+    MissingMlp,
+    /// A model too large for the tab's worker, said with the numbers before it is read.
+    #[error("{0}")]
+    TooLargeForTab(String),
+    /// The page and its workers disagree: a part of the pool's work that came twice or not at
+    /// all, a model or layer the worker does not hold, a payload of the wrong size.
+    #[error("{0}")]
+    Worker(String),
+    /// A figure could not be drawn or written.
+    #[error("{0}")]
+    Figure(String),
+    /// A broken invariant inside headprint: a bug to report, not something the user did.
+    #[error("{0}")]
+    Internal(String),
     /// A model link that names no model (`hf:ORG/NAME[@REVISION]` or an http(s) folder).
     #[error("bad model link `{link}`: {reason}")]
     BadLink { link: String, reason: String },

@@ -129,7 +129,7 @@ pub fn run(model: &(impl Weights + ?Sized), tokens: &[usize]) -> Result<ForwardO
 /// The forward pass, keeping per-head outputs as asked.
 pub fn run_with(model: &(impl Weights + ?Sized), tokens: &[usize], keep: HeadOutputs) -> Result<ForwardOutput> {
     let outputs = run_batch(model, &[(tokens, keep)], &mut |_, _| {})?;
-    outputs.into_iter().next().ok_or_else(|| Error::Invalid("the forward pass gave no output".into()))
+    outputs.into_iter().next().ok_or_else(|| Error::Internal("the forward pass gave no output".into()))
 }
 
 /// Several forward passes at once, layer by layer: each layer's weights are taken once (read
@@ -149,7 +149,7 @@ pub fn run_batch(
     let together =
         runs.iter().fold(0u64, |sum, (tokens, keep)| sum.saturating_add(kept_bytes(model, tokens.len(), *keep)));
     if runs.len() > 1 && together > KEPT_BYTES_LIMIT {
-        return Err(Error::Invalid(format!(
+        return Err(Error::Internal(format!(
             "{} runs would keep {:.1} GB together, over the {:.1} GB a pass may use: split them with `forward::batches`",
             runs.len(),
             together as f64 / 1e9,
@@ -176,8 +176,7 @@ pub fn run_batch(
         .collect();
     for l in 0..config.layers {
         let layer = model.layer(l, LoadParts::Everything)?;
-        let mlp =
-            layer.mlp.as_ref().ok_or_else(|| Error::Invalid("the model was loaded without its MLP weights".into()))?;
+        let mlp = layer.mlp.as_ref().ok_or(Error::MissingMlp)?;
         for ((residual, output), (_, keep)) in residuals.iter_mut().zip(&mut outputs).zip(runs) {
             let normed = normalise(residual, &layer.ln1, config.norm, config.norm_eps);
             let (attention_out, layer_patterns, layer_head_outputs) = attend(config, &layer, &normed, *keep);

@@ -6,10 +6,10 @@ use headprint::analysis::circuits::{Grams, HeadWeights};
 use headprint::analysis::fingerprint::fingerprint_layers;
 use headprint::analysis::{HeadId, Mode, OvTokenLogits};
 use headprint::backend::Backend;
+use headprint::figures::svg;
 use headprint::model::{LoadParts, Model, ModelStream, Weights};
 use headprint::probes::{Suite, verdict_table};
 use headprint::tokens::Tokenizer;
-use headprint::figures::svg;
 use headprint::weights::{ByteSource, MemorySource, ModelFiles};
 use wasm_bindgen_test::*;
 

@@ -241,7 +241,7 @@ impl Grams {
             || part.embed.shape() != self.embed.shape()
             || part.cross.shape() != self.cross.shape()
         {
-            return Err(crate::Error::Invalid("Gram segments of different models cannot be added".into()));
+            return Err(crate::Error::Worker("Gram segments of different models cannot be added".into()));
         }
         self.embed += &part.embed;
         *Arc::make_mut(&mut self.cross) += &*part.cross;
@@ -261,7 +261,7 @@ impl Grams {
         let square = d_model * d_model;
         let expected = if tied { square } else { 3 * square };
         if values.len() != expected {
-            return Err(crate::Error::Invalid(format!(
+            return Err(crate::Error::Worker(format!(
                 "{} Gram entries for width {d_model} ({}): expected {expected}",
                 values.len(),
                 if tied { "tied" } else { "untied" }

@@ -318,7 +318,7 @@ impl Backend {
 fn check_shape(sum: &Sum, a: &DMatrix<f32>, b: &DMatrix<f32>) -> Result<()> {
     match a.nrows() == b.nrows() && (a.ncols(), b.ncols()) == (sum.m, sum.n) {
         true => Ok(()),
-        false => Err(Error::Invalid(format!(
+        false => Err(Error::Internal(format!(
             "blocks of {:?} and {:?} added to a {} x {} sum",
             a.shape(),
             b.shape(),
@@ -333,14 +333,14 @@ fn check_shape(sum: &Sum, a: &DMatrix<f32>, b: &DMatrix<f32>) -> Result<()> {
 fn one_kind(kind: &mut Option<bool>, gram: bool) -> Result<()> {
     match *kind.get_or_insert(gram) == gram {
         true => Ok(()),
-        false => Err(Error::Invalid("a sum of Grams and of products at once".into())),
+        false => Err(Error::Internal("a sum of Grams and of products at once".into())),
     }
 }
 
 /// A sum made on one backend, given to another (after a fallback, sums are made anew).
 #[cfg(feature = "gpu")]
 fn another_backends_sum() -> Error {
-    Error::Invalid("a sum made on another backend".into())
+    Error::Internal("a sum made on another backend".into())
 }
 
 /// Runs a backend's future to its end where nothing can await it: natively, by blocking (the

@@ -41,10 +41,10 @@ pub(super) fn blueprint(reader: &Reader) -> Result<Blueprint> {
     let vocab_strings = match reader.metadata("vocab") {
         Some(text) => {
             let list: Vec<String> = serde_json::from_str(&text).map_err(|e| {
-                Error::Invalid(format!("the file's metadata `vocab` is not a JSON list of strings: {e}"))
+                Error::BadModel(format!("the file's metadata `vocab` is not a JSON list of strings: {e}"))
             })?;
             if list.len() != vocab {
-                return Err(Error::Invalid(format!(
+                return Err(Error::BadModel(format!(
                     "the file's metadata `vocab` has {} entries, the embedding has {vocab} rows",
                     list.len()
                 )));

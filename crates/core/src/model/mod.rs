@@ -590,7 +590,7 @@ pub(crate) fn config_agrees(config: &serde_json::Value, keys: &[&str], from_tens
 pub(crate) fn check_dimensions(config: &ModelConfig) -> Result<()> {
     // A character model has no config.json: its numbers all come from the tensors.
     let bad = |message: String| match config.family {
-        Family::GptChar => Error::Invalid(message),
+        Family::GptChar => Error::BadModel(message),
         _ => Error::BadConfig(message),
     };
     // Where each number came from, for the message: config.json fields, or the tensors.
@@ -617,7 +617,7 @@ pub(crate) fn check_dimensions(config: &ModelConfig) -> Result<()> {
         }
     }
     if config.context == Some(0) {
-        return Err(Error::Invalid(
+        return Err(Error::BadModel(
             "the context (position embedding rows) is 0: a model needs at least 1 position".into(),
         ));
     }
@@ -655,7 +655,7 @@ pub(crate) fn count_indexed(names: &[String], prefix: &str) -> Result<usize> {
     let count = indices.last().map_or(0, |m| m + 1);
     if indices.len() != count {
         let gap = (0..count).find(|i| !indices.contains(i)).unwrap_or(0);
-        return Err(Error::Invalid(format!(
+        return Err(Error::BadModel(format!(
             "tensor names number `{prefix}*` up to {} but none is numbered {gap}",
             count - 1
         )));

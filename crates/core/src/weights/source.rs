@@ -60,8 +60,8 @@ pub struct FileSource {
 impl FileSource {
     pub fn open(path: &std::path::Path) -> Result<Self> {
         let name = path.display().to_string();
-        let file = std::fs::File::open(path).map_err(|e| Error::Io(format!("{name}: {e}")))?;
-        let len = file.metadata().map_err(|e| Error::Io(format!("{name}: {e}")))?.len();
+        let file = std::fs::File::open(path).map_err(|e| Error::File { path: name.clone(), reason: e.to_string() })?;
+        let len = file.metadata().map_err(|e| Error::File { path: name.clone(), reason: e.to_string() })?.len();
         Ok(Self { name, file, len })
     }
 }
@@ -77,7 +77,9 @@ impl ByteSource for FileSource {
     fn read_range(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
         use std::os::unix::fs::FileExt;
         let mut buffer = vec![0u8; len];
-        self.file.read_exact_at(&mut buffer, offset).map_err(|e| Error::Io(format!("{}: {e}", self.name)))?;
+        self.file
+            .read_exact_at(&mut buffer, offset)
+            .map_err(|e| Error::File { path: self.name.clone(), reason: e.to_string() })?;
         Ok(buffer)
     }
 }

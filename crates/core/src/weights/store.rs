@@ -52,7 +52,7 @@ impl ModelFiles {
         };
         if path.is_dir() {
             let mut entries: Vec<_> = std::fs::read_dir(path)
-                .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?
+                .map_err(|e| Error::File { path: path.display().to_string(), reason: e.to_string() })?
                 .filter_map(|entry| entry.ok().map(|e| e.path()))
                 .filter(|p| p.is_file())
                 .collect();

@@ -35,7 +35,7 @@ impl GramSum {
     /// Takes segment `segment`'s Grams; adds every segment that is now next in order.
     pub fn add(&mut self, segment: usize, part: Grams) -> Result<()> {
         if segment >= self.segments || segment < self.next || self.waiting.contains_key(&segment) {
-            return Err(Error::Invalid(format!("Gram segment {segment} came twice or does not exist")));
+            return Err(Error::Worker(format!("Gram segment {segment} came twice or does not exist")));
         }
         self.waiting.insert(segment, part);
         while let Some(part) = self.waiting.remove(&self.next) {
@@ -49,7 +49,7 @@ impl GramSum {
     pub fn finish(self) -> Result<Grams> {
         match self.next == self.segments {
             true => Ok(self.total),
-            false => Err(Error::Invalid(format!("{} of {} Gram segments came back", self.next, self.segments))),
+            false => Err(Error::Worker(format!("{} of {} Gram segments came back", self.next, self.segments))),
         }
     }
 }
@@ -70,7 +70,7 @@ impl LayerHeads {
                 *slot = Some(heads);
                 Ok(())
             }
-            _ => Err(Error::Invalid(format!("layer {layer}'s heads came twice or the layer does not exist"))),
+            _ => Err(Error::Worker(format!("layer {layer}'s heads came twice or the layer does not exist"))),
         }
     }
 
@@ -84,7 +84,7 @@ impl LayerHeads {
     ) -> Result<ModelFingerprint> {
         let missing = self.layers.iter().filter(|l| l.is_none()).count();
         if missing > 0 {
-            return Err(Error::Invalid(format!("{missing} layers' heads did not come back")));
+            return Err(Error::Worker(format!("{missing} layers' heads did not come back")));
         }
         let heads = self.layers.into_iter().flatten().flatten().collect();
         Ok(assemble_fingerprint(config, parameters, backend, mode, heads))

@@ -172,7 +172,7 @@ impl Reply {
 /// `values` as the rows of an n x n matrix.
 fn square(values: Vec<f64>, n: usize) -> crate::Result<Vec<Vec<f64>>> {
     if values.len() != n * n {
-        return Err(crate::Error::Invalid(format!("{} numbers came for a {n} x {n} matrix", values.len())));
+        return Err(crate::Error::Worker(format!("{} numbers came for a {n} x {n} matrix", values.len())));
     }
     Ok(values.chunks(n.max(1)).map(<[f64]>::to_vec).collect())
 }

@@ -98,7 +98,7 @@ impl Held {
     }
 
     fn grams(&self) -> Result<&Grams> {
-        self.grams.as_ref().ok_or_else(|| Error::Io("the model's Grams are not computed yet in this worker".into()))
+        self.grams.as_ref().ok_or_else(|| Error::Worker("the model's Grams are not computed yet in this worker".into()))
     }
 
     fn info(&self) -> ModelInfo {
@@ -157,7 +157,7 @@ impl Held {
         };
         let scores = (|| {
             if share >= shares {
-                return Err(Error::Invalid(format!("no share {share} of {shares} of the induction probe")));
+                return Err(Error::Worker(format!("no share {share} of {shares} of the induction probe")));
             }
             let model = self.stream()?;
             let copies = match &sequence {
@@ -319,7 +319,7 @@ fn held_in(models: &HashMap<ModelId, Held>, model: ModelId) -> Result<&Held> {
 }
 
 fn not_loaded(model: ModelId) -> Error {
-    Error::Io(format!("model {model} is not loaded in the worker"))
+    Error::Worker(format!("model {model} is not loaded in the worker"))
 }
 
 /// The backend for `choice`: the one `kept` if it is the same choice and still what was asked
@@ -423,7 +423,7 @@ impl Session {
     ) -> Result<Reply> {
         let held = held_in(&self.models, model)?;
         if layer >= held.config.layers {
-            return Err(Error::Invalid(format!("no layer {layer} in this model")));
+            return Err(Error::Worker(format!("no layer {layer} in this model")));
         }
         let (stream, grams) = (held.stream()?, held.grams()?);
         let heads = match choice {
@@ -441,11 +441,11 @@ impl Session {
     fn answer_now(&mut self, request: Request, files: Vec<Box<dyn ByteSource>>, report: Reporter) -> Result<Reply> {
         match request {
             Request::Load { .. } | Request::GpuGrams { .. } | Request::FingerprintLayer { .. } => {
-                Err(Error::Invalid("a load, the GPU's Grams and a layer's heads are answered by `answer`".into()))
+                Err(Error::Internal("a load, the GPU's Grams and a layer's heads are answered by `answer`".into()))
             }
             Request::Hash { names } => {
                 if names.len() != files.len() {
-                    return Err(Error::Io(format!("{} file names for {} files", names.len(), files.len())));
+                    return Err(Error::Worker(format!("{} file names for {} files", names.len(), files.len())));
                 }
                 let total: u64 = files.iter().map(|f| f.len()).sum();
                 let named: Vec<(String, Box<dyn ByteSource>)> = names.into_iter().zip(files).collect();
@@ -532,7 +532,7 @@ impl Session {
             Request::GramSegment { model, segment } => {
                 let held = self.held(model)?;
                 if segment >= segments(held.config.vocab) {
-                    return Err(Error::Invalid(format!("no Gram segment {segment} in this model")));
+                    return Err(Error::Worker(format!("no Gram segment {segment} in this model")));
                 }
                 let grams = Grams::segment(&held.stream()?, &mut Backend::cpu(), segment)?;
                 Ok(Reply::GramSegment { segment, grams: GramsData::of(&grams) })
@@ -587,7 +587,7 @@ impl Session {
             Some(source) => self.open_link(&source)?,
             None => {
                 if names.len() != files.len() {
-                    return Err(Error::Io(format!("{} file names for {} files", names.len(), files.len())));
+                    return Err(Error::Worker(format!("{} file names for {} files", names.len(), files.len())));
                 }
                 let named: Vec<(String, Box<dyn ByteSource>)> = names.into_iter().zip(files).collect();
                 (ModelFiles::from_named(named)?, None)
@@ -618,7 +618,7 @@ impl Session {
     /// A model by link: its small files fetched whole, its weights read by range as asked.
     fn open_link(&self, source: &LinkSource) -> Result<(ModelFiles, Option<PinnedLink>)> {
         let transport =
-            self.transport.ok_or_else(|| Error::Invalid("this worker cannot fetch models by link".into()))?;
+            self.transport.ok_or_else(|| Error::Internal("this worker cannot fetch models by link".into()))?;
         let link = ModelLink::parse(&source.link)?;
         // The page sends no token: a gated model needs the command line.
         let client = std::sync::Arc::new(Client::new(transport(), &source.hub, None, Patience::default()));
@@ -704,7 +704,7 @@ fn too_large(config: &ModelConfig, need: u64, held: u64) -> Error {
         0 => String::new(),
         held => format!(" beside the {} the model shown holds", gigabytes(held)),
     };
-    Error::Invalid(format!(
+    Error::TooLargeForTab(format!(
         "this model ({} layers x {} heads, width {}, vocabulary {}) needs about {} in the tab's analysis worker{beside}, over its budget of {} (wasm32 memory ends at 4.29 GB): the command line's `headprint fingerprint` reads it with no such limit",
         config.layers,
         config.heads,

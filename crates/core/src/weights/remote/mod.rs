@@ -293,7 +293,8 @@ impl<'a> Opener<'a> {
     fn small(&self, place: &Place, path: &str, tally: &mut Tally) -> Result<Option<Vec<u8>>> {
         #[cfg(not(target_arch = "wasm32"))]
         if let Some(file) = self.local(place, path) {
-            let bytes = std::fs::read(&file).map_err(|e| Error::Io(format!("{}: {e}", file.display())))?;
+            let bytes = std::fs::read(&file)
+                .map_err(|e| Error::File { path: file.display().to_string(), reason: e.to_string() })?;
             tally.total_bytes += bytes.len() as u64;
             tally.local_files += 1;
             return Ok(Some(bytes));
