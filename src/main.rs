@@ -97,9 +97,9 @@ fn usage_error_line(error: &clap::Error) -> String {
 /// a layer's weights and products) every few milliseconds. glibc maps most of them afresh and
 /// gives them back on free (its mmap threshold, and trimming the heap's free top), so each use
 /// faults its pages in again. M_TOP_PAD keeps 64 MB spare at the heap's top whenever it grows or
-/// is trimmed, and a block that fits there is carved from it without a system call; blocks
-/// larger than the spare are mapped as before. What it saves is measured in docs/benchmarks.md
-/// ("The allocator's spare memory").
+/// is trimmed, and a block that fits there is carved from it without a system call; a larger
+/// block is still mapped on its own. What it saves is measured in docs/benchmarks.md ("The
+/// allocator's spare memory").
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn keep_freed_memory() {
     // SAFETY: mallopt only sets an allocator parameter (under glibc's own lock).
