@@ -1,0 +1,56 @@
+//! The subcommands, one file each with its arguments (`Args`) and its `run`, and the argument
+//! groups several of them share.
+
+pub mod attention;
+pub mod compare;
+pub mod figure;
+pub mod fingerprint;
+pub mod ov_logits;
+pub mod probe;
+
+use std::path::PathBuf;
+
+use clap::Args;
+use headprint::compare::INDUCTION_HEAD_THRESHOLD;
+use headprint::probes::induction::DEFAULT_SEQUENCES;
+
+/// The model and the output format, as most commands take them.
+#[derive(Args)]
+pub struct Common {
+    /// A .safetensors file, a folder with config.json / tokenizer.json / shards, or a link:
+    /// hf:ORG/NAME[@REVISION] or an http(s) folder in the same layout.
+    pub model: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct BosArg {
+    /// Do not start sequences with the model's BOS token (default: prepend it, as
+    /// TransformerLens does, when config.json or the tokenizer names one).
+    #[arg(long)]
+    pub no_bos: bool,
+}
+
+/// How the induction probe's sequences are drawn.
+#[derive(Args)]
+pub struct SequenceArgs {
+    /// Length of each drawn first copy.
+    #[arg(long, default_value_t = 50)]
+    pub len: usize,
+    /// Seed of the first sequence; sequence i uses seed + i.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// How many seeded sequences the scores average over.
+    #[arg(long, default_value_t = DEFAULT_SEQUENCES, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub sequences: usize,
+    /// Draw each first copy as a random window of this text file instead of uniform random tokens.
+    #[arg(long)]
+    pub text_file: Option<PathBuf>,
+    /// Induction score at or above which a head counts as an induction head.
+    #[arg(long, default_value_t = INDUCTION_HEAD_THRESHOLD)]
+    pub threshold: f64,
+    #[command(flatten)]
+    pub bos: BosArg,
+}
