@@ -46,7 +46,8 @@ impl Loaded {
         match (given, &args.text_file) {
             (Some(ids), _) => Ok(vec![FirstCopy { tokens: parse_ids(ids)?, source: RepeatSource::Given }]),
             (None, Some(path)) => {
-                let text = std::fs::read_to_string(path).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| Error::File { path: path.display().to_string(), reason: e.to_string() })?;
                 text_window_first_copies(&self.tokenizer.encode(&text)?, args.len, args.seed, args.sequences)
             }
             (None, None) => {

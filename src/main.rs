@@ -41,7 +41,7 @@ enum Command {
     Attention(attention::Args),
     /// Run a probe: induction scores on repeated sequences, or a suite's verdict table.
     Probe(probe::Args),
-    /// Seed 000's table: each model's facts and the Spearman ρ of every spectral feature
+    /// The spectral-fingerprint study's table: each model's facts and the Spearman ρ of every spectral feature
     /// against every behavioural score across its heads.
     Compare(compare::Args),
     /// The token-space OV circuit of one head read as logits.

@@ -9,7 +9,7 @@ use crate::open::LinkFacts;
 
 /// A value as JSON, typed or built with `json!`.
 pub fn to_json(value: &impl serde::Serialize) -> Result<Value> {
-    serde_json::to_value(value).map_err(|e| Error::Invalid(e.to_string()))
+    serde_json::to_value(value).map_err(|e| Error::Internal(e.to_string()))
 }
 
 /// One line of JSON on stdout. Every report passes through a `serde_json::Value`, whose objects
@@ -24,7 +24,7 @@ pub fn print_json_from(value: &impl serde::Serialize, link: Option<&LinkFacts>) 
     if let (Some(link), Some(object)) = (link, value.as_object_mut()) {
         object.insert("model_link".into(), link.json());
     }
-    println!("{}", serde_json::to_string(&value).map_err(|e| Error::Invalid(e.to_string()))?);
+    println!("{}", serde_json::to_string(&value).map_err(|e| Error::Internal(e.to_string()))?);
     Ok(())
 }
 

@@ -52,7 +52,7 @@ pub struct Args {
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Kind {
-    /// Every head's OV copying score: the layer x head grid and the bars (seed 003, Figure 1).
+    /// Every head's OV copying score: the layer x head grid and the bars (the character-transformer case study's figure 1).
     Copying,
     /// A head's QK and OV eigenvalues in the complex plane, beside the unit circle.
     Spectrum,
