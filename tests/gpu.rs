@@ -110,9 +110,20 @@ fn assert_product_close_f64(
 /// far below f32's 6e-8, which plain f32 sums cannot reach.
 const KERNEL_TOLERANCE: f64 = 1e-9;
 
+// The product tests below run one body on both backends: the CPU and the GPU must give the
+// same sums, to the same tolerance, and refuse the same mistakes.
+
 #[test]
-fn the_kernels_match_float64_loops_on_odd_shapes() {
-    let mut gpu = gpu();
+fn the_cpu_products_match_float64_loops_on_odd_shapes() {
+    products_match_float64_loops_on_odd_shapes(&mut Backend::cpu());
+}
+
+#[test]
+fn the_gpu_products_match_float64_loops_on_odd_shapes() {
+    products_match_float64_loops_on_odd_shapes(&mut gpu());
+}
+
+fn products_match_float64_loops_on_odd_shapes(backend: &mut Backend) {
     let mut rng = ChaCha8Rng::seed_from_u64(9);
     // Rows, m, n: single rows, fewer rows than one 16-row step, shapes that are no multiple of
     // the 64-wide tile, one column, a tile and one more.
@@ -120,7 +131,7 @@ fn the_kernels_match_float64_loops_on_odd_shapes() {
         [(1, 1, 1), (1, 70, 3), (7, 65, 65), (17, 64, 129), (100, 1, 200), (333, 130, 67), (1000, 96, 96)]
     {
         let (a, b) = (random(rows, m, &mut rng), random(rows, n, &mut rng));
-        let product = summed(&mut gpu, &[(&a, Some(&b))]).expect("GPU product");
+        let product = summed(backend, &[(&a, Some(&b))]).expect("product");
         assert_product_close(
             &product,
             &product_f64(&a, &b),
@@ -130,17 +141,25 @@ fn the_kernels_match_float64_loops_on_odd_shapes() {
             &format!("A^T B, {rows}x{m} by {rows}x{n}"),
         );
 
-        let gram = summed(&mut gpu, &[(&a, None)]).expect("GPU gram");
+        let gram = summed(backend, &[(&a, None)]).expect("gram");
         assert_product_close(&gram, &product_f64(&a, &a), &a, &a, KERNEL_TOLERANCE, &format!("A^T A, {rows}x{m}"));
         assert_eq!(gram, gram.transpose(), "A^T A is exactly symmetric");
     }
 }
 
-/// Blocks of different heights summed on the device (with segments closed between them, as the
-/// Grams close theirs) are the product of all their rows: each block adds to what the sum holds.
 #[test]
-fn blocks_sum_on_the_device() {
-    let mut gpu = gpu();
+fn blocks_sum_on_the_cpu() {
+    blocks_sum(&mut Backend::cpu());
+}
+
+#[test]
+fn blocks_sum_on_the_gpu() {
+    blocks_sum(&mut gpu());
+}
+
+/// Blocks of different heights summed on the backend (with segments closed between them, as the
+/// Grams close theirs) are the product of all their rows: each block adds to what the sum holds.
+fn blocks_sum(backend: &mut Backend) {
     let mut rng = ChaCha8Rng::seed_from_u64(10);
     let heights = [50, 1, 130, 17];
     let a: Vec<_> = heights.iter().map(|&rows| random(rows, 20, &mut rng)).collect();
@@ -151,45 +170,54 @@ fn blocks_sum_on_the_device() {
         DMatrix::from_rows(&rows)
     };
     let (all_a, all_b) = (stacked(&a), stacked(&b));
-    let mut product = block_on(gpu.sum(20, 70)).unwrap();
-    let mut gram = block_on(gpu.sum(20, 20)).unwrap();
+    let mut product = block_on(backend.sum(20, 70)).unwrap();
+    let mut gram = block_on(backend.sum(20, 20)).unwrap();
     for (a, b) in a.iter().zip(&b) {
-        block_on(gpu.add_product(a, b, &mut product)).unwrap();
-        block_on(gpu.add_gram(a, &mut gram)).unwrap();
+        block_on(backend.add_product(a, b, &mut product)).unwrap();
+        block_on(backend.add_gram(a, &mut gram)).unwrap();
         product.end_segment();
         gram.end_segment();
     }
-    let (product, gram) = (block_on(gpu.read(product)).unwrap(), block_on(gpu.read(gram)).unwrap());
+    let (product, gram) = (block_on(backend.read(product)).unwrap(), block_on(backend.read(gram)).unwrap());
     let what = "A^T B over four blocks";
     assert_product_close(&product, &product_f64(&all_a, &all_b), &all_a, &all_b, KERNEL_TOLERANCE, what);
     let what = "A^T A over four blocks";
     assert_product_close(&gram, &product_f64(&all_a, &all_a), &all_a, &all_a, KERNEL_TOLERANCE, what);
     assert_eq!(gram, gram.transpose(), "A^T A is exactly symmetric");
 
-    let mut wrong = block_on(gpu.sum(3, 3)).unwrap();
+    let mut wrong = block_on(backend.sum(3, 3)).unwrap();
     assert!(
-        matches!(block_on(gpu.add_product(&a[0], &b[0], &mut wrong)), Err(Error::Internal(_))),
+        matches!(block_on(backend.add_product(&a[0], &b[0], &mut wrong)), Err(Error::Internal(_))),
         "a mis-shaped sum is an error"
     );
-    let mut mixed = block_on(gpu.sum(20, 20)).unwrap();
-    block_on(gpu.add_gram(&a[0], &mut mixed)).unwrap();
-    assert!(block_on(gpu.add_product(&a[0], &a[0], &mut mixed)).is_err(), "Grams and products in one sum");
+    let mut mixed = block_on(backend.sum(20, 20)).unwrap();
+    block_on(backend.add_gram(&a[0], &mut mixed)).unwrap();
+    assert!(block_on(backend.add_product(&a[0], &a[0], &mut mixed)).is_err(), "Grams and products in one sum");
 }
 
 /// A long block of same-signed terms, the hard case for f32 sums: 30000 rows sharing a common
 /// direction (as trained embeddings do), in one dispatch. The split products and error-free
 /// sums keep each entry within KERNEL_TOLERANCE of the float64 sum (a plain f32 sum is not).
 #[test]
-fn long_blocks_keep_their_precision() {
+fn long_blocks_keep_their_precision_on_the_cpu() {
+    long_blocks_keep_their_precision(&mut Backend::cpu());
+}
+
+#[test]
+fn long_blocks_keep_their_precision_on_the_gpu() {
     let mut gpu = gpu();
+    assert!(gpu.block_rows(40) >= 30_000, "the whole block goes in one dispatch");
+    long_blocks_keep_their_precision(&mut gpu);
+}
+
+fn long_blocks_keep_their_precision(backend: &mut Backend) {
     let mut rng = ChaCha8Rng::seed_from_u64(11);
     let common = random(1, 40, &mut rng);
     let mut a = random(30_000, 40, &mut rng);
     for mut row in a.row_iter_mut() {
         row += &common;
     }
-    assert!(gpu.block_rows(40) >= 30_000, "the whole block goes in one dispatch");
-    let gram = summed(&mut gpu, &[(&a, None)]).unwrap();
+    let gram = summed(backend, &[(&a, None)]).unwrap();
     assert_product_close(&gram, &product_f64(&a, &a), &a, &a, KERNEL_TOLERANCE, "A^T A of 30000 rows");
 }
 
