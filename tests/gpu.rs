@@ -562,6 +562,30 @@ mod cli {
         }
     }
 
+    /// The bytes that cross to and from the device, by stage: every Gram comes back once, as the
+    /// two f32 parts of each of its d_model² entries, and every embedding entry goes over at
+    /// least once.
+    #[test]
+    fn the_json_counts_the_bytes_moved_to_and_from_the_gpu() {
+        let (gpu, _) = fingerprint("gpu", false);
+        let backend = &gpu["backend"];
+        let model = &gpu["model"];
+        let (d, vocab) = (model["d_model"].as_u64().unwrap(), model["vocab"].as_u64().unwrap());
+        let stages = backend["stages"].as_array().expect("stages");
+        let names: Vec<_> = stages.iter().map(|s| s["stage"].as_str().unwrap()).collect();
+        assert_eq!(names, ["grams", "heads"]);
+        for way in ["bytes_to_device", "bytes_from_device"] {
+            let total: u64 = stages.iter().map(|s| s[way].as_u64().unwrap()).sum();
+            assert_eq!(backend[way].as_u64(), Some(total), "{way}: the total is the stages' sum");
+        }
+        // The pythia fixture's embedding and unembedding are separate: three Grams.
+        assert_eq!(stages[0]["bytes_from_device"].as_u64(), Some(3 * d * d * 8), "{backend}");
+        assert!(stages[0]["bytes_to_device"].as_u64().unwrap() >= 2 * vocab * d * 4, "{backend}");
+        assert!(
+            stages[1]["bytes_from_device"].as_u64().unwrap() > 0 && stages[1]["bytes_to_device"].as_u64().unwrap() > 0
+        );
+    }
+
     #[test]
     fn without_an_adapter_auto_notes_the_cpu_and_forced_gpu_is_an_error() {
         let (auto, stderr) = fingerprint("auto", true);

@@ -230,10 +230,16 @@ pub fn fingerprint_stream_watched(
     watch: &mut dyn FnMut(FingerprintStage, usize, usize),
 ) -> Result<ModelFingerprint> {
     block_on(backend.with_fallback(async |backend| {
+        let start = backend.bytes_moved();
         let grams =
             Grams::gather(model, backend, &mut |done, total| watch(FingerprintStage::Grams, done, total)).await?;
+        let grams_done = backend.bytes_moved();
         let heads = &mut |_: &HeadFingerprint, done, total| watch(FingerprintStage::Heads, done, total);
-        fingerprint_layers_on(model, &grams, mode, backend, heads).await
+        let mut fingerprint = fingerprint_layers_on(model, &grams, mode, backend, heads).await?;
+        if let (Some(start), Some(grams_done), Some(end)) = (start, grams_done, backend.bytes_moved()) {
+            fingerprint.backend.record_moves(&[("grams", start, grams_done), ("heads", grams_done, end)]);
+        }
+        Ok(fingerprint)
     }))
 }
 

@@ -21,6 +21,7 @@
 //! as the product's error, which the caller answers by falling back to the CPU.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Poll, Waker};
 
@@ -53,6 +54,9 @@ pub struct Gpu {
     scratch: Mutex<HashMap<Role, wgpu::Buffer>>,
     /// Left operands of [`Gpu::multiply`] on the device, most recently used last.
     resident: Mutex<Vec<Resident>>,
+    /// Bytes written to the device and read back from it since it opened.
+    to_device: AtomicU64,
+    from_device: AtomicU64,
 }
 
 /// What a buffer kept between products ([`Gpu::scratch`]) holds.
@@ -208,6 +212,8 @@ impl Gpu {
             failure,
             scratch: Mutex::default(),
             resident: Mutex::default(),
+            to_device: AtomicU64::new(0),
+            from_device: AtomicU64::new(0),
         };
         gpu.check()?;
         Ok(gpu)
@@ -216,6 +222,18 @@ impl Gpu {
     /// The adapter's name and driver API.
     pub fn adapter(&self) -> &str {
         &self.adapter
+    }
+
+    /// Bytes written to the device and read back from it since it opened: `(to, from)`.
+    pub fn bytes_moved(&self) -> (u64, u64) {
+        (self.to_device.load(Ordering::Relaxed), self.from_device.load(Ordering::Relaxed))
+    }
+
+    /// Writes `data` into `buffer` through the queue, counting the bytes that cross to the device.
+    fn write<T: bytemuck::Pod>(&self, buffer: &wgpu::Buffer, data: &[T]) {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        self.to_device.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        self.queue.write_buffer(buffer, 0, bytes);
     }
 
     /// Rows of an `n`-column block that fit one storage binding. The Grams ask for at most one
@@ -380,7 +398,7 @@ impl Gpu {
                 usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
             });
-            self.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(data));
+            self.write(&buffer, data);
             buffer
         };
         let (value, rest) = (buffer("resident value", &value), buffer("resident rest", &rest));
@@ -432,11 +450,11 @@ impl Gpu {
         self.fits(value_role.label(), bytes)?;
         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
         let value_buffer = self.scratch(value_role, bytes, usage);
-        self.queue.write_buffer(&value_buffer, 0, bytemuck::cast_slice(value));
+        self.write(&value_buffer, value);
         let rest_buffer = match rest {
             Some(rest) => {
                 let buffer = self.scratch(rest_role, bytes, usage);
-                self.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(rest));
+                self.write(&buffer, rest);
                 Some(buffer)
             }
             None => None,
@@ -465,7 +483,7 @@ impl Gpu {
             0,
         ];
         let shape_buffer = self.scratch(Role::Shape, 32, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
-        self.queue.write_buffer(&shape_buffer, 0, bytemuck::cast_slice(&uniform));
+        self.write(&shape_buffer, &uniform);
         let zero = self.scratch(Role::Zero, 4, wgpu::BufferUsages::STORAGE);
         let pipeline = if gram { &self.syrk } else { &self.gemm };
         let output_len = shape.m * shape.n;
@@ -506,6 +524,7 @@ impl Gpu {
         encoder.copy_buffer_to_buffer(high, 0, &read_buffer, 0, size);
         encoder.copy_buffer_to_buffer(low, 0, &read_buffer, size, size);
         self.queue.submit([encoder.finish()]);
+        self.from_device.fetch_add(2 * size, Ordering::Relaxed);
         scope.pop(self).await?;
 
         let (signal, future) = signal();

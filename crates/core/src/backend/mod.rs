@@ -60,15 +60,57 @@ pub struct BackendInfo {
     /// Why the GPU was not used although one was asked for or tried, in one line.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub note: Option<String>,
+    /// Bytes written to the GPU in the work reported (a GPU's only: the CPU moves nothing).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub bytes_to_device: Option<u64>,
+    /// Bytes read back from the GPU in the work reported.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub bytes_from_device: Option<u64>,
+    /// The same, stage by stage.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub stages: Vec<StageBytes>,
 }
+
+/// Bytes moved between the host and a GPU in one stage of the work.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageBytes {
+    pub stage: String,
+    pub bytes_to_device: u64,
+    pub bytes_from_device: u64,
+}
+
+/// A GPU's byte counters, `(to the device, from the device)`, at one moment.
+pub type BytesMoved = (u64, u64);
 
 impl Default for BackendInfo {
     fn default() -> Self {
-        BackendInfo { name: "cpu".into(), adapter: None, note: None }
+        BackendInfo {
+            name: "cpu".into(),
+            adapter: None,
+            note: None,
+            bytes_to_device: None,
+            bytes_from_device: None,
+            stages: Vec::new(),
+        }
     }
 }
 
 impl BackendInfo {
+    /// Records the bytes moved in named stages, each given by the counters at its start and
+    /// end (consecutive stages share a moment); the totals span them all.
+    pub fn record_moves(&mut self, stages: &[(&str, BytesMoved, BytesMoved)]) {
+        self.stages = stages
+            .iter()
+            .map(|&(stage, start, end)| StageBytes {
+                stage: stage.into(),
+                bytes_to_device: end.0 - start.0,
+                bytes_from_device: end.1 - start.1,
+            })
+            .collect();
+        self.bytes_to_device = Some(self.stages.iter().map(|s| s.bytes_to_device).sum());
+        self.bytes_from_device = Some(self.stages.iter().map(|s| s.bytes_from_device).sum());
+    }
+
     /// "WebGPU — <adapter>" (the browser's), "GPU · <adapter> (<API>)" (native) or "CPU", as a
     /// person reads it.
     pub fn label(&self) -> String {
@@ -204,12 +246,23 @@ impl Backend {
         Err("this build has no GPU backend (built without the `gpu` feature)".into())
     }
 
+    /// A GPU's byte counters since it opened; None on the CPU.
+    pub fn bytes_moved(&self) -> Option<BytesMoved> {
+        match &self.kind {
+            Kind::Cpu => None,
+            #[cfg(feature = "gpu")]
+            Kind::Gpu(gpu) => Some(gpu.bytes_moved()),
+        }
+    }
+
     pub fn info(&self) -> BackendInfo {
         let note = self.note.clone();
         match &self.kind {
-            Kind::Cpu => BackendInfo { name: "cpu".into(), adapter: None, note },
+            Kind::Cpu => BackendInfo { note, ..BackendInfo::default() },
             #[cfg(feature = "gpu")]
-            Kind::Gpu(gpu) => BackendInfo { name: "gpu".into(), adapter: Some(gpu.adapter().into()), note },
+            Kind::Gpu(gpu) => {
+                BackendInfo { name: "gpu".into(), adapter: Some(gpu.adapter().into()), note, ..BackendInfo::default() }
+            }
         }
     }
 
