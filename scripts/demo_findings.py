@@ -137,13 +137,6 @@ def main():
              "plays the same role here. Verdict labels and the induction successor are defined in "
              "`docs/methods.md`.")
     L.append("")
-    L.append("Since issue 10 the labels follow the methods' rules, which changed three findings: a key at "
-             "position 0 is always the *position-0 sink* (its bracket or quote label beside it), so C3, C4 and C6 "
-             "of Figure 5, which looked like bracket tracking, are the collapse onto position 0 that the case study "
-             "reported; the induction successor is the key after the *most recent* earlier occurrence, so P5-A of "
-             "Figure 4 (the key after an older `e`) is now `other`, and Figure 3's swap claim, which held under "
-             "the looser reading (its last column), does not hold under this one.")
-    L.append("")
     L.append("## Figure 1: OV copying score of all 24 heads")
     L.append("")
     L.append("| layer | " + " | ".join(f"H{h}" for h in range(per_layer)) + " |")
@@ -205,7 +198,7 @@ def main():
              f"**Claim: the OV circuit half-completes brackets (`(` promotes `)`, `)` suppresses `(`) — "
              f"{'holds' if open_close > 0 and pairs[1]['value'] < 0 else 'does not hold'}** here: "
              f"`(`→`)` {pairs[0]['value']:+.4f}, `)`→`(` {pairs[1]['value']:+.4f}. The leading head's logits are "
-             f"an order of magnitude smaller than the seed's overall, so compare signs and ranks, not sizes.")
+             f"an order of magnitude smaller than the case study's overall, so compare signs and ranks, not sizes.")
     L.append("")
 
     L.append(f"## Figure 3: swap pairs on {lead}")
@@ -234,7 +227,7 @@ def main():
         shares.append(share)
         L.append(f"| {row['id']} | {show(row['text'])} | {share:.2f} ({hits}/{total}) | {loose / total:.2f} ({loose}/{total}) |")
     L.append("")
-    L.append("The last column is the looser reading these findings used before issue 10 (the key after *any* "
+    L.append("The last column is a looser reading (the key after *any* "
              "earlier occurrence). In these prompts a character such as a space or `a` recurs within each half, "
              "so the two readings differ: where the induction-successor share is much lower than the last column, the head goes to the "
              "character after an older occurrence (often the matching place in the first half) rather than "

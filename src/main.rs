@@ -63,6 +63,7 @@ fn run(command: Command) -> Result<()> {
 
 fn main() -> ExitCode {
     keep_freed_memory();
+    end_quietly_on_a_closed_pipe();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // --help and --version print to stdout, and a bare `headprint` shows the help.
@@ -110,3 +111,17 @@ fn keep_freed_memory() {
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn keep_freed_memory() {}
+
+/// Output piped into a reader that stops early (`headprint fingerprint … | head`) ends the
+/// program quietly, as it ends other command-line tools, instead of a panic at the next print:
+/// Rust ignores SIGPIPE by default, which makes every later write an error.
+#[cfg(unix)]
+fn end_quietly_on_a_closed_pipe() {
+    // SAFETY: restores the signal's default action before any thread or output exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+#[cfg(not(unix))]
+fn end_quietly_on_a_closed_pipe() {}

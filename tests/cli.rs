@@ -293,3 +293,26 @@ fn a_zeroed_head_is_an_error_in_its_row_and_the_rest_are_reported() {
     assert!(!table.lines().find(|l| l.starts_with("L0H0 ")).unwrap().contains("error"));
     assert!(table.contains("error: head L0H1: OV circuit: the circuit is zero"), "{table}");
 }
+
+/// A reader that stops early (`headprint fingerprint … --json | head -c 16`) ends the command
+/// quietly. The report is larger than a pipe's buffer, so the command is still writing when the
+/// reader goes.
+#[test]
+fn a_reader_that_stops_early_ends_the_command_quietly() {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let demo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("public/models/nietzsche-char.safetensors");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_headprint"))
+        .args(["fingerprint", demo.to_str().unwrap(), "--json", "--backend", "cpu"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 16];
+    stdout.read_exact(&mut first).expect("the report begins");
+    drop(stdout);
+    let out = child.wait_with_output().expect("ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.is_empty(), "nothing on stderr, no panic: {stderr}");
+}

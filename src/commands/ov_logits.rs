@@ -14,6 +14,7 @@ use crate::print::{print_json, show};
 pub struct Args {
     #[command(flatten)]
     common: Common,
+    /// The head, e.g. L5H1 (layer and head, zero-based).
     #[arg(long)]
     head: String,
     /// How many top tokens to list.
@@ -25,6 +26,7 @@ pub struct Args {
     /// One token: what attending it promotes and suppresses most.
     #[arg(long)]
     row: Option<String>,
+    /// Use the weights as stored, without folding the norms into them.
     #[arg(long)]
     raw: bool,
 }
