@@ -498,7 +498,14 @@ fn a_pool_worker_runs_a_layers_products_on_its_own_gpu() {
     let mut layer_on = |layer: usize, backend: BackendChoice| {
         let request = Request::FingerprintLayer { model: 1, mode: Mode::Folded, layer, backend };
         match helper.handle(request, vec![], report()) {
-            Ok(Reply::Heads(heads)) => heads,
+            Ok(Reply::Heads { heads, gpu_bytes }) => {
+                // The GPU's layer says what its products moved; the CPU's moves nothing.
+                match backend {
+                    BackendChoice::Cpu => assert_eq!(gpu_bytes, None),
+                    _ => assert!(gpu_bytes.is_some_and(|(to, from)| to > 0 && from > 0), "{gpu_bytes:?}"),
+                }
+                heads
+            }
             other => panic!("layer {layer}: {:?}", other.map(|_| "another reply")),
         }
     };

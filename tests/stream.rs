@@ -404,10 +404,10 @@ fn the_worker_pool_gives_the_bits_of_one_worker_whichever_worker_computes_which_
         let mut heads = LayerHeads::new(config.layers);
         for layer in (0..config.layers).rev() {
             let request = Request::FingerprintLayer { model: 7, mode, layer, backend: BackendChoice::Cpu };
-            let Reply::Heads(got) = trip(&mut pool[layer % 2], request, vec![]) else {
-                panic!("layer {layer} answers")
+            let Reply::Heads { heads: got, gpu_bytes: None } = trip(&mut pool[layer % 2], request, vec![]) else {
+                panic!("layer {layer} answers, from the CPU")
             };
-            heads.add(layer, got).unwrap();
+            heads.add(layer, got, None).unwrap();
         }
         let pooled = heads.finish(config, info.parameters, &grams.backend, mode).unwrap();
         assert_eq!(serde_json::to_string(&pooled).unwrap(), serde_json::to_string(single).unwrap(), "{}", mode.name());

@@ -56,14 +56,9 @@ pub fn run(args: Args) -> Result<()> {
     }
     print_summary(&report.model);
     println!("mode: {}", report.mode);
-    match (report.backend.bytes_to_device, report.backend.bytes_from_device) {
-        (Some(to), Some(from)) => println!(
-            "backend: {} ({:.1} MB to the device, {:.1} MB back)\n",
-            report.backend.label(),
-            to as f64 / 1e6,
-            from as f64 / 1e6
-        ),
-        _ => println!("backend: {}\n", report.backend.label()),
+    match report.backend.bytes_moved_text() {
+        Some(moved) => println!("backend: {} ({moved})\n", report.backend.label()),
+        None => println!("backend: {}\n", report.backend.label()),
     }
     println!(
         "{:<7} {:>9} {:>9} {:>9} {:>9} {:>10}   {:>9} {:>9} {:>10}   {:>10} {:>10} {:>10}",

@@ -908,6 +908,14 @@ await test("backend=gpu runs on SwiftShader's WebGPU and matches the CPU", async
     expect(await p.locator('#backend-note').count() === 0, 'no fallback note');
     const demo = JSON.parse((await download(p, '#export-json')).bytes.toString());
     expect(demo.backend.name === 'gpu' && /swiftshader.*\(WebGPU\)/.test(demo.backend.adapter), `JSON backend ${JSON.stringify(demo.backend)}`);
+    // The bytes that crossed to and from the GPU, by stage: the demo's three 256 x 256 Grams
+    // come back once each as two f32 parts per entry; the page says the totals.
+    const stages = (demo.backend.stages || []).map((s) => s.stage).join(',');
+    expect(stages === 'grams,heads', `the stages of the bytes moved: ${JSON.stringify(demo.backend)}`);
+    expect(demo.backend.stages[0].bytes_from_device === 3 * 256 * 256 * 8, `the Grams read back: ${JSON.stringify(demo.backend.stages[0])}`);
+    const sum = (way) => demo.backend.stages.reduce((total, s) => total + s[way], 0);
+    expect(demo.backend.bytes_to_device === sum('bytes_to_device') && demo.backend.bytes_from_device === sum('bytes_from_device'), 'totals are the stages\' sums');
+    expect(/MB to the GPU, .* MB back\)$/.test(label), `the page says the bytes moved: ${label}`);
     const worstDemo = compareFingerprints(demo.folded, cpuExports.demo.folded, GPU_TOLERANCE);
     await shot('webgpu-swiftshader', false, p);
     // A GPT-2 fixture through the file input (the GPU device is kept between loads).

@@ -167,6 +167,7 @@ impl Grams {
         each: &mut dyn FnMut(usize, usize),
     ) -> Result<Grams> {
         let count = count.min(segments(model.config().vocab));
+        let start = backend.bytes_moved();
         let mut grams = backend
             .with_fallback(async |backend| {
                 // The CPU natively, a GPU's fallback included.
@@ -182,6 +183,9 @@ impl Grams {
             })
             .await?;
         grams.backend = backend.info();
+        if let Some(moved) = crate::backend::moved_between(start, backend.bytes_moved()) {
+            grams.backend.add_stage("grams", moved);
+        }
         Ok(grams)
     }
 

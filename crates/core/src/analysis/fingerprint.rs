@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::HeadId;
 use super::circuits::{Grams, HeadWeights, LayerProducts, Mode};
 use super::spectrum::Fingerprint;
-use crate::backend::{Backend, BackendInfo, block_on};
+use crate::backend::{Backend, BackendInfo, block_on, moved_between};
 use crate::model::{Layer, LoadParts, Model, ModelConfig, ModelStream, Norm, Weights};
 use crate::parallel::map_each;
 use crate::{Error, Result};
@@ -230,14 +230,13 @@ pub fn fingerprint_stream_watched(
     watch: &mut dyn FnMut(FingerprintStage, usize, usize),
 ) -> Result<ModelFingerprint> {
     block_on(backend.with_fallback(async |backend| {
-        let start = backend.bytes_moved();
         let grams =
             Grams::gather(model, backend, &mut |done, total| watch(FingerprintStage::Grams, done, total)).await?;
-        let grams_done = backend.bytes_moved();
+        let start = backend.bytes_moved();
         let heads = &mut |_: &HeadFingerprint, done, total| watch(FingerprintStage::Heads, done, total);
         let mut fingerprint = fingerprint_layers_on(model, &grams, mode, backend, heads).await?;
-        if let (Some(start), Some(grams_done), Some(end)) = (start, grams_done, backend.bytes_moved()) {
-            fingerprint.backend.record_moves(&[("grams", start, grams_done), ("heads", grams_done, end)]);
+        if let Some(moved) = moved_between(start, backend.bytes_moved()) {
+            fingerprint.backend.add_stage("heads", moved);
         }
         Ok(fingerprint)
     }))

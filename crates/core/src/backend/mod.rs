@@ -79,8 +79,16 @@ pub struct StageBytes {
     pub bytes_from_device: u64,
 }
 
-/// A GPU's byte counters, `(to the device, from the device)`, at one moment.
+/// Bytes `(to the device, from the device)`: a GPU's counters at one moment, or what moved
+/// between two.
 pub type BytesMoved = (u64, u64);
+
+/// What a GPU moved between two readings of its counters; None unless both come from a GPU
+/// (a GPU that failed in between was replaced by the CPU, whose work moves nothing).
+pub fn moved_between(start: Option<BytesMoved>, end: Option<BytesMoved>) -> Option<BytesMoved> {
+    let ((to_start, from_start), (to_end, from_end)) = (start?, end?);
+    Some((to_end.checked_sub(to_start)?, from_end.checked_sub(from_start)?))
+}
 
 impl Default for BackendInfo {
     fn default() -> Self {
@@ -96,19 +104,17 @@ impl Default for BackendInfo {
 }
 
 impl BackendInfo {
-    /// Records the bytes moved in named stages, each given by the counters at its start and
-    /// end (consecutive stages share a moment); the totals span them all.
-    pub fn record_moves(&mut self, stages: &[(&str, BytesMoved, BytesMoved)]) {
-        self.stages = stages
-            .iter()
-            .map(|&(stage, start, end)| StageBytes {
-                stage: stage.into(),
-                bytes_to_device: end.0 - start.0,
-                bytes_from_device: end.1 - start.1,
-            })
-            .collect();
-        self.bytes_to_device = Some(self.stages.iter().map(|s| s.bytes_to_device).sum());
-        self.bytes_from_device = Some(self.stages.iter().map(|s| s.bytes_from_device).sum());
+    /// "385.6 MB to the GPU, 231.2 MB back", when a GPU did the work.
+    pub fn bytes_moved_text(&self) -> Option<String> {
+        let (to, from) = (self.bytes_to_device?, self.bytes_from_device?);
+        Some(format!("{:.1} MB to the GPU, {:.1} MB back", to as f64 / 1e6, from as f64 / 1e6))
+    }
+
+    /// Adds a stage's bytes moved (`(to the device, from it)`) to the stages and the totals.
+    pub fn add_stage(&mut self, stage: &str, (to, from): BytesMoved) {
+        self.stages.push(StageBytes { stage: stage.into(), bytes_to_device: to, bytes_from_device: from });
+        self.bytes_to_device = Some(self.bytes_to_device.unwrap_or(0) + to);
+        self.bytes_from_device = Some(self.bytes_from_device.unwrap_or(0) + from);
     }
 
     /// "WebGPU — <adapter>" (the browser's), "GPU · <adapter> (<API>)" (native) or "CPU", as a

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use crate::analysis::circuits::Grams;
 use crate::analysis::fingerprint::assemble_fingerprint;
 use crate::analysis::{HeadFingerprint, Mode, ModelFingerprint};
-use crate::backend::BackendInfo;
+use crate::backend::{BackendInfo, BytesMoved};
 use crate::model::ModelConfig;
 use crate::probes::induction::induction_report;
 use crate::worker::protocol::{InductionRun, InductionShare};
@@ -54,20 +54,26 @@ impl GramSum {
     }
 }
 
-/// A model's heads collected a layer at a time, in any order.
+/// A model's heads collected a layer at a time, in any order, with the bytes the layers'
+/// products moved to and from the workers' GPUs.
 pub struct LayerHeads {
     layers: Vec<Option<Vec<HeadFingerprint>>>,
+    gpu_bytes: Option<BytesMoved>,
 }
 
 impl LayerHeads {
     pub fn new(layers: usize) -> LayerHeads {
-        LayerHeads { layers: vec![None; layers] }
+        LayerHeads { layers: vec![None; layers], gpu_bytes: None }
     }
 
-    pub fn add(&mut self, layer: usize, heads: Vec<HeadFingerprint>) -> Result<()> {
+    pub fn add(&mut self, layer: usize, heads: Vec<HeadFingerprint>, gpu_bytes: Option<BytesMoved>) -> Result<()> {
         match self.layers.get_mut(layer) {
             Some(slot @ None) => {
                 *slot = Some(heads);
+                if let Some((to, from)) = gpu_bytes {
+                    let (to_before, from_before) = self.gpu_bytes.unwrap_or_default();
+                    self.gpu_bytes = Some((to_before + to, from_before + from));
+                }
                 Ok(())
             }
             _ => Err(Error::Worker(format!("layer {layer}'s heads came twice or the layer does not exist"))),
@@ -87,7 +93,11 @@ impl LayerHeads {
             return Err(Error::Worker(format!("{missing} layers' heads did not come back")));
         }
         let heads = self.layers.into_iter().flatten().flatten().collect();
-        Ok(assemble_fingerprint(config, parameters, backend, mode, heads))
+        let mut fingerprint = assemble_fingerprint(config, parameters, backend, mode, heads);
+        if let Some(moved) = self.gpu_bytes {
+            fingerprint.backend.add_stage("heads", moved);
+        }
+        Ok(fingerprint)
     }
 }
 

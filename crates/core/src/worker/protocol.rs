@@ -347,7 +347,13 @@ pub enum Reply {
         segment: usize,
         grams: GramsData,
     },
-    Heads(Vec<HeadFingerprint>),
+    /// Pool: one layer's heads, with the bytes its products moved to and from this worker's
+    /// GPU (None when the CPU computed them).
+    Heads {
+        heads: Vec<HeadFingerprint>,
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        gpu_bytes: Option<crate::backend::BytesMoved>,
+    },
     /// Pool: a model's whole Grams (from a GPU).
     Grams {
         grams: GramsData,

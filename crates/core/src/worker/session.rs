@@ -16,7 +16,7 @@ use crate::analysis::circuits::{Grams, segments};
 use crate::analysis::fingerprint::{fingerprint_layer, fingerprint_layer_on, fingerprint_layers};
 use crate::analysis::ov_logits::{MatrixTokens, bottom_k, top_k};
 use crate::analysis::{HeadId, Mode, ModelFingerprint, OvTokenLogits};
-use crate::backend::{Backend, BackendChoice, block_on};
+use crate::backend::{Backend, BackendChoice, block_on, moved_between};
 use crate::model::{ModelConfig, ModelStream, Weights};
 use crate::probes::induction::{
     DEFAULT_SEQUENCES, induction_cells, random_first_copies, score_sequences, text_window_first_copies,
@@ -426,16 +426,18 @@ impl Session {
             return Err(Error::Worker(format!("no layer {layer} in this model")));
         }
         let (stream, grams) = (held.stream()?, held.grams()?);
-        let heads = match choice {
-            BackendChoice::Cpu => fingerprint_layer(&stream, grams, mode, layer)?,
+        let (heads, gpu_bytes) = match choice {
+            BackendChoice::Cpu => (fingerprint_layer(&stream, grams, mode, layer)?, None),
             gpu => {
                 let backend = kept_backend(&mut self.backend, gpu).await;
-                backend
+                let start = backend.bytes_moved();
+                let heads = backend
                     .with_fallback(async |backend| fingerprint_layer_on(&stream, grams, mode, layer, backend).await)
-                    .await?
+                    .await?;
+                (heads, moved_between(start, backend.bytes_moved()))
             }
         };
-        Ok(Reply::Heads(heads))
+        Ok(Reply::Heads { heads, gpu_bytes })
     }
 
     fn answer_now(&mut self, request: Request, files: Vec<Box<dyn ByteSource>>, report: Reporter) -> Result<Reply> {

@@ -412,7 +412,10 @@ fn ModelBar() -> impl IntoView {
                             });
                             let backend_view = view! {
                                 <span class="fact" id="model-backend" title=backend.note.clone().unwrap_or_default()>
-                                    {format!("Computed on {}", backend.label())}
+                                    {match backend.bytes_moved_text() {
+                                        Some(moved) => format!("Computed on {} ({moved})", backend.label()),
+                                        None => format!("Computed on {}", backend.label()),
+                                    }}
                                 </span>
                                 {note
                                     .map(|note| {

@@ -266,13 +266,13 @@ async fn heads(run: Run, pooled: &Pooled, mode: Mode) -> Result<ModelFingerprint
         layers,
         move |layer| Request::FingerprintLayer { model, mode, layer, backend },
         move |layer, reply| {
-            let Reply::Heads(heads) = reply else {
+            let Reply::Heads { heads, gpu_bytes } = reply else {
                 return Err(unexpected("a layer's heads"));
             };
             let (collected, done) = &mut *collecting.borrow_mut();
             *done += heads.len();
             run.report(Progress { stage: stage.clone(), done: *done as u64, total, grid, heads: heads.clone() });
-            Ok(collected.add(layer, heads)?)
+            Ok(collected.add(layer, heads, gpu_bytes)?)
         },
     )
     .await?;
