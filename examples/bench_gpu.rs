@@ -5,25 +5,34 @@
 //! backends' fingerprints are apart. Prints one JSON line per model (and each stage to stderr as
 //! it ends). A benchmark, not a test.
 //!
-//! cargo run --release --example bench_gpu -- [--gram-rows=N] [--layers=N] [--backends=gpu,cpu] MODEL [MODEL ...]
+//! cargo run --release --example bench_gpu -- [--gram-rows=N] [--layers=N] [--backends=gpu,gpu-pairs,cpu] MODEL [MODEL ...]
 //! (scripts/bench_gpu.sh). `--gram-rows=N` sums the Grams over the first N vocabulary rows only
 //! (rounded up to whole segments of 4096) and `--layers=N` takes the first N layers: a software
 //! GPU would take many minutes over a whole large model. The numbers are then not the model's,
-//! but every stage's work per row and per layer is the same. `--backends=cpu` runs one backend.
+//! but every stage's work per row and per layer is the same. `--backends=cpu` runs one backend;
+//! `gpu-pairs` is the GPU with its f32-pair kernel even where the adapter has native f64.
 
 use std::time::Instant;
 
 use headprint::analysis::circuits::{Grams, LayerProducts, Mode, SEGMENT_ROWS};
 use headprint::analysis::fingerprint::{HeadFingerprint, fingerprint_layer_on, layer_head_weights};
+use headprint::backend::gpu::Arithmetic;
 use headprint::backend::{Backend, BackendChoice, block_on};
 use headprint::model::{LoadParts, ModelStream, Weights};
 use headprint::weights::ModelFiles;
 use serde_json::json;
 
+/// A backend to time: a user's choice, or the GPU with its f32-pair kernel.
+#[derive(Clone, Copy)]
+enum Which {
+    Choice(BackendChoice),
+    GpuPairs,
+}
+
 struct Options {
     gram_rows: Option<usize>,
     layers: Option<usize>,
-    backends: Vec<BackendChoice>,
+    backends: Vec<Which>,
     paths: Vec<String>,
 }
 
@@ -31,7 +40,7 @@ fn options() -> Result<Options, Box<dyn std::error::Error>> {
     let mut options = Options {
         gram_rows: None,
         layers: None,
-        backends: vec![BackendChoice::Gpu, BackendChoice::Cpu],
+        backends: vec![Which::Choice(BackendChoice::Gpu), Which::Choice(BackendChoice::Cpu)],
         paths: Vec::new(),
     };
     for arg in std::env::args().skip(1) {
@@ -40,13 +49,21 @@ fn options() -> Result<Options, Box<dyn std::error::Error>> {
         } else if let Some(n) = arg.strip_prefix("--layers=") {
             options.layers = Some(n.parse()?);
         } else if let Some(list) = arg.strip_prefix("--backends=") {
-            options.backends = list.split(',').map(BackendChoice::parse).collect::<Result<_, _>>()?;
+            options.backends = list
+                .split(',')
+                .map(|name| match name {
+                    "gpu-pairs" => Ok(Which::GpuPairs),
+                    name => BackendChoice::parse(name).map(Which::Choice),
+                })
+                .collect::<Result<_, _>>()?;
         } else {
             options.paths.push(arg);
         }
     }
     if options.paths.is_empty() {
-        return Err("usage: bench_gpu [--gram-rows=N] [--layers=N] [--backends=gpu,cpu] MODEL [MODEL ...]".into());
+        return Err(
+            "usage: bench_gpu [--gram-rows=N] [--layers=N] [--backends=gpu,gpu-pairs,cpu] MODEL [MODEL ...]".into()
+        );
     }
     Ok(options)
 }
@@ -93,8 +110,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
         let mut runs = Vec::new();
         let mut fingerprints: Vec<Vec<HeadFingerprint>> = Vec::new();
-        for &choice in &options.backends {
-            let mut backend = Backend::select(choice)?;
+        for &which in &options.backends {
+            let mut backend = match which {
+                Which::Choice(choice) => Backend::select(choice)?,
+                Which::GpuPairs => block_on(Backend::gpu_preferring(Arithmetic::F32Pairs))?,
+            };
             let label = backend.info().label();
             let start = Instant::now();
             let segments = rows.div_ceil(SEGMENT_ROWS);
@@ -139,14 +159,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "read_vocabulary_s": read_vocabulary_s,
             "read_layers_s": read_layers_s,
             "runs": runs,
-            "gpu_cpu_difference": (fingerprints.len() == 2).then(|| difference(&fingerprints[0], &fingerprints[1])),
+            // Each backend against the last (the CPU, as the script orders them).
+            "differences_from_the_last": fingerprints
+                .split_last()
+                .map(|(last, others)| others.iter().map(|f| difference(f, last)).collect::<Vec<_>>()),
         });
         println!("{line}");
     }
     Ok(())
 }
 
-/// The largest difference between the two backends' copying scores and eigenvector
+/// The largest difference between two backends' copying scores and eigenvector
 /// conditions, relative to the larger of the two values (what tests/gpu.rs holds to 1e-4 on
 /// the fixtures).
 fn difference(gpu: &[HeadFingerprint], cpu: &[HeadFingerprint]) -> serde_json::Value {

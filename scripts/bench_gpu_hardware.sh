@@ -2,9 +2,9 @@
 # The native GPU benchmark on a machine with a hardware GPU, in one run:
 #   1. the Llama-3.2-1B- and Llama-3-8B-shaped random checkpoints are written if missing
 #      (scripts/make_big_models.py on all cores, into $BIG_MODELS);
-#   2. examples/bench_gpu on each: GPU and CPU side by side, stage by stage (Grams, layer
-#      products, the whole per-layer stage), with FLOP counts, FLOP/s and how far the two
-#      backends' fingerprints are apart, one JSON line per model;
+#   2. examples/bench_gpu on each: the GPU's two kernels (native f64, f32 pairs) and the CPU side
+#      by side, stage by stage (Grams, layer products, the whole per-layer stage), with FLOP
+#      counts, FLOP/s and how far the backends' fingerprints are apart, one JSON line per model;
 #   3. the CLI end to end on Llama-3-8B with --backend gpu, as a user runs it: wall time, peak
 #      RSS and the backend the JSON records.
 # It prints the GPU, driver and CPU first, and stops at once if wgpu finds no hardware adapter.
@@ -43,7 +43,8 @@ if [ ${#need[@]} -gt 0 ]; then
   echo "checkpoints written in $(($(date +%s) - start)) s"
 fi
 
-"$bench" "$dir/llama-3.2-1b" "$dir/llama-3-8b"
+# The GPU in native f64 (where the adapter offers it), in f32 pairs, and the CPU.
+"$bench" --backends=gpu,gpu-pairs,cpu "$dir/llama-3.2-1b" "$dir/llama-3-8b"
 
 "$python" - "$headprint" "$dir/llama-3-8b" <<'EOF'
 import json, resource, subprocess, sys, time

@@ -13,6 +13,7 @@ use common::{assert_same_spectrum, fixture};
 use headprint::Error;
 use headprint::analysis::circuits::Grams;
 use headprint::analysis::{Mode, fingerprint_stream_with};
+use headprint::backend::gpu::Arithmetic;
 use headprint::backend::{Backend, BackendChoice, Factor, block_on};
 use headprint::model::ModelStream;
 use headprint::weights::ModelFiles;
@@ -109,21 +110,49 @@ fn assert_product_close_f64(
 /// The kernels' products against float64 loops, relative to each entry's Cauchy-Schwarz scale:
 /// far below f32's 6e-8, which plain f32 sums cannot reach.
 const KERNEL_TOLERANCE: f64 = 1e-9;
+/// The same for f64 arithmetic (the CPU, a GPU's native f64), which keeps far more than the
+/// f32 pairs' 2^-36: the results come back as two f32 parts, 2^-48 of each entry.
+const F64_TOLERANCE: f64 = 1e-12;
 
-// The product tests below run one body on both backends: the CPU and the GPU must give the
-// same sums, to the same tolerance, and refuse the same mistakes.
-
-#[test]
-fn the_cpu_products_match_float64_loops_on_odd_shapes() {
-    products_match_float64_loops_on_odd_shapes(&mut Backend::cpu());
+/// A GPU computing with `arithmetic` where the adapter offers it (else with f32 pairs).
+fn gpu_with(arithmetic: Arithmetic) -> Backend {
+    block_on(Backend::gpu_preferring(arithmetic)).unwrap_or_else(|e| panic!("no GPU adapter for the GPU tests ({e})"))
 }
 
+/// The backends whose products must agree: the CPU, and the GPU with each kernel it offers.
+fn every_backend() -> Vec<Backend> {
+    let f64_gpu = gpu_with(Arithmetic::F64);
+    let pairs_gpu = gpu_with(Arithmetic::F32Pairs);
+    assert_eq!(pairs_gpu.info().arithmetic.as_deref(), Some("f32 pairs"));
+    vec![Backend::cpu(), f64_gpu, pairs_gpu]
+}
+
+/// The tolerance a backend's products are held to.
+fn kernel_tolerance(backend: &Backend) -> f64 {
+    match backend.info().arithmetic.as_deref() {
+        Some("f32 pairs") => KERNEL_TOLERANCE,
+        _ => F64_TOLERANCE,
+    }
+}
+
+/// "cpu", "gpu f64" or "gpu f32 pairs", for messages.
+fn named(backend: &Backend) -> String {
+    let info = backend.info();
+    [Some(info.name), info.arithmetic].into_iter().flatten().collect::<Vec<_>>().join(" ")
+}
+
+// The product tests below run one body on every backend: the CPU and the GPU's kernels must
+// give the same sums, each to its tolerance, and refuse the same mistakes.
+
 #[test]
-fn the_gpu_products_match_float64_loops_on_odd_shapes() {
-    products_match_float64_loops_on_odd_shapes(&mut gpu());
+fn products_match_float64_loops_on_odd_shapes_on_every_backend() {
+    for mut backend in every_backend() {
+        products_match_float64_loops_on_odd_shapes(&mut backend);
+    }
 }
 
 fn products_match_float64_loops_on_odd_shapes(backend: &mut Backend) {
+    let (tolerance, name) = (kernel_tolerance(backend), named(backend));
     let mut rng = ChaCha8Rng::seed_from_u64(9);
     // Rows, m, n: single rows, fewer rows than one 16-row step, shapes that are no multiple of
     // the 64-wide tile, one column, a tile and one more.
@@ -137,29 +166,27 @@ fn products_match_float64_loops_on_odd_shapes(backend: &mut Backend) {
             &product_f64(&a, &b),
             &a,
             &b,
-            KERNEL_TOLERANCE,
-            &format!("A^T B, {rows}x{m} by {rows}x{n}"),
+            tolerance,
+            &format!("{name}: A^T B, {rows}x{m} by {rows}x{n}"),
         );
 
         let gram = summed(backend, &[(&a, None)]).expect("gram");
-        assert_product_close(&gram, &product_f64(&a, &a), &a, &a, KERNEL_TOLERANCE, &format!("A^T A, {rows}x{m}"));
+        assert_product_close(&gram, &product_f64(&a, &a), &a, &a, tolerance, &format!("{name}: A^T A, {rows}x{m}"));
         assert_eq!(gram, gram.transpose(), "A^T A is exactly symmetric");
     }
 }
 
 #[test]
-fn blocks_sum_on_the_cpu() {
-    blocks_sum(&mut Backend::cpu());
-}
-
-#[test]
-fn blocks_sum_on_the_gpu() {
-    blocks_sum(&mut gpu());
+fn blocks_sum_on_every_backend() {
+    for mut backend in every_backend() {
+        blocks_sum(&mut backend);
+    }
 }
 
 /// Blocks of different heights summed on the backend (with segments closed between them, as the
 /// Grams close theirs) are the product of all their rows: each block adds to what the sum holds.
 fn blocks_sum(backend: &mut Backend) {
+    let (tolerance, name) = (kernel_tolerance(backend), named(backend));
     let mut rng = ChaCha8Rng::seed_from_u64(10);
     let heights = [50, 1, 130, 17];
     let a: Vec<_> = heights.iter().map(|&rows| random(rows, 20, &mut rng)).collect();
@@ -179,10 +206,10 @@ fn blocks_sum(backend: &mut Backend) {
         gram.end_segment();
     }
     let (product, gram) = (block_on(backend.read(product)).unwrap(), block_on(backend.read(gram)).unwrap());
-    let what = "A^T B over four blocks";
-    assert_product_close(&product, &product_f64(&all_a, &all_b), &all_a, &all_b, KERNEL_TOLERANCE, what);
-    let what = "A^T A over four blocks";
-    assert_product_close(&gram, &product_f64(&all_a, &all_a), &all_a, &all_a, KERNEL_TOLERANCE, what);
+    let what = format!("{name}: A^T B over four blocks");
+    assert_product_close(&product, &product_f64(&all_a, &all_b), &all_a, &all_b, tolerance, &what);
+    let what = format!("{name}: A^T A over four blocks");
+    assert_product_close(&gram, &product_f64(&all_a, &all_a), &all_a, &all_a, tolerance, &what);
     assert_eq!(gram, gram.transpose(), "A^T A is exactly symmetric");
 
     let mut wrong = block_on(backend.sum(3, 3)).unwrap();
@@ -199,15 +226,13 @@ fn blocks_sum(backend: &mut Backend) {
 /// direction (as trained embeddings do), in one dispatch. The split products and error-free
 /// sums keep each entry within KERNEL_TOLERANCE of the float64 sum (a plain f32 sum is not).
 #[test]
-fn long_blocks_keep_their_precision_on_the_cpu() {
-    long_blocks_keep_their_precision(&mut Backend::cpu());
-}
-
-#[test]
-fn long_blocks_keep_their_precision_on_the_gpu() {
-    let mut gpu = gpu();
-    assert!(gpu.block_rows(40) >= 30_000, "the whole block goes in one dispatch");
-    long_blocks_keep_their_precision(&mut gpu);
+fn long_blocks_keep_their_precision_on_every_backend() {
+    for mut backend in every_backend() {
+        if backend.is_gpu() {
+            assert!(backend.block_rows(40) >= 30_000, "the whole block goes in one dispatch");
+        }
+        long_blocks_keep_their_precision(&mut backend);
+    }
 }
 
 fn long_blocks_keep_their_precision(backend: &mut Backend) {
@@ -218,16 +243,23 @@ fn long_blocks_keep_their_precision(backend: &mut Backend) {
         row += &common;
     }
     let gram = summed(backend, &[(&a, None)]).unwrap();
-    assert_product_close(&gram, &product_f64(&a, &a), &a, &a, KERNEL_TOLERANCE, "A^T A of 30000 rows");
+    let what = format!("{}: A^T A of 30000 rows", named(backend));
+    assert_product_close(&gram, &product_f64(&a, &a), &a, &a, kernel_tolerance(backend), &what);
 }
 
 /// `A X` of f64 matrices, as each layer's products through the Grams run: every entry of A and
 /// X carries bits beyond f32 (uniform f64s), so a kernel that dropped each value's rest would
-/// be off by ~1e-8 of the terms; the two-part inputs keep KERNEL_TOLERANCE. The shapes include
+/// be off by ~1e-8 of the terms; the two-part inputs keep each kernel's tolerance. The shapes include
 /// odd ones, an upper-triangular A, and more columns than one dispatch takes.
 #[test]
 fn wide_products_keep_what_f64_holds() {
-    let mut gpu = gpu();
+    for backend in every_backend() {
+        wide_products_on(backend);
+    }
+}
+
+fn wide_products_on(mut backend: Backend) {
+    let (tolerance, name) = (kernel_tolerance(&backend), named(&backend));
     let mut rng = ChaCha8Rng::seed_from_u64(13);
     let mut random_f64 = |rows: usize, cols: usize| DMatrix::from_fn(rows, cols, |_, _| rng.random_range(-1.0..1.0));
     for (m, k, n, form) in [
@@ -243,15 +275,15 @@ fn wide_products_keep_what_f64_holds() {
         }
         let x = random_f64(k, n);
         let a = Arc::new(a);
-        let got = block_on(gpu.multiply(&a, form, &x)).expect("GPU product");
+        let got = block_on(backend.multiply(&a, form, &x)).expect("product");
         let want = DMatrix::from_fn(m, n, |i, j| (0..k).map(|l| a[(i, l)] * x[(l, j)]).sum::<f64>());
-        let what = format!("A X, {m}x{k} by {k}x{n} ({form:?})");
-        assert_product_close_f64(&got, &want, &a.transpose(), &x, KERNEL_TOLERANCE, &what);
-        let cpu = block_on(Backend::cpu().multiply(&a, form, &x)).unwrap();
-        assert_product_close_f64(&cpu, &want, &a.transpose(), &x, 1e-13, &format!("CPU {what}"));
+        let what = format!("{name}: A X, {m}x{k} by {k}x{n} ({form:?})");
+        assert_product_close_f64(&got, &want, &a.transpose(), &x, tolerance, &what);
     }
-    let wrong = Arc::new(DMatrix::zeros(3, 4));
-    assert!(matches!(block_on(gpu.multiply(&wrong, Factor::General, &wrong)), Err(Error::Gpu(_))));
+    if backend.is_gpu() {
+        let wrong = Arc::new(DMatrix::zeros(3, 4));
+        assert!(matches!(block_on(backend.multiply(&wrong, Factor::General, &wrong)), Err(Error::Gpu(_))));
+    }
 }
 
 /// A left matrix stays on the device between products with the same `Arc`; a different `Arc`

@@ -30,6 +30,27 @@ use nalgebra::DMatrix;
 use crate::parallel::each_chunk;
 
 const KERNELS: &str = include_str!("products.wgsl");
+/// The same products in native f64, where the adapter offers it.
+const KERNELS_F64: &str = include_str!("products_f64.wgsl");
+
+/// How a GPU's products are computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arithmetic {
+    /// Native f64 (products_f64.wgsl), where the adapter offers SHADER_F64 (natively only:
+    /// WebGPU has no f64).
+    F64,
+    /// Each f64 as two f32 parts, with error-free sums (products.wgsl): on every adapter.
+    F32Pairs,
+}
+
+impl Arithmetic {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arithmetic::F64 => "f64",
+            Arithmetic::F32Pairs => "f32 pairs",
+        }
+    }
+}
 /// Output tile of one workgroup (TILE in products.wgsl).
 const TILE: usize = 64;
 /// Columns of X per dispatch in [`Gpu::multiply`]: 4096 x 2048 outputs of a 4096-deep product
@@ -45,6 +66,7 @@ pub struct Gpu {
     gemm: wgpu::ComputePipeline,
     syrk: wgpu::ComputePipeline,
     adapter: String,
+    arithmetic: Arithmetic,
     /// The device's limit on one storage binding (and on one buffer), in bytes.
     max_binding: u64,
     /// The first error wgpu reported outside a call's return value (validation, out of memory,
@@ -132,9 +154,16 @@ impl Gpu {
     /// Opens the best adapter: natively a discrete GPU before an integrated one, then any other
     /// hardware; in the browser the one WebGPU offers (high-performance preference). A software
     /// or fallback adapter (lavapipe, SwiftShader, WARP) is taken only when `allow_software`.
+    /// Its products run in native f64 where the adapter offers it, else as f32 pairs.
     pub async fn open(allow_software: bool) -> Result<Gpu, String> {
-        // SAFETY: with every runtime check on.
-        unsafe { Self::open_with(allow_software, KERNELS, wgpu::ShaderRuntimeChecks::checked()) }.await
+        Self::open_preferring(allow_software, Arithmetic::F64).await
+    }
+
+    /// [`Gpu::open`], with native f64 only where `preferred` asks for it (tests and benchmarks
+    /// compare the two kernels on one adapter).
+    pub async fn open_preferring(allow_software: bool, preferred: Arithmetic) -> Result<Gpu, String> {
+        // SAFETY: the project's own kernels, with every runtime check on.
+        unsafe { Self::open_kernels(allow_software, None, preferred, wgpu::ShaderRuntimeChecks::checked()) }.await
     }
 
     /// [`Gpu::open`] with other kernels (the same entry points and bindings) and runtime checks:
@@ -147,6 +176,18 @@ impl Gpu {
     pub async unsafe fn open_with(
         allow_software: bool,
         kernels: &str,
+        checks: wgpu::ShaderRuntimeChecks,
+    ) -> Result<Gpu, String> {
+        // SAFETY: the caller's contract is this function's.
+        unsafe { Self::open_kernels(allow_software, Some(kernels), Arithmetic::F32Pairs, checks) }.await
+    }
+
+    /// # Safety
+    /// As [`Gpu::open_with`]'s, for `kernels` given.
+    async unsafe fn open_kernels(
+        allow_software: bool,
+        kernels: Option<&str>,
+        preferred: Arithmetic,
         checks: wgpu::ShaderRuntimeChecks,
     ) -> Result<Gpu, String> {
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
@@ -166,9 +207,21 @@ impl Gpu {
             max_buffer_size: adapter_limits.max_buffer_size,
             ..wgpu::Limits::default()
         };
+        let arithmetic = match kernels.is_none() && best.features().contains(wgpu::Features::SHADER_F64) {
+            true => preferred,
+            false => Arithmetic::F32Pairs,
+        };
+        let kernels = kernels.unwrap_or(match arithmetic {
+            Arithmetic::F64 => KERNELS_F64,
+            Arithmetic::F32Pairs => KERNELS,
+        });
         let (device, queue) = best
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("headprint"),
+                required_features: match arithmetic {
+                    Arithmetic::F64 => wgpu::Features::SHADER_F64,
+                    Arithmetic::F32Pairs => wgpu::Features::empty(),
+                },
                 required_limits: limits.clone(),
                 ..Default::default()
             })
@@ -204,6 +257,7 @@ impl Gpu {
         }
         let gpu = Gpu {
             adapter: name,
+            arithmetic,
             max_binding: limits.max_storage_buffer_binding_size.min(limits.max_buffer_size),
             device,
             queue,
@@ -222,6 +276,10 @@ impl Gpu {
     /// The adapter's name and driver API.
     pub fn adapter(&self) -> &str {
         &self.adapter
+    }
+
+    pub fn arithmetic(&self) -> Arithmetic {
+        self.arithmetic
     }
 
     /// Bytes written to the device and read back from it since it opened: `(to, from)`.

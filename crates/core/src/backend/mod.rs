@@ -60,6 +60,9 @@ pub struct BackendInfo {
     /// Why the GPU was not used although one was asked for or tried, in one line.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub note: Option<String>,
+    /// How a GPU computed: "f64" (native) or "f32 pairs" (each f64 as two f32 parts).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub arithmetic: Option<String>,
     /// Bytes written to the GPU in the work reported (a GPU's only: the CPU moves nothing).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub bytes_to_device: Option<u64>,
@@ -96,6 +99,7 @@ impl Default for BackendInfo {
             name: "cpu".into(),
             adapter: None,
             note: None,
+            arithmetic: None,
             bytes_to_device: None,
             bytes_from_device: None,
             stages: Vec::new(),
@@ -241,6 +245,16 @@ impl Backend {
         }
     }
 
+    /// A GPU on any adapter (software ones too), computing with `arithmetic` where the adapter
+    /// offers it: for the tests and benchmarks that compare the GPU's two kernels.
+    #[cfg(feature = "gpu")]
+    pub async fn gpu_preferring(arithmetic: gpu::Arithmetic) -> Result<Backend> {
+        let gpu = gpu::Gpu::open_preferring(true, arithmetic)
+            .await
+            .map_err(|reason| Error::Invalid(format!("--backend gpu: {reason}")))?;
+        Ok(Backend { kind: Kind::Gpu(Box::new(gpu)), note: None })
+    }
+
     #[cfg(feature = "gpu")]
     async fn open_gpu(allow_software: bool) -> std::result::Result<Backend, String> {
         let gpu = gpu::Gpu::open(allow_software).await?;
@@ -266,9 +280,13 @@ impl Backend {
         match &self.kind {
             Kind::Cpu => BackendInfo { note, ..BackendInfo::default() },
             #[cfg(feature = "gpu")]
-            Kind::Gpu(gpu) => {
-                BackendInfo { name: "gpu".into(), adapter: Some(gpu.adapter().into()), note, ..BackendInfo::default() }
-            }
+            Kind::Gpu(gpu) => BackendInfo {
+                name: "gpu".into(),
+                adapter: Some(gpu.adapter().into()),
+                note,
+                arithmetic: Some(gpu.arithmetic().name().into()),
+                ..BackendInfo::default()
+            },
         }
     }
 

@@ -1,0 +1,144 @@
+// The products of products.wgsl in native f64, for adapters that offer it (SHADER_F64: Vulkan on
+// datacentre and most desktop GPUs; never WebGPU). The bindings, the shape and the layouts are
+// products.wgsl's, so the host runs either kernel the same way: C = A^T B for a block of rows,
+// A K x M (or stored transposed, `shape.a_transposed`), B K x N, C M x N, all column-major;
+// `syrk` computes only the tiles on or above the diagonal.
+//
+// Each input entry is taken in f64: its f32 value, plus for wide inputs (`shape.wide` = 1) the
+// f32 rest that together with it holds the f64 to about 2^-48. Products and sums are plain f64,
+// which keeps about 2^-52 of the summed terms, beyond what the split f32 kernel keeps (2^-36).
+// C is still written as two f32 parts, the f64 sum rounded to f32 and what that rounding left
+// (together the sum to about 2^-48), so the host reads both kernels alike and a run of blocks
+// accumulates on the device (`shape.accumulate` = 1: added to what C holds, in f64).
+//
+// Each workgroup owns a 64 x 64 tile of C, each of its 16 x 16 invocations 4 x 4 entries
+// (strided by 16); K is walked 16 rows at a time through workgroup memory (two f64 tiles of
+// 8 KiB: the default 16 KiB limit).
+
+struct Shape {
+    k: u32,
+    m: u32,
+    n: u32,
+    wide: u32,
+    a_transposed: u32,
+    accumulate: u32,
+    pad1: u32,
+    pad2: u32,
+}
+
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> b: array<f32>;
+@group(0) @binding(2) var<storage, read_write> c_high: array<f32>;
+@group(0) @binding(3) var<storage, read_write> c_low: array<f32>;
+@group(0) @binding(4) var<uniform> shape: Shape;
+// products.wgsl's guard against float rewrites; f64 needs none, but the binding stays in the
+// layout the host builds for both kernels.
+@group(0) @binding(5) var<storage, read_write> opaque_zero: array<u32>;
+@group(0) @binding(6) var<storage, read> a_rest: array<f32>;
+@group(0) @binding(7) var<storage, read> b_rest: array<f32>;
+
+const TILE: u32 = 64u;
+const STEP: u32 = 16u;
+const THREADS: u32 = 256u;
+
+// STEP x TILE each, [kk * TILE + ii].
+var<workgroup> a_tile: array<f64, 1024>;
+var<workgroup> b_tile: array<f64, 1024>;
+
+/// Column j of the invocation's block, rows i + 16 r (the vector's lanes r = 0..3), written or,
+/// accumulating, added to what C holds.
+fn store_column(i: u32, j: u32, sum: vec4<f64>) {
+    if (j >= shape.n) {
+        return;
+    }
+    for (var r = 0u; r < 4u; r++) {
+        if (i + 16u * r < shape.m) {
+            let at = j * shape.m + i + 16u * r;
+            var total = sum[r];
+            if (shape.accumulate != 0u) {
+                total += f64(c_high[at]) + f64(c_low[at]);
+            }
+            let high = f32(total);
+            c_high[at] = high;
+            c_low[at] = f32(total - f64(high));
+        }
+    }
+}
+
+fn product_tile(tile: vec2<u32>, local: vec2<u32>, index: u32) {
+    let i0 = tile.x * TILE;
+    let j0 = tile.y * TILE;
+    // Used, so the binding belongs to the kernel's layout (its value is never needed).
+    _ = opaque_zero[0];
+    var sum0 = vec4<f64>();
+    var sum1 = vec4<f64>();
+    var sum2 = vec4<f64>();
+    var sum3 = vec4<f64>();
+    for (var k0 = 0u; k0 < shape.k; k0 += STEP) {
+        // Each invocation loads 4 entries of each tile; consecutive invocations read
+        // consecutive k of one column (contiguous in memory).
+        for (var r = 0u; r < 4u; r++) {
+            let e = index + r * THREADS;
+            let kk = e % STEP;
+            let ii = e / STEP;
+            // A stored transposed is read along its rows instead: consecutive i of one k.
+            var ka = kk;
+            var ia = ii;
+            var at = (i0 + ii) * shape.k + k0 + kk;
+            if (shape.a_transposed != 0u) {
+                ka = e / TILE;
+                ia = e % TILE;
+                at = (k0 + ka) * shape.m + i0 + ia;
+            }
+            var va = f64(0.0);
+            var vb = f64(0.0);
+            if (k0 + ka < shape.k && i0 + ia < shape.m) {
+                va = f64(a[at]);
+                if (shape.wide != 0u) {
+                    va += f64(a_rest[at]);
+                }
+            }
+            if (k0 + kk < shape.k && j0 + ii < shape.n) {
+                let bt = (j0 + ii) * shape.k + k0 + kk;
+                vb = f64(b[bt]);
+                if (shape.wide != 0u) {
+                    vb += f64(b_rest[bt]);
+                }
+            }
+            a_tile[ka * TILE + ia] = va;
+            b_tile[kk * TILE + ii] = vb;
+        }
+        workgroupBarrier();
+        for (var kk = 0u; kk < STEP; kk++) {
+            let at = kk * TILE + local.x;
+            let av = vec4<f64>(a_tile[at], a_tile[at + 16u], a_tile[at + 32u], a_tile[at + 48u]);
+            let bt = kk * TILE + local.y;
+            sum0 += av * b_tile[bt];
+            sum1 += av * b_tile[bt + 16u];
+            sum2 += av * b_tile[bt + 32u];
+            sum3 += av * b_tile[bt + 48u];
+        }
+        workgroupBarrier();
+    }
+    let i = i0 + local.x;
+    store_column(i, j0 + local.y, sum0);
+    store_column(i, j0 + local.y + 16u, sum1);
+    store_column(i, j0 + local.y + 32u, sum2);
+    store_column(i, j0 + local.y + 48u, sum3);
+}
+
+@compute @workgroup_size(16, 16)
+fn gemm(@builtin(workgroup_id) tile: vec3<u32>, @builtin(local_invocation_id) local: vec3<u32>,
+        @builtin(local_invocation_index) index: u32) {
+    product_tile(tile.xy, local.xy, index);
+}
+
+@compute @workgroup_size(16, 16)
+fn syrk(@builtin(workgroup_id) tile: vec3<u32>, @builtin(local_invocation_id) local: vec3<u32>,
+        @builtin(local_invocation_index) index: u32) {
+    // Tiles below the diagonal are the mirror of those above it.
+    if (tile.x > tile.y) {
+        return;
+    }
+    product_tile(tile.xy, local.xy, index);
+}
