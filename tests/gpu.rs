@@ -384,7 +384,12 @@ fn assert_near(got: Option<f64>, want: Option<f64>, floor: f64, what: &str) -> f
 
 #[test]
 fn gpu_fingerprints_match_the_cpu_on_every_fixture_and_the_demo() {
-    let mut gpu = gpu();
+    for arithmetic in [Arithmetic::F64, Arithmetic::F32Pairs] {
+        fingerprints_match_the_cpu(&mut gpu_with(arithmetic));
+    }
+}
+
+fn fingerprints_match_the_cpu(gpu: &mut Backend) {
     let (mut checked, mut worst) = (0, 0.0f64);
     for path in fixtures() {
         let name = path.file_name().unwrap().to_string_lossy().to_string();
@@ -393,7 +398,7 @@ fn gpu_fingerprints_match_the_cpu_on_every_fixture_and_the_demo() {
         for mode in [Mode::Folded, Mode::Raw] {
             let cpu =
                 serde_json::to_value(fingerprint_stream_with(&stream, mode, &mut Backend::cpu()).unwrap()).unwrap();
-            let got = fingerprint_stream_with(&stream, mode, &mut gpu).unwrap();
+            let got = fingerprint_stream_with(&stream, mode, gpu).unwrap();
             assert_eq!(got.backend.name, "gpu", "{name}: {:?}", got.backend);
             let got = serde_json::to_value(got).unwrap();
             assert_eq!(got["model"], cpu["model"]);
@@ -423,7 +428,7 @@ fn gpu_fingerprints_match_the_cpu_on_every_fixture_and_the_demo() {
             }
         }
     }
-    eprintln!("{checked} circuits compared; worst relative difference of a quantity {worst:e}");
+    eprintln!("{}: {checked} circuits compared; worst relative difference of a quantity {worst:e}", named(gpu));
     assert!(checked > 100, "only {checked} circuits compared");
 }
 
