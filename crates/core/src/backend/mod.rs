@@ -166,6 +166,8 @@ enum SumKind {
 impl Sum {
     /// Closes the open segment (on the CPU, adds its sum to the total and starts the next one
     /// from zero).
+    // Without the GPU backend the CPU's is the only kind of sum.
+    #[cfg_attr(not(feature = "gpu"), allow(irrefutable_let_patterns))]
     pub fn end_segment(&mut self) {
         if let SumKind::Cpu { total, segment, gram } = &mut self.kind {
             if segment.is_empty() {
