@@ -21,7 +21,10 @@ use headprint::backend::{Backend, BackendChoice, Factor, block_on};
 use nalgebra::DMatrix;
 use serde_json::json;
 
-const KERNELS: &str = include_str!("../crates/core/src/backend/products.wgsl");
+const KERNELS: &str = concat!(
+    include_str!("../crates/core/src/backend/products_layout.wgsl"),
+    include_str!("../crates/core/src/backend/products.wgsl")
+);
 
 fn variants() -> Vec<(&'static str, String)> {
     let body_start = KERNELS.find("    let h = *high;").expect("multiply_add's body");

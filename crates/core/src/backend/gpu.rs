@@ -29,9 +29,9 @@ use nalgebra::DMatrix;
 
 use crate::parallel::each_chunk;
 
-const KERNELS: &str = include_str!("products.wgsl");
+const KERNELS: &str = concat!(include_str!("products_layout.wgsl"), include_str!("products.wgsl"));
 /// The same products in native f64, where the adapter offers it.
-const KERNELS_F64: &str = include_str!("products_f64.wgsl");
+const KERNELS_F64: &str = concat!(include_str!("products_layout.wgsl"), include_str!("products_f64.wgsl"));
 
 /// How a GPU's products are computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

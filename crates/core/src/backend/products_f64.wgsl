@@ -1,6 +1,6 @@
 // The products of products.wgsl in native f64, for adapters that offer it (SHADER_F64: Vulkan on
-// datacentre and most desktop GPUs; never WebGPU). The bindings, the shape and the layouts are
-// products.wgsl's, so the host runs either kernel the same way: C = A^T B for a block of rows,
+// datacentre and most desktop GPUs; never WebGPU). The bindings, the shape and the entry points
+// are products_layout.wgsl's, which the host prepends to either kernel: C = A^T B for a block of rows,
 // A K x M (or stored transposed, `shape.a_transposed`), B K x N, C M x N, all column-major;
 // `syrk` computes only the tiles on or above the diagonal.
 //
@@ -14,32 +14,6 @@
 // Each workgroup owns a 64 x 64 tile of C, each of its 16 x 16 invocations 4 x 4 entries
 // (strided by 16); K is walked 16 rows at a time through workgroup memory (two f64 tiles of
 // 8 KiB: the default 16 KiB limit).
-
-struct Shape {
-    k: u32,
-    m: u32,
-    n: u32,
-    wide: u32,
-    a_transposed: u32,
-    accumulate: u32,
-    pad1: u32,
-    pad2: u32,
-}
-
-@group(0) @binding(0) var<storage, read> a: array<f32>;
-@group(0) @binding(1) var<storage, read> b: array<f32>;
-@group(0) @binding(2) var<storage, read_write> c_high: array<f32>;
-@group(0) @binding(3) var<storage, read_write> c_low: array<f32>;
-@group(0) @binding(4) var<uniform> shape: Shape;
-// products.wgsl's guard against float rewrites; f64 needs none, but the binding stays in the
-// layout the host builds for both kernels.
-@group(0) @binding(5) var<storage, read_write> opaque_zero: array<u32>;
-@group(0) @binding(6) var<storage, read> a_rest: array<f32>;
-@group(0) @binding(7) var<storage, read> b_rest: array<f32>;
-
-const TILE: u32 = 64u;
-const STEP: u32 = 16u;
-const THREADS: u32 = 256u;
 
 // STEP x TILE each, [kk * TILE + ii].
 var<workgroup> a_tile: array<f64, 1024>;
@@ -125,20 +99,4 @@ fn product_tile(tile: vec2<u32>, local: vec2<u32>, index: u32) {
     store_column(i, j0 + local.y + 16u, sum1);
     store_column(i, j0 + local.y + 32u, sum2);
     store_column(i, j0 + local.y + 48u, sum3);
-}
-
-@compute @workgroup_size(16, 16)
-fn gemm(@builtin(workgroup_id) tile: vec3<u32>, @builtin(local_invocation_id) local: vec3<u32>,
-        @builtin(local_invocation_index) index: u32) {
-    product_tile(tile.xy, local.xy, index);
-}
-
-@compute @workgroup_size(16, 16)
-fn syrk(@builtin(workgroup_id) tile: vec3<u32>, @builtin(local_invocation_id) local: vec3<u32>,
-        @builtin(local_invocation_index) index: u32) {
-    // Tiles below the diagonal are the mirror of those above it.
-    if (tile.x > tile.y) {
-        return;
-    }
-    product_tile(tile.xy, local.xy, index);
 }

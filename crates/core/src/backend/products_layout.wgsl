@@ -1,0 +1,47 @@
+// What both product kernels share (products.wgsl, the f32-pair arithmetic every adapter runs,
+// and products_f64.wgsl, native f64 where the adapter offers it): the shape uniform, the
+// bindings, the tile sizes and the two entry points. The host prepends this file to either
+// kernel, which defines `product_tile`, so one bind group layout and one dispatch serve both.
+
+struct Shape {
+    k: u32,
+    m: u32,
+    n: u32,
+    wide: u32,
+    // 1: A is stored as its transpose, column-major M x K (A[k, i] at a[k * M + i]), as an
+    // nalgebra matrix F is when the product wanted is F B.
+    a_transposed: u32,
+    accumulate: u32,
+    pad1: u32,
+    pad2: u32,
+}
+
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> b: array<f32>;
+@group(0) @binding(2) var<storage, read_write> c_high: array<f32>;
+@group(0) @binding(3) var<storage, read_write> c_low: array<f32>;
+@group(0) @binding(4) var<uniform> shape: Shape;
+// Holds 0, which the shader compiler cannot know (a writable buffer is never folded in).
+@group(0) @binding(5) var<storage, read_write> opaque_zero: array<u32>;
+@group(0) @binding(6) var<storage, read> a_rest: array<f32>;
+@group(0) @binding(7) var<storage, read> b_rest: array<f32>;
+
+const TILE: u32 = 64u;
+const STEP: u32 = 16u;
+const THREADS: u32 = 256u;
+
+@compute @workgroup_size(16, 16)
+fn gemm(@builtin(workgroup_id) tile: vec3<u32>, @builtin(local_invocation_id) local: vec3<u32>,
+        @builtin(local_invocation_index) index: u32) {
+    product_tile(tile.xy, local.xy, index);
+}
+
+@compute @workgroup_size(16, 16)
+fn syrk(@builtin(workgroup_id) tile: vec3<u32>, @builtin(local_invocation_id) local: vec3<u32>,
+        @builtin(local_invocation_index) index: u32) {
+    // Tiles below the diagonal are the mirror of those above it.
+    if (tile.x > tile.y) {
+        return;
+    }
+    product_tile(tile.xy, local.xy, index);
+}
