@@ -7,7 +7,8 @@
 //!
 //! A repository may be given at a revision: `--repo ORG/NAME@step1000=FOLDER`; `--gpt2-small
 //! ORG/NAME=REVISION` serves a random GPT-2 Small in the Hub's layout. Prints one line
-//! of JSON with the two origins' addresses once it is listening.
+//! of JSON with the two origins' addresses once it is listening, and one line of counts for
+//! each `sent` read from stdin.
 
 #[path = "../tests/hub_imitation/mod.rs"]
 mod hub_imitation;
@@ -41,6 +42,13 @@ fn main() {
         }
     }
     println!("{}", serde_json::json!({"hub": hub.hub, "cdn": hub.cdn, "commits": commits, "web": web}));
+    // Each line `sent` on stdin is answered with the body bytes and requests served so far
+    // (the browser tests count what a reopen fetched); the end of stdin leaves it serving.
+    for line in std::io::stdin().lines().map_while(Result::ok) {
+        if line.trim() == "sent" {
+            println!("{}", serde_json::json!({"bytes": hub.bytes_sent(), "requests": hub.log().len()}));
+        }
+    }
     loop {
         std::thread::park();
     }

@@ -545,7 +545,7 @@ fn the_pages_worker_opens_a_model_by_link_with_the_local_files_numbers() {
             Err(e) => panic!("the load failed: {e}"),
         }
     };
-    let source = LinkSource { link: "hf:test-org/pythia".into(), hub: hub.hub.clone() };
+    let source = LinkSource { link: "hf:test-org/pythia".into(), hub: hub.hub.clone(), offline: false };
     let by_link = load(Some(source), Vec::new(), Vec::new());
     let names = ["config.json", "model.safetensors"];
     let files = names
@@ -557,4 +557,49 @@ fn the_pages_worker_opens_a_model_by_link_with_the_local_files_numbers() {
     assert_eq!(pinned.pinned, format!("hf:test-org/pythia@{commit}"));
     assert_eq!(serde_json::to_value(&by_link.folded).unwrap(), serde_json::to_value(&by_files.folded).unwrap());
     assert_eq!(serde_json::to_value(&by_link.induction).unwrap(), serde_json::to_value(&by_files.induction).unwrap());
+}
+
+#[test]
+fn a_worker_given_a_store_keeps_what_it_fetched_and_reopens_offline_from_it() {
+    use headprint::backend::BackendChoice;
+    use headprint::weights::remote::DiskCache;
+    use headprint::worker::protocol::{LinkSource, Reply, Request};
+    use headprint::worker::session::Session;
+
+    let hub = Imitation::start();
+    let commit = hub.add_folder("test-org/gpt2", "main", &fixture("gpt2"));
+    let store = scratch("worker-store");
+    let load = |link: &str, offline: bool| {
+        let mut session = Session::new(|| 0.0).with_transport(|| Box::new(hub_imitation::TcpTransport));
+        session.keep_links_in(Box::new(DiskCache::new(store.clone())));
+        let link = Some(LinkSource { link: link.into(), hub: hub.hub.clone(), offline });
+        let request = Request::Load {
+            model: 1,
+            names: Vec::new(),
+            analyse: true,
+            prepend_bos: true,
+            backend: BackendChoice::Cpu,
+            link,
+        };
+        match session.handle(request, Vec::new(), std::rc::Rc::new(|_| {})) {
+            Ok(Reply::Analysed(analysis)) => Ok(analysis),
+            Ok(_) => panic!("an unexpected reply"),
+            Err(e) => Err(e.to_string()),
+        }
+    };
+    let online = load("hf:test-org/gpt2", false).expect("the first open");
+    let served = hub.log().len();
+    // Offline, the branch resolves to the commit the store remembers, and every byte the
+    // analysis reads (the probe's MLPs too) comes from the store.
+    let offline = load("hf:test-org/gpt2", true).expect("the offline open");
+    assert_eq!(hub.log().len(), served, "offline, no request reaches the server");
+    assert_eq!(offline.info.link.as_ref().unwrap().pinned, format!("hf:test-org/gpt2@{commit}"));
+    assert_eq!(serde_json::to_value(&offline.folded).unwrap(), serde_json::to_value(&online.folded).unwrap());
+    assert_eq!(serde_json::to_value(&offline.induction).unwrap(), serde_json::to_value(&online.induction).unwrap());
+    // Without the store's bytes, offline is one line that says what is missing.
+    let elsewhere = load("hf:test-org/other", true).expect_err("nothing is stored of it");
+    assert!(
+        elsewhere.starts_with("offline: hf:test-org/other") && elsewhere.contains("not stored here"),
+        "{elsewhere}"
+    );
 }

@@ -946,12 +946,33 @@ await test('backend=gpu without WebGPU falls back to the CPU with a note', async
 await test('a model by link opens from the Hub, pins its commit in the share link, and gives the local numbers', async () => {
   // The tests' Hub and CDN (tests/hub_imitation), built by `cargo test` as an example.
   const imitation = spawn(path.join(root, 'target/release/examples/hub_imitation'),
-    ['--repo', `test-org/gpt2=${path.join(fixtures, 'gpt2')}`], { stdio: ['ignore', 'pipe', 'inherit'] });
+    ['--repo', `test-org/gpt2=${path.join(fixtures, 'gpt2')}`], { stdio: ['pipe', 'pipe', 'inherit'] });
+  // The imitation answers in lines: its addresses first, then one line per `sent` asked.
+  const lines = [];
+  const readers = [];
+  let partial = '';
+  imitation.stdout.on('data', (d) => {
+    const parts = (partial + d.toString()).split('\n');
+    partial = parts.pop();
+    for (const line of parts) (readers.shift() ?? ((l) => lines.push(l)))(line);
+  });
+  const nextLine = () => new Promise((ok, fail) => {
+    if (lines.length) return ok(lines.shift());
+    readers.push(ok);
+    imitation.once('error', fail);
+  });
+  // What the imitation has served so far: the body bytes and the requests.
+  const served = async () => {
+    imitation.stdin.write('sent\n');
+    return JSON.parse(await nextLine());
+  };
+  // The page's writes to its store have ended and the list names the model.
+  const stored = (p, name) => p.waitForFunction((name) => {
+    const list = document.querySelector('#stored-models');
+    return list?.dataset.pending === '0' && [...list.querySelectorAll('.stored-name')].some((n) => n.textContent === name);
+  }, name, { timeout: 60000 });
   try {
-    const addresses = JSON.parse(await new Promise((ok, fail) => {
-      imitation.stdout.once('data', (d) => ok(d.toString().split('\n')[0]));
-      imitation.once('error', fail);
-    }));
+    const addresses = JSON.parse(await nextLine());
     const commit = addresses.commits['test-org/gpt2@main'];
     // A context of its own: these requests go to the imitation's origins, on purpose.
     const linkContext = await browser.newContext({ viewport: { width: 1280, height: 900 }, acceptDownloads: true, serviceWorkers: 'block' });
@@ -983,12 +1004,25 @@ await test('a model by link opens from the Hub, pins its commit in the share lin
     await idle(p);
     const byFiles = JSON.parse((await download(p, '#export-json')).bytes.toString());
     expect(JSON.stringify(byLink.folded.heads) === JSON.stringify(byFiles.folded.heads), 'the same numbers as the local files, bit for bit');
-    // The share link opens the same model, pinned, in a fresh page (no demo first).
+    // What the workers fetched is kept: the share link opens the same model, pinned, in a
+    // fresh page (no demo first), and fetches nothing.
+    await stored(p, pinned);
+    const before = await served();
     const q = await linkContext.newPage();
     await q.goto(link);
     await q.waitForFunction((name) => (document.querySelector('#model-name')?.textContent ?? '').trim() === name, pinned, { timeout: 60000 });
     await q.waitForSelector('#head-grid .cell', { timeout: 60000 });
     await idle(q);
+    const after = await served();
+    expect(after.bytes === before.bytes && after.requests === before.requests,
+      `a reopen asks the server for nothing: ${JSON.stringify(before)} then ${JSON.stringify(after)}`);
+    const reopened = await q.textContent('#model-hash');
+    expect(/pinned to its commit: 0\.0 kB fetched of 36\.8 kB/.test(reopened), `the model line: ${reopened}`);
+    const fromStore = JSON.parse((await download(q, '#export-json')).bytes.toString());
+    expect(JSON.stringify(fromStore.folded.heads) === JSON.stringify(byFiles.folded.heads), 'the stored bytes give the same numbers');
+    await q.click('#stored-models summary');
+    const listed = await q.textContent('#stored-models');
+    expect(/Stored models: 1 \([\d.]+ kB\)/.test(listed) && listed.includes(pinned), `the list: ${listed}`);
     await shot('model-by-link', false, q);
     // A link to nothing: one line, and the model on screen stays.
     await q.fill('#model-link', 'hf:test-org/missing');
@@ -997,6 +1031,64 @@ await test('a model by link opens from the Hub, pins its commit in the share lin
     const error = (await q.textContent('#load-error')).trim();
     expect(/not found on the server \(no such repository/.test(error), `the error line: ${error}`);
     expect((await q.textContent('#model-name')).trim() === pinned, 'the shown model stays');
+    // Offline, with the app from the service worker: the pinned link, and the branch it was
+    // pinned from, open from the store.
+    const offlineContext = await browser.newContext({ viewport: { width: 1280, height: 900 }, acceptDownloads: true });
+    try {
+      const o = await offlineContext.newPage();
+      o.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+      await o.goto(`${origin}/#hub=${hub}`);
+      await o.waitForSelector('#head-grid .cell', { timeout: 60000 });
+      await idle(o);
+      await o.fill('#model-link', 'hf:test-org/gpt2');
+      await o.click('#open-link');
+      await o.waitForFunction((name) => (document.querySelector('#model-name')?.textContent ?? '').trim() === name, pinned, { timeout: 60000 });
+      await idle(o);
+      await o.waitForFunction(() => navigator.serviceWorker.controller !== null, null, { timeout: 30000 });
+      await stored(o, pinned);
+      await offlineContext.setOffline(true);
+      await o.reload();
+      await o.waitForFunction((name) => (document.querySelector('#model-name')?.textContent ?? '').trim() === name, pinned, { timeout: 60000 });
+      await o.waitForSelector('#head-grid .cell', { timeout: 60000 });
+      const offlineLine = await o.textContent('#model-hash');
+      expect(/0\.0 kB fetched of 36\.8 kB/.test(offlineLine), `offline, nothing fetched: ${offlineLine}`);
+      await idle(o);
+      await o.fill('#model-link', 'hf:test-org/gpt2');
+      await o.click('#open-link');
+      await o.waitForFunction(() => document.querySelector('#load-error') || document.querySelector('#busy')?.textContent === '', null, { timeout: 60000 });
+      await idle(o);
+      expect(await o.locator('#load-error').count() === 0, `the branch opens offline: ${await o.locator('#load-error').allTextContents()}`);
+      expect((await o.textContent('#model-name')).trim() === pinned, 'the branch opens its stored commit');
+      // A link whose bytes are not stored says so offline; the model shown stays.
+      await o.fill('#model-link', 'hf:test-org/other');
+      await o.click('#open-link');
+      await o.waitForSelector('#load-error', { timeout: 60000 });
+      const missing = (await o.textContent('#load-error')).trim();
+      expect(/offline/i.test(missing), `offline and not stored: ${missing}`);
+      expect((await o.textContent('#model-name')).trim() === pinned, 'the shown model stays');
+      await shot('model-by-link-offline', false, o);
+    } finally {
+      await offlineContext.close();
+    }
+    // A full store is one line; the model still opens, from the network.
+    const fullContext = await browser.newContext({ viewport: { width: 1280, height: 900 }, acceptDownloads: true, serviceWorkers: 'block' });
+    try {
+      const f = await fullContext.newPage();
+      f.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+      const cdp = await fullContext.newCDPSession(f);
+      await cdp.send('Storage.overrideQuotaForOrigin', { origin, quotaSize: 8192 });
+      await f.goto(link);
+      await f.waitForFunction((name) => (document.querySelector('#model-name')?.textContent ?? '').trim() === name, pinned, { timeout: 60000 });
+      await f.waitForSelector('#stored-full', { timeout: 60000 });
+      const full = (await f.textContent('#stored-full')).trim();
+      expect(/storage for this page is full \(.* used of the .* it allows this site\)/.test(full), `the full store's line: ${full}`);
+      expect(await f.locator('#load-error').count() === 0, 'no error: the model runs from the network');
+    } finally {
+      await fullContext.close();
+    }
+    // Removing a stored model empties the list.
+    await q.click('#stored-models .remove-stored');
+    await q.waitForFunction(() => !document.querySelector('#stored-models'), null, { timeout: 30000 });
     // The classroom recipe: a model folder copied beside the page, named relative to it, under
     // a static host's sub-path.
     const folder = path.join(dist, 'course', 'gpt2');

@@ -91,7 +91,9 @@ pub enum Error {
     )]
     Changed { file: String, detail: String },
     /// Offline and not stored.
-    #[error("offline: {what} is not stored here; run once without --offline (and without HF_HUB_OFFLINE) to fetch it")]
+    #[error(
+        "offline: {what} is not stored here; open it once online to keep it (the command line: without --offline and HF_HUB_OFFLINE)"
+    )]
     Offline { what: String },
     /// A GPU product failed (device lost, out of memory, a limit); the backend falls back to the CPU.
     #[error("GPU: {0}")]

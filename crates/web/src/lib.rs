@@ -5,6 +5,7 @@
 //! Browser-only: natively the crate is empty, so the workspace's native commands skip it.
 #![cfg(target_arch = "wasm32")]
 
+mod stored;
 pub mod ui;
 mod webgpu;
 mod worker_host;

@@ -16,10 +16,12 @@ use std::task::{Poll, Waker};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
+use crate::stored::worker::StoredLinks;
+
 use headprint::weights::remote::{Response, Transport};
 use headprint::weights::{ByteSource, MemorySource};
 use headprint::worker::protocol::{Progress, Request};
-use headprint::worker::session::{Reporter, Session};
+use headprint::worker::session::{LINK_BYTES_PER_FILE, Reporter, Session};
 use headprint::{Error, Result};
 
 /// Progress is posted at most this often (ms), plus the first and last step of each stage.
@@ -193,6 +195,8 @@ struct Message {
     blobs: Vec<web_sys::Blob>,
     /// Gram entries beside the JSON (a `Float64Array`), for the requests that carry them.
     payload: JsValue,
+    /// What the page stored of a model opened by link (`stored::worker::StoredLinks`).
+    stored: JsValue,
 }
 
 /// Messages not yet answered, and the answering task when it waits for one.
@@ -219,12 +223,18 @@ async fn next(inbox: &RefCell<Inbox>) -> Message {
 
 /// Answers one message: the request's reply (or its error) as JSON, and the reply's Gram
 /// entries when it carries some.
-async fn answer(session: &mut Session, Message { id, json, blobs, payload }: Message) -> (String, Option<Vec<f64>>) {
+async fn answer(
+    session: &mut Session,
+    Message { id, json, blobs, payload, stored }: Message,
+) -> (String, Option<Vec<f64>>) {
     let mut entries = None;
     let result = match serde_json::from_str::<Request>(&json) {
         Ok(mut request) => {
             if let Ok(array) = payload.dyn_into::<js_sys::Float64Array>() {
                 request.put_payload(array.to_vec());
+            }
+            if let Some(kept) = StoredLinks::from_message(&stored, LINK_BYTES_PER_FILE) {
+                session.keep_links_in(Box::new(kept));
             }
             let names = match &request {
                 Request::Load { names, .. } | Request::Open { names, .. } | Request::Hash { names } => names.clone(),
@@ -272,6 +282,7 @@ pub fn worker_main() {
             json: field(&data, "json").as_string().unwrap_or_default(),
             blobs: js_sys::Array::from(&field(&data, "files")).iter().filter_map(|b| b.dyn_into().ok()).collect(),
             payload: field(&data, "payload"),
+            stored: field(&data, "stored"),
         };
         let mut inbox = arrived.borrow_mut();
         inbox.waiting.push_back(message);

@@ -88,6 +88,9 @@ pub enum Request {
 pub struct LinkSource {
     pub link: String,
     pub hub: String,
+    /// The browser is offline: read only what the page stored, and say what is missing.
+    #[serde(default)]
+    pub offline: bool,
 }
 
 /// What a worker of the pool does with a model it opens.

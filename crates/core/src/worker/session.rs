@@ -23,7 +23,7 @@ use crate::probes::induction::{
 };
 use crate::probes::verdict_table;
 use crate::tokens::{Bos, Tokenizer, choose_bos, with_bos};
-use crate::weights::remote::{Client, ModelLink, NoCache, Opener, Patience, Transport};
+use crate::weights::remote::{Client, LinkCache, ModelLink, NoCache, Opener, Patience, Transport};
 use crate::weights::{ByteSource, ModelFiles};
 use crate::{Error, Result};
 
@@ -35,9 +35,9 @@ pub type Reporter = Rc<dyn Fn(Progress)>;
 pub const INDUCTION_LEN: usize = 50;
 /// Bytes hashed per read, so a large file never sits in memory whole.
 const HASH_CHUNK: usize = 8 << 20;
-/// The fetched bytes a worker holds of each file of a model by link: a window or two of the
-/// ranges it reads (the tab has no cache of ranges yet; what is dropped is fetched again).
-const LINK_BYTES_PER_FILE: u64 = 48 << 20;
+/// The fetched bytes a worker holds in memory of each file of a model by link: a window or two
+/// of the ranges it reads; what it drops is read again from the host's store, or fetched again.
+pub const LINK_BYTES_PER_FILE: u64 = 48 << 20;
 
 /// The length of each copy of an induction probe's sequence: at most half the context.
 pub fn probe_len(config: &ModelConfig) -> usize {
@@ -351,17 +351,25 @@ pub struct Session {
     backend: Option<(BackendChoice, Backend)>,
     /// The host's HTTP, for models by link (the tab's is synchronous XHR).
     transport: Option<fn() -> Box<dyn Transport>>,
+    /// Where the next model opened by link finds what was fetched before and keeps what it
+    /// fetches (the tab's: what the page stored for it); without one, a run's memory only.
+    link_cache: Option<Box<dyn LinkCache>>,
 }
 
 impl Session {
     pub fn new(clock: fn() -> f64) -> Self {
-        Session { models: HashMap::new(), logits: None, clock, backend: None, transport: None }
+        Session { models: HashMap::new(), logits: None, clock, backend: None, transport: None, link_cache: None }
     }
 
     /// A session that opens models by link through `transport`.
     pub fn with_transport(mut self, transport: fn() -> Box<dyn Transport>) -> Self {
         self.transport = Some(transport);
         self
+    }
+
+    /// The cache the next open by link reads from and keeps to (used once).
+    pub fn keep_links_in(&mut self, cache: Box<dyn LinkCache>) {
+        self.link_cache = Some(cache);
     }
 
     /// Models currently held (the page keeps at most the shown one and the one loading).
@@ -579,14 +587,15 @@ impl Session {
     /// Reads a model's files: header, config, tokenizer and BOS, after checking that this
     /// worker's share of it fits beside the models it holds. Nothing large is read.
     fn open(
-        &self,
+        &mut self,
         names: Vec<String>,
         files: Vec<Box<dyn ByteSource>>,
         link: Option<LinkSource>,
         role: Role,
     ) -> Result<(Held, Opening)> {
+        let link_cache = self.link_cache.take();
         let (files, link) = match link {
-            Some(source) => self.open_link(&source)?,
+            Some(source) => self.open_link(&source, link_cache)?,
             None => {
                 if names.len() != files.len() {
                     return Err(Error::Worker(format!("{} file names for {} files", names.len(), files.len())));
@@ -618,14 +627,19 @@ impl Session {
     }
 
     /// A model by link: its small files fetched whole, its weights read by range as asked.
-    fn open_link(&self, source: &LinkSource) -> Result<(ModelFiles, Option<PinnedLink>)> {
+    fn open_link(
+        &self,
+        source: &LinkSource,
+        cache: Option<Box<dyn LinkCache>>,
+    ) -> Result<(ModelFiles, Option<PinnedLink>)> {
         let transport =
             self.transport.ok_or_else(|| Error::Internal("this worker cannot fetch models by link".into()))?;
         let link = ModelLink::parse(&source.link)?;
         // The page sends no token: a gated model needs the command line.
-        let client = std::sync::Arc::new(Client::new(transport(), &source.hub, None, Patience::default()));
-        let cache = NoCache { budget: LINK_BYTES_PER_FILE };
-        let opened = Opener::new(client, &cache, &source.hub).open(&link)?;
+        let client = Client::new(transport(), &source.hub, None, Patience::default());
+        let client = std::sync::Arc::new(if source.offline { client.offline() } else { client });
+        let cache = cache.unwrap_or_else(|| Box::new(NoCache { budget: LINK_BYTES_PER_FILE }));
+        let opened = Opener::new(client, cache.as_ref(), &source.hub).open(&link)?;
         let pinned = PinnedLink { pinned: opened.pinned.to_string(), total_bytes: opened.total_bytes };
         Ok((opened.files, Some(pinned)))
     }

@@ -131,3 +131,8 @@ pub fn data_head_of(event: &web_sys::Event) -> Option<String> {
     let element: web_sys::Element = event.target()?.dyn_into().ok()?;
     element.closest("[data-head]").ok().flatten()?.get_attribute("data-head")
 }
+
+/// Whether the browser says it is online (`navigator.onLine`; true when it does not say).
+pub fn online() -> bool {
+    web_sys::window().is_none_or(|window| window.navigator().on_line())
+}

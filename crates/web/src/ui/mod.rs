@@ -18,6 +18,7 @@ mod print;
 mod probes;
 mod requested;
 pub mod state;
+mod stored;
 mod workers;
 
 use leptos::prelude::*;
@@ -291,7 +292,7 @@ fn timings(steps: &[headprint::worker::protocol::Timing]) -> impl IntoView + use
 }
 
 /// A byte count as people read it: kB, MB or GB.
-fn size(bytes: f64) -> String {
+pub(crate) fn size(bytes: f64) -> String {
     match bytes {
         b if b >= 1e9 => format!("{:.2} GB", b / 1e9),
         b if b >= 1e6 => format!("{:.1} MB", b / 1e6),
@@ -464,6 +465,7 @@ fn ModelBar() -> impl IntoView {
             {file_button(ctx, "folder-input", "Open a folder…", true)}
             <span class="hint">".safetensors, or config.json + tokenizer.json + shards + index"</span>
             {link_field(ctx)}
+            <stored::StoredModels />
             {move || {
                 ctx.awaited
                     .get()

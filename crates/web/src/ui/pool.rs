@@ -18,7 +18,9 @@ use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
+use super::browser;
 use super::workers::{self, Failure, ModelSource};
+use crate::stored;
 use headprint::analysis::circuits::{Grams, segment_rows};
 use headprint::analysis::{Mode, ModelFingerprint};
 use headprint::backend::{BackendChoice, BackendInfo};
@@ -105,6 +107,11 @@ pub async fn open(
     let mut run = Run { model, workers: 1, generation, shows_progress };
     let mut timings = Vec::new();
     let started = now();
+    let mut files = files;
+    if let Some(source) = files.link.as_mut() {
+        source.offline = !browser::online();
+        files.stored = stored::indexed_db::catalog(&source.link).await;
+    }
     let open = Request::Open { model, names: names.clone(), role: Role::Lead, link: files.link.clone() };
     let Reply::Opened { info, tied, segments, lead_bytes, helper_bytes } = run.send(0, open, &files).await? else {
         return Err(unexpected("opening the model"));
@@ -112,9 +119,11 @@ pub async fn open(
     run.workers = pool_workers(workers::pool_size(), lead_bytes, helper_bytes);
     // Helpers open the commit the lead opened, never the branch again (a push meanwhile
     // would mix two versions in one result).
-    let mut files = files;
     if let (Some(source), Some(opened)) = (files.link.as_mut(), info.link.as_ref()) {
         source.link = opened.pinned.clone();
+        if files.stored.is_some() {
+            stored::indexed_db::name_model(&opened.pinned);
+        }
     }
     let helpers = {
         let files = files.clone();

@@ -464,7 +464,7 @@ pub async fn load_link(ctx: Ctx, text: String) {
         ctx.show_error(format!("Could not open {text}: {e}"));
         return;
     }
-    let source = ModelSource::link(LinkSource { link: text.clone(), hub: ctx.hub.get_untracked() });
+    let source = ModelSource::link(LinkSource { link: text.clone(), hub: ctx.hub.get_untracked(), offline: false });
     load(ctx, text, false, source).await;
 }
 

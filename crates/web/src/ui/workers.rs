@@ -13,6 +13,7 @@ use wasm_bindgen_futures::JsFuture;
 
 use serde::{Deserialize, Serialize};
 
+use crate::stored;
 use crate::worker_host::{field, js_message};
 use headprint::worker::protocol::{LinkSource, Progress, Reply, Request};
 
@@ -81,15 +82,18 @@ pub struct Hooks {
 pub struct ModelSource {
     pub files: Vec<(String, web_sys::Blob)>,
     pub link: Option<LinkSource>,
+    /// What the page stored of the linked model, for the workers to read before the network
+    /// (`stored::indexed_db::catalog`); read again at each open.
+    pub stored: Option<JsValue>,
 }
 
 impl ModelSource {
     pub fn files(files: Vec<(String, web_sys::Blob)>) -> Self {
-        ModelSource { files, link: None }
+        ModelSource { files, link: None, stored: None }
     }
 
     pub fn link(link: LinkSource) -> Self {
-        ModelSource { files: Vec::new(), link: Some(link) }
+        ModelSource { files: Vec::new(), link: Some(link), stored: None }
     }
 
     pub fn names(&self) -> Vec<String> {
@@ -252,6 +256,7 @@ fn on_message(index: usize, event: web_sys::MessageEvent) {
                 report(progress);
             }
         }
+        Some(stored::KEEP) => stored::indexed_db::keep(&data),
         Some("reply") => {
             let waiting = CLIENT.with_borrow_mut(|c| {
                 c.failures = 0;
@@ -292,6 +297,9 @@ fn post_request(
     let _ = js_sys::Reflect::set(&message, &"id".into(), &JsValue::from_f64(id as f64));
     let _ = js_sys::Reflect::set(&message, &"json".into(), &JsValue::from_str(json));
     let _ = js_sys::Reflect::set(&message, &"files".into(), &blobs);
+    if let Some(stored) = &files.stored {
+        let _ = js_sys::Reflect::set(&message, &"stored".into(), stored);
+    }
     match payload {
         Some(values) => {
             let array = js_sys::Float64Array::from(values.as_slice());
@@ -407,6 +415,7 @@ pub async fn identify(files: &ModelSource) -> Result<String, Failure> {
             report_memory();
         }
         match field(&data, "kind").as_string().as_deref() {
+            Some(stored::KEEP) => stored::indexed_db::keep(&data),
             Some("reply") => {
                 let _ = resolve.call1(&JsValue::NULL, &data);
             }

@@ -77,6 +77,16 @@ impl ModelLink {
         }
     }
 
+    /// Where a cache keeps every version of this model: a Hub repository's commits under
+    /// `hf/ORG--NAME/`, a web folder's versions under `web/HASH/`. A store can list, or remove,
+    /// one model by this prefix.
+    pub fn store_prefix(&self) -> String {
+        match self {
+            ModelLink::Hub { repo, .. } => format!("hf/{}/", repo.replace('/', "--")),
+            ModelLink::Web { .. } => format!("web/{}/", super::store::short_hash(&self.to_string())),
+        }
+    }
+
     /// Whether a revision names a commit (40 hexadecimal digits), which no push can move.
     pub fn is_commit(revision: &str) -> bool {
         revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())

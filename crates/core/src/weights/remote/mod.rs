@@ -265,11 +265,10 @@ impl<'a> Opener<'a> {
     /// The cache's name for a file: by commit on the Hub; a web folder's files by their ETag
     /// (`version`), or as `latest` for small files.
     fn key(&self, place: &Place, path: &str, version: Option<&str>) -> FileKey {
+        let prefix = place.link.store_prefix();
         let scope = match (place.link, &place.commit) {
-            (ModelLink::Hub { repo, .. }, Some(commit)) => format!("hf/{}/{commit}", repo.replace('/', "--")),
-            (link, _) => {
-                format!("web/{}/{}", short_hash(&link.to_string()), version.map_or("latest".into(), short_hash))
-            }
+            (ModelLink::Hub { .. }, Some(commit)) => format!("{prefix}{commit}"),
+            _ => format!("{prefix}{}", version.map_or("latest".into(), short_hash)),
         };
         FileKey { scope, path: path.to_string() }
     }

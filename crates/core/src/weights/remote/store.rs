@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use crate::Result;
 
 /// The byte ranges held of one remote file.
-pub trait RangeStore: crate::parallel::Shareable + Send {
+pub trait RangeStore: crate::parallel::Shareable {
     /// `len` bytes at `offset`, when all of them are held.
     fn get(&self, offset: u64, len: usize) -> Option<Vec<u8>>;
     /// Keeps `bytes`, which start at `offset`.
@@ -117,7 +117,7 @@ pub struct FileFacts {
 }
 
 /// A model's small files, the commits its revisions resolved to, and its large files' ranges.
-pub trait LinkCache: crate::parallel::Shareable + Send {
+pub trait LinkCache: crate::parallel::Shareable {
     /// The commit `revision` of `repo` resolved to when last online.
     fn commit_of(&self, repo: &str, revision: &str) -> Option<String>;
     fn keep_commit(&self, repo: &str, revision: &str, commit: &str);
