@@ -2,6 +2,7 @@
 // uses, and large gpt.py-layout model files written on the spot. (run.mjs keeps its own server:
 // it records requests, serves a sub-path and can go offline.)
 import { chromium } from 'playwright-core';
+import { spawn } from 'node:child_process';
 import http from 'node:http';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -76,4 +77,30 @@ export async function cellPoint(p, canvas, row, col) {
   const box = await p.locator(canvas).boundingBox();
   const [x, y, w, h] = (await p.getAttribute(canvas, 'data-layout')).split(',').map(Number);
   return { x: box.x + x + w * (col + 0.5), y: box.y + y + h * (row + 0.5) };
+}
+
+/// The tests' Hub and CDN (`examples/hub_imitation`, built by `cargo test` and scripts/e2e.sh)
+/// with `args` (`--repo ORG/NAME=FOLDER`, `--gpt2-small ORG/NAME=REVISION`). It answers in
+/// lines: its addresses first, then one line per `served()` asked (the body bytes and requests
+/// it has served so far). Resolves to { child, addresses, served }.
+export async function hubImitation(root, args) {
+  const child = spawn(path.join(root, 'target/release/examples/hub_imitation'), args, { stdio: ['pipe', 'pipe', 'inherit'] });
+  const lines = [];
+  const readers = [];
+  let partial = '';
+  child.stdout.on('data', (d) => {
+    const parts = (partial + d.toString()).split('\n');
+    partial = parts.pop();
+    for (const line of parts) (readers.shift() ?? ((l) => lines.push(l)))(line);
+  });
+  const nextLine = () => new Promise((ok, fail) => {
+    if (lines.length) return ok(lines.shift());
+    readers.push(ok);
+    child.once('error', fail);
+  });
+  const served = async () => {
+    child.stdin.write('sent\n');
+    return JSON.parse(await nextLine());
+  };
+  return { child, addresses: JSON.parse(await nextLine()), served };
 }

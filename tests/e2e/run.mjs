@@ -9,8 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import crypto from 'node:crypto';
-import { spawn } from 'node:child_process';
-import { CHROMIUM_ARGS, bigModel, cellPoint } from './harness.mjs';
+import { CHROMIUM_ARGS, bigModel, cellPoint, hubImitation } from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../..');
@@ -945,34 +944,15 @@ await test('backend=gpu without WebGPU falls back to the CPU with a note', async
 
 await test('a model by link opens from the Hub, pins its commit in the share link, and gives the local numbers', async () => {
   // The tests' Hub and CDN (tests/hub_imitation), built by `cargo test` as an example.
-  const imitation = spawn(path.join(root, 'target/release/examples/hub_imitation'),
-    ['--repo', `test-org/gpt2=${path.join(fixtures, 'gpt2')}`], { stdio: ['pipe', 'pipe', 'inherit'] });
-  // The imitation answers in lines: its addresses first, then one line per `sent` asked.
-  const lines = [];
-  const readers = [];
-  let partial = '';
-  imitation.stdout.on('data', (d) => {
-    const parts = (partial + d.toString()).split('\n');
-    partial = parts.pop();
-    for (const line of parts) (readers.shift() ?? ((l) => lines.push(l)))(line);
-  });
-  const nextLine = () => new Promise((ok, fail) => {
-    if (lines.length) return ok(lines.shift());
-    readers.push(ok);
-    imitation.once('error', fail);
-  });
-  // What the imitation has served so far: the body bytes and the requests.
-  const served = async () => {
-    imitation.stdin.write('sent\n');
-    return JSON.parse(await nextLine());
-  };
+  const imitation = await hubImitation(root, ['--repo', `test-org/gpt2=${path.join(fixtures, 'gpt2')}`]);
+  const { served } = imitation;
   // The page's writes to its store have ended and the list names the model.
   const stored = (p, name) => p.waitForFunction((name) => {
     const list = document.querySelector('#stored-models');
     return list?.dataset.pending === '0' && [...list.querySelectorAll('.stored-name')].some((n) => n.textContent === name);
   }, name, { timeout: 60000 });
   try {
-    const addresses = JSON.parse(await nextLine());
+    const { addresses } = imitation;
     const commit = addresses.commits['test-org/gpt2@main'];
     // A context of its own: these requests go to the imitation's origins, on purpose.
     const linkContext = await browser.newContext({ viewport: { width: 1280, height: 900 }, acceptDownloads: true, serviceWorkers: 'block' });
@@ -1109,7 +1089,7 @@ await test('a model by link opens from the Hub, pins its commit in the share lin
     }
     await linkContext.close();
   } finally {
-    imitation.kill();
+    imitation.child.kill();
   }
 });
 

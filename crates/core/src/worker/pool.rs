@@ -117,3 +117,57 @@ pub fn combine_induction(shares: Vec<InductionShare>) -> InductionRun {
         );
     InductionRun { sequence, report }
 }
+
+/// The parts of a stage not yet handed out, a contiguous block per worker. Each worker takes
+/// its own block's parts in order, then helps the worker with the most left, from that block's
+/// end. Neighbouring parts read neighbouring bytes (a Gram segment's vocabulary rows, a layer's
+/// weights): with blocks, a model by link is fetched about once, sharing at most a window at
+/// each block's edge, where handing the next part to whoever is free has every worker fetch
+/// nearly every window.
+pub struct Blocks {
+    left: Vec<std::ops::Range<usize>>,
+}
+
+impl Blocks {
+    pub fn new(parts: usize, workers: usize) -> Blocks {
+        let workers = workers.max(1);
+        Blocks { left: (0..workers).map(|w| (w * parts / workers)..((w + 1) * parts / workers)).collect() }
+    }
+
+    /// The next part for worker `w`; None when every part is handed out.
+    pub fn claim(&mut self, w: usize) -> Option<usize> {
+        if let Some(own) = self.left.get_mut(w).filter(|own| own.start < own.end) {
+            own.start += 1;
+            return Some(own.start - 1);
+        }
+        let largest =
+            self.left.iter_mut().filter(|block| block.start < block.end).max_by_key(|block| block.end - block.start)?;
+        largest.end -= 1;
+        Some(largest.end)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Blocks;
+
+    #[test]
+    fn blocks_hand_out_every_part_once_contiguously_and_the_idle_help_from_the_far_end() {
+        let mut blocks = Blocks::new(10, 3);
+        // Worker 0 owns 0..3, worker 1 3..6, worker 2 6..10.
+        assert_eq!([blocks.claim(0), blocks.claim(1), blocks.claim(2)], [Some(0), Some(3), Some(6)]);
+        assert_eq!([blocks.claim(0), blocks.claim(0)], [Some(1), Some(2)]);
+        // Worker 0's block is done: it takes the last part of the largest block left (7..10).
+        assert_eq!(blocks.claim(0), Some(9));
+        let mut rest: Vec<usize> = std::iter::from_fn(|| blocks.claim(1)).collect();
+        rest.sort();
+        assert_eq!(rest, [4, 5, 7, 8]);
+        assert_eq!([blocks.claim(0), blocks.claim(2)], [None, None]);
+        // More workers than parts: each part still goes out once.
+        let mut few = Blocks::new(2, 4);
+        let mut handed: Vec<usize> = (0..4).filter_map(|w| few.claim(w)).collect();
+        handed.extend((0..4).filter_map(|w| few.claim(w)));
+        handed.sort();
+        assert_eq!(handed, [0, 1]);
+    }
+}

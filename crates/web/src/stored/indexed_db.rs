@@ -163,7 +163,8 @@ async fn pairs_under(
 }
 
 /// What is stored of the model `link` names, as the workers read it (`worker::StoredLinks`);
-/// None when the page has no store (the workers then keep nothing).
+/// an empty catalog that keeps nothing when the page has no store (the workers still keep
+/// what they fetch for the run). None for a link that does not parse.
 pub async fn catalog(link: &str) -> Option<JsValue> {
     let prefix = ModelLink::parse(link).ok()?.store_prefix();
     let read = async {
@@ -172,15 +173,30 @@ pub async fn catalog(link: &str) -> Option<JsValue> {
         let ranges = pairs_under(&transaction, RANGES, &prefix).await?;
         Ok::<_, String>((records, ranges))
     };
-    let (records, ranges) = read.await.ok()?;
+    let (keeps, records, ranges) = match read.await {
+        Ok((records, ranges)) => (true, records, ranges),
+        Err(_) => (false, js_sys::Array::new(), js_sys::Array::new()),
+    };
     let catalog = js_sys::Object::new();
     let _ = js_sys::Reflect::set(&catalog, &"prefix".into(), &JsValue::from_str(&prefix));
+    let _ = js_sys::Reflect::set(&catalog, &"keeps".into(), &JsValue::from_bool(keeps));
     let _ = js_sys::Reflect::set(&catalog, &"records".into(), &records);
     let _ = js_sys::Reflect::set(&catalog, &"ranges".into(), &ranges);
     Some(catalog.into())
 }
 
-/// Keeps what a worker posted (`{store, key, value}`: text, or bytes kept as a `Blob`).
+/// The bytes a catalog holds. Runs that overlap count each time, so this can pass what they
+/// cover; a partly stored model taken for whole has each worker fetch what is missing.
+pub fn stored_bytes(catalog: &JsValue) -> f64 {
+    ["records", "ranges"]
+        .iter()
+        .flat_map(|name| js_sys::Array::from(&field(catalog, name)).to_vec())
+        .filter_map(|pair| js_sys::Array::from(&pair).get(1).dyn_into::<web_sys::Blob>().ok())
+        .map(|blob| blob.size())
+        .sum()
+}
+
+/// Keeps what a worker posted (`{store, key, value}`: text, a `Blob`, or bytes kept as one).
 pub fn keep(message: &JsValue) {
     let (Some(store), Some(key)) = (field(message, "store").as_string(), field(message, "key").as_string()) else {
         return;

@@ -1,6 +1,11 @@
 //! The worker's half: a `LinkCache` over the catalog the page sent with an open by link. What is
 //! in the catalog is read synchronously (small records as strings, bytes as `Blob`s through
 //! `FileReaderSync`); what the worker learns or fetches is posted to the page, which keeps it.
+//!
+//! What a worker fetches it also keeps itself, as `Blob`s, for as long as it holds the model:
+//! the browser holds a `Blob`'s bytes outside the wasm memory (and moves large ones to disk), so
+//! no range is fetched twice in one run however the analysis reads, and the worker's memory holds
+//! only the request under way. Posting a `Blob` to the page copies no bytes.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -21,14 +26,15 @@ pub struct StoredLinks {
     records: HashMap<String, JsValue>,
     /// Each large file's stored runs of bytes (`scope/path` -> (offset, bytes)).
     ranges: RefCell<HashMap<String, Vec<(u64, web_sys::Blob)>>>,
-    /// What each large file holds in memory besides (see `LINK_BYTES_PER_FILE`).
+    /// What each large file holds in memory when the browser refuses to make a `Blob`.
     memory_budget: u64,
+    /// Whether the page keeps what is posted (it has a store).
+    keeps: bool,
 }
 
 impl StoredLinks {
-    /// The catalog in a message's `stored` field (`{prefix, records: [[key, value]], ranges:
-    /// [[key, blob]]}`); None when the page sent none (it has no store, e.g. a private window
-    /// without IndexedDB).
+    /// The catalog in a message's `stored` field (`{prefix, keeps, records: [[key, value]],
+    /// ranges: [[key, blob]]}`); None when the message has none (it opens no link).
     pub fn from_message(stored: &JsValue, memory_budget: u64) -> Option<StoredLinks> {
         let prefix = field(stored, "prefix").as_string()?;
         let pairs = |name: &str| -> Vec<(String, JsValue)> {
@@ -50,7 +56,8 @@ impl StoredLinks {
         for pieces in ranges.values_mut() {
             pieces.sort_by_key(|(offset, _)| *offset);
         }
-        Some(StoredLinks { prefix, records, ranges: RefCell::new(ranges), memory_budget })
+        let keeps = field(stored, "keeps").as_bool().unwrap_or(false);
+        Some(StoredLinks { prefix, records, ranges: RefCell::new(ranges), memory_budget, keeps })
     }
 
     fn text(&self, key: &str) -> Option<String> {
@@ -62,8 +69,17 @@ impl StoredLinks {
     }
 }
 
-/// Posts one record for the page to keep: text, or bytes (moved, not copied, to the page).
-fn keep(store: &str, key: &str, value: Kept) {
+/// What a worker posts for the page to keep.
+enum Kept<'a> {
+    Text(String),
+    /// Moved, not copied, to the page.
+    Bytes(&'a [u8]),
+    /// A `Blob` travels by reference.
+    Blob(&'a web_sys::Blob),
+}
+
+/// Posts one record for the page to keep.
+fn post(store: &str, key: &str, value: Kept) {
     let message = js_sys::Object::new();
     let set = |name: &str, value: &JsValue| {
         let _ = js_sys::Reflect::set(&message, &JsValue::from_str(name), value);
@@ -77,6 +93,10 @@ fn keep(store: &str, key: &str, value: Kept) {
             set("value", &JsValue::from_str(&text));
             let _ = scope.post_message(&message);
         }
+        Kept::Blob(blob) => {
+            set("value", blob);
+            let _ = scope.post_message(&message);
+        }
         Kept::Bytes(bytes) => {
             let array = js_sys::Uint8Array::from(bytes);
             set("value", &array);
@@ -85,9 +105,12 @@ fn keep(store: &str, key: &str, value: Kept) {
     }
 }
 
-enum Kept<'a> {
-    Text(String),
-    Bytes(&'a [u8]),
+impl StoredLinks {
+    fn keep(&self, store: &str, key: &str, value: Kept) {
+        if self.keeps {
+            post(store, key, value);
+        }
+    }
 }
 
 /// A whole `Blob`'s bytes, or a part of it; None when it cannot be read (the page removed it
@@ -104,14 +127,14 @@ impl LinkCache for StoredLinks {
         self.text(&commit_key(&self.prefix, revision))
     }
     fn keep_commit(&self, _repo: &str, revision: &str, commit: &str) {
-        keep(RECORDS, &commit_key(&self.prefix, revision), Kept::Text(commit.into()));
+        self.keep(RECORDS, &commit_key(&self.prefix, revision), Kept::Text(commit.into()));
     }
     fn latest(&self, _folder: &str, path: &str) -> Option<FileFacts> {
         self.facts_at(&latest_key(&self.prefix, path))
     }
     fn keep_latest(&self, _folder: &str, path: &str, facts: &FileFacts) {
         if let Ok(json) = serde_json::to_string(facts) {
-            keep(RECORDS, &latest_key(&self.prefix, path), Kept::Text(json));
+            self.keep(RECORDS, &latest_key(&self.prefix, path), Kept::Text(json));
         }
     }
     fn whole_file(&self, key: &FileKey) -> Option<Vec<u8>> {
@@ -119,14 +142,14 @@ impl LinkCache for StoredLinks {
         read_blob(blob, 0, blob.size() as u64)
     }
     fn keep_whole_file(&self, key: &FileKey, bytes: &[u8]) {
-        keep(RECORDS, &file_key(key, "whole"), Kept::Bytes(bytes));
+        self.keep(RECORDS, &file_key(key, "whole"), Kept::Bytes(bytes));
     }
     fn facts(&self, key: &FileKey) -> Option<FileFacts> {
         self.facts_at(&file_key(key, "facts"))
     }
     fn keep_facts(&self, key: &FileKey, facts: &FileFacts) {
         if let Ok(json) = serde_json::to_string(facts) {
-            keep(RECORDS, &file_key(key, "facts"), Kept::Text(json));
+            self.keep(RECORDS, &file_key(key, "facts"), Kept::Text(json));
         }
     }
     fn ranges(&self, key: &FileKey) -> Box<dyn RangeStore> {
@@ -134,39 +157,42 @@ impl LinkCache for StoredLinks {
         let pieces = self.ranges.borrow_mut().remove(&file).unwrap_or_default();
         Box::new(StoredRanges {
             file: key.clone(),
-            pieces,
+            pieces: RefCell::new(pieces),
             memory: MemoryRanges::new(self.memory_budget),
-            unposted: RefCell::new(None),
+            fetching: RefCell::new(None),
+            keeps: self.keeps,
         })
     }
     fn known_absent(&self, key: &FileKey) -> bool {
         self.records.contains_key(&file_key(key, "absent"))
     }
     fn keep_absent(&self, key: &FileKey) {
-        keep(RECORDS, &file_key(key, "absent"), Kept::Text(String::new()));
+        self.keep(RECORDS, &file_key(key, "absent"), Kept::Text(String::new()));
     }
 }
 
-/// One large file's ranges: those the page stored, read from their `Blob`s, and those fetched
-/// in this run, held in memory and posted to the page in runs of up to `RECORD_BYTES`.
+/// One large file's ranges: those the page stored and those fetched in this run, each run of
+/// bytes a `Blob` read with `FileReaderSync`; runs are posted to the page as they complete.
 struct StoredRanges {
     file: FileKey,
     /// (offset, bytes), sorted by offset; runs may overlap (two workers fetched the same window).
-    pieces: Vec<(u64, web_sys::Blob)>,
+    pieces: RefCell<Vec<(u64, web_sys::Blob)>>,
+    /// Where fetched bytes go when the browser refuses to make a `Blob` of them.
     memory: MemoryRanges,
-    /// Fetched bytes not yet posted: one request's body arrives in pieces, posted as one record.
-    unposted: RefCell<Option<(u64, Vec<u8>)>>,
+    /// The run being fetched: one request's body arrives in pieces, kept as one `Blob`.
+    fetching: RefCell<Option<(u64, Vec<u8>)>>,
+    keeps: bool,
 }
 
 impl StoredRanges {
-    /// Calls `each(piece, from, to)` for stored pieces covering `offset..offset + len` in
-    /// order; false when a byte of it is not stored.
+    /// Calls `each(piece, from, to)` for the pieces covering `offset..offset + len`, in order;
+    /// false when a byte of it is not held, or `each` fails.
     fn walk(&self, offset: u64, len: u64, mut each: impl FnMut(&web_sys::Blob, u64, u64) -> bool) -> bool {
+        let pieces = self.pieces.borrow();
         let (mut at, end) = (offset, offset + len);
         while at < end {
             // Of the pieces holding `at`, the one that reaches furthest.
-            let Some((start, blob)) = self
-                .pieces
+            let Some((start, blob)) = pieces
                 .iter()
                 .take_while(|(start, _)| *start <= at)
                 .filter(|(start, blob)| start + blob.size() as u64 > at)
@@ -183,16 +209,30 @@ impl StoredRanges {
         true
     }
 
-    fn post_unposted(&self) {
-        if let Some((offset, bytes)) = self.unposted.borrow_mut().take() {
-            keep(RANGES, &range_key(&self.file, offset), Kept::Bytes(&bytes));
+    /// Ends the run being fetched: kept as a `Blob` (in memory where the browser makes none)
+    /// and posted to the page.
+    fn end_run(&self) {
+        let Some((offset, bytes)) = self.fetching.borrow_mut().take() else { return };
+        let array = js_sys::Uint8Array::from(bytes.as_slice());
+        match web_sys::Blob::new_with_u8_array_sequence(&js_sys::Array::of1(&array)) {
+            Ok(blob) => {
+                if self.keeps {
+                    post(RANGES, &range_key(&self.file, offset), Kept::Blob(&blob));
+                }
+                let mut pieces = self.pieces.borrow_mut();
+                let at = pieces.partition_point(|(start, _)| *start <= offset);
+                pieces.insert(at, (offset, blob));
+            }
+            Err(_) => {
+                let _ = self.memory.put(offset, &bytes);
+            }
         }
     }
 }
 
 impl RangeStore for StoredRanges {
     fn get(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
-        self.post_unposted();
+        self.end_run();
         if let Some(bytes) = self.memory.get(offset, len) {
             return Some(bytes);
         }
@@ -208,31 +248,28 @@ impl RangeStore for StoredRanges {
     }
 
     fn put(&self, offset: u64, bytes: &[u8]) -> headprint::Result<()> {
-        self.memory.put(offset, bytes)?;
-        let mut unposted = self.unposted.borrow_mut();
-        let follows = unposted
-            .as_ref()
-            .is_some_and(|(start, run)| start + run.len() as u64 == offset && run.len() + bytes.len() <= RECORD_BYTES);
+        let follows =
+            self.fetching.borrow().as_ref().is_some_and(|(start, run)| {
+                start + run.len() as u64 == offset && run.len() + bytes.len() <= RECORD_BYTES
+            });
         if !follows {
-            drop(unposted);
-            self.post_unposted();
-            unposted = self.unposted.borrow_mut();
-            *unposted = Some((offset, Vec::with_capacity(bytes.len())));
+            self.end_run();
+            *self.fetching.borrow_mut() = Some((offset, Vec::with_capacity(bytes.len())));
         }
-        if let Some((_, run)) = unposted.as_mut() {
+        if let Some((_, run)) = self.fetching.borrow_mut().as_mut() {
             run.extend_from_slice(bytes);
         }
         Ok(())
     }
 
     fn holds(&self, offset: u64, len: u64) -> bool {
-        self.post_unposted();
+        self.end_run();
         self.memory.holds(offset, len) || self.walk(offset, len, |_, _, _| true)
     }
 }
 
 impl Drop for StoredRanges {
     fn drop(&mut self) {
-        self.post_unposted();
+        self.end_run();
     }
 }

@@ -25,7 +25,7 @@ use headprint::analysis::circuits::{Grams, segment_rows};
 use headprint::analysis::{Mode, ModelFingerprint};
 use headprint::backend::{BackendChoice, BackendInfo};
 use headprint::model::ModelConfig;
-use headprint::worker::pool::{GramSum, LayerHeads, combine_induction};
+use headprint::worker::pool::{Blocks, GramSum, LayerHeads, combine_induction};
 use headprint::worker::protocol::{
     Analysis, GramsData, InductionRun, ModelId, ModelInfo, ProbeSequence, Progress, Reply, Request, Role, Timing,
 };
@@ -39,6 +39,17 @@ struct Pooled {
     backend: BackendInfo,
     /// How many workers hold it (the lead and the first helpers).
     workers: usize,
+    /// A model by link that the page's store does not hold whole: the stages that read the
+    /// embedding or the whole model (the Grams, the induction probe) run on the lead alone, since
+    /// each worker would fetch what it reads. Its layers are still shared out.
+    fetches: bool,
+}
+
+impl Pooled {
+    /// The workers a stage that reads the embedding or the whole model uses.
+    fn whole_model_workers(&self) -> usize {
+        if self.fetches { 1 } else { self.workers }
+    }
 }
 
 thread_local! {
@@ -121,9 +132,7 @@ pub async fn open(
     // would mix two versions in one result).
     if let (Some(source), Some(opened)) = (files.link.as_mut(), info.link.as_ref()) {
         source.link = opened.pinned.clone();
-        if files.stored.is_some() {
-            stored::indexed_db::name_model(&opened.pinned);
-        }
+        stored::indexed_db::name_model(&opened.pinned);
     }
     let helpers = {
         let files = files.clone();
@@ -145,14 +154,17 @@ pub async fn open(
     timings.push(Timing { step: "load".into(), ms: now() - started });
 
     let started = now();
+    let stored = files.stored.as_ref().map_or(0.0, stored::indexed_db::stored_bytes);
+    let fetches = files.link.is_some() && info.link.as_ref().is_some_and(|l| stored < l.total_bytes as f64);
+    let gram_run = if fetches { Run { workers: 1, ..run } } else { run };
     let grams = match backend {
-        BackendChoice::Cpu => grams(run, &info.config, tied, segments).await?,
+        BackendChoice::Cpu => grams(gram_run, &info.config, tied, segments).await?,
         BackendChoice::Gpu | BackendChoice::Auto => {
             match run.send(0, Request::GpuGrams { model, backend }, &ModelSource::default()).await? {
                 Reply::Grams { grams } => grams.grams().map_err(|e| e.to_string())?,
                 // No GPU (or only a software one under `auto`): the CPUs, with the reason kept.
                 Reply::NoGpu { backend } => {
-                    let mut grams = grams(run, &info.config, tied, segments).await?;
+                    let mut grams = grams(gram_run, &info.config, tied, segments).await?;
                     grams.backend = backend;
                     grams
                 }
@@ -177,6 +189,7 @@ pub async fn open(
         parameters: info.parameters,
         backend: grams.backend.clone(),
         workers: run.workers,
+        fetches,
     };
     MODELS.with_borrow_mut(|m| m.insert(model, pooled));
     Ok(OpenModel { info: *info, run, timings })
@@ -189,9 +202,9 @@ pub struct OpenModel {
     timings: Vec<Timing>,
 }
 
-/// Hands parts `0..parts` out to whichever worker is free: `ask(part)` is a part's request,
-/// `take(part, reply)` keeps its answer (parts come back in any order). The first error (a
-/// cancel is one) is the result, and no worker takes another part after it.
+/// Hands parts `0..parts` out to the workers in contiguous blocks ([`Blocks`]): `ask(part)` is a
+/// part's request, `take(part, reply)` keeps its answer (parts come back in any order). The
+/// first error (a cancel is one) is the result, and no worker takes another part after it.
 async fn share_out(
     run: Run,
     parts: usize,
@@ -199,10 +212,10 @@ async fn share_out(
     take: impl FnMut(usize, Reply) -> Result<(), Failure> + 'static,
 ) -> Result<(), Failure> {
     struct Queue {
-        next: usize,
+        blocks: Blocks,
         failed: bool,
     }
-    let queue = Rc::new(RefCell::new(Queue { next: 0, failed: false }));
+    let queue = Rc::new(RefCell::new(Queue { blocks: Blocks::new(parts, run.workers), failed: false }));
     let (ask, take) = (Rc::new(ask), Rc::new(RefCell::new(take)));
     on_every_worker(run.workers, |w| {
         let (queue, ask, take) = (queue.clone(), ask.clone(), take.clone());
@@ -210,11 +223,10 @@ async fn share_out(
             loop {
                 let part = {
                     let mut q = queue.borrow_mut();
-                    if q.failed || q.next >= parts {
-                        return Ok(());
+                    match q.blocks.claim(w) {
+                        Some(part) if !q.failed => part,
+                        _ => return Ok(()),
                     }
-                    q.next += 1;
-                    q.next - 1
                 };
                 let kept = match run.send(w, ask(part), &ModelSource::default()).await {
                     Ok(reply) => (take.borrow_mut())(part, reply),
@@ -230,7 +242,7 @@ async fn share_out(
     .await
 }
 
-/// The Grams from every segment, asked for by whichever worker is free, summed in order.
+/// The Grams from every segment, shared out in blocks, summed in segment order.
 async fn grams(run: Run, config: &ModelConfig, tied: bool, segments: usize) -> Result<Grams, Failure> {
     let (vocab, model, stage) = (config.vocab, run.model, gram_stage(tied));
     run.report(Progress::new(stage, 0, vocab as u64));
@@ -257,8 +269,8 @@ async fn grams(run: Run, config: &ModelConfig, tied: bool, segments: usize) -> R
     Ok(sum.finish()?)
 }
 
-/// Every head in one mode, a layer at a time from whichever worker is free; each layer's heads
-/// fill the grid as they come.
+/// Every head in one mode, a layer at a time, shared out in blocks; each layer's heads fill the
+/// grid as they come.
 async fn heads(run: Run, pooled: &Pooled, mode: Mode) -> Result<ModelFingerprint, Failure> {
     let config = &pooled.config;
     let (layers, per_layer, model) = (config.layers, config.heads, run.model);
@@ -308,7 +320,8 @@ pub async fn analyse(
 
     run.report(Progress::new(PROBE_STAGE, 0, info.config.layers as u64 + 1));
     let started = now();
-    let induction = probe(run, default_sequence(&info.config), prepend_bos).await?;
+    let probe_run = Run { workers: pooled.whole_model_workers(), ..run };
+    let induction = probe(probe_run, default_sequence(&info.config), prepend_bos).await?;
     timings.push(Timing { step: "induction probe".into(), ms: now() - started });
     Ok(Reply::Analysed(Box::new(Analysis { info, folded, induction, timings })))
 }
@@ -342,7 +355,8 @@ async fn probe(run: Run, sequence: ProbeSequence, prepend_bos: bool) -> Result<I
 /// The induction probe on other sequences of a held model, across the pool.
 pub async fn induction(model: ModelId, sequence: ProbeSequence, prepend_bos: bool) -> Result<Reply, Failure> {
     let pooled = pooled(model)?;
-    let run = Run { model, workers: pooled.workers, generation: workers::generation(), shows_progress: true };
+    let workers = pooled.whole_model_workers();
+    let run = Run { model, workers, generation: workers::generation(), shows_progress: true };
     Ok(Reply::Induction(probe(run, sequence, prepend_bos).await?))
 }
 

@@ -17,6 +17,10 @@ pub const LONGEST_REQUEST: u64 = 32 << 20;
 /// Wanted tensors this close together are fetched as one request, the gap with them: small
 /// buffers between them (a 0-dimensional mask, a rotary table), never an MLP weight.
 pub const MERGE_GAP: u64 = 4 << 10;
+/// A read this small fetches only itself, not the window around it: a norm, a bias or a final
+/// norm read when a model is opened would otherwise bring a whole window with it, once per
+/// worker of the page's pool.
+pub const SMALL_READ: u64 = 64 << 10;
 /// Body bytes copied to the store at a time.
 const CHUNK: usize = 1 << 20;
 
@@ -330,8 +334,10 @@ impl ByteSource for RemoteFile {
             return Err(Error::Offline { what: format!("bytes {offset}..{end} of {}", self.name) });
         }
         // A read inside a planned span fetches the span's windows it touches, whole: fixed
-        // windows, so that neighbouring reads in any order never ask for a byte twice.
-        match state.plan.iter().find(|r| r.start <= offset && offset < r.end).cloned() {
+        // windows, so that neighbouring reads in any order never ask for a byte twice. A small
+        // read fetches itself alone.
+        let span = state.plan.iter().find(|r| r.start <= offset && offset < r.end).cloned();
+        match span.filter(|_| len as u64 >= SMALL_READ) {
             Some(span) => {
                 let first = (offset - span.start) / LONGEST_REQUEST;
                 let last = (end.min(span.end) - 1 - span.start) / LONGEST_REQUEST;

@@ -1,0 +1,72 @@
+// Models by link in the tab (a measurement, not a test): a random GPT-2 Small in the Hub's
+// exact layout (`examples/hub_imitation --gpt2-small`: f32, the 12 causal masks stored, 548 MB)
+// opened by link in headless Chromium, as a user opens `hf:openai-community/gpt2`. Reports the
+// time and the bytes the server sent until every head is fingerprinted and until the overview
+// with the induction probe is shown, then the same link opened again in a fresh page, from the
+// page's store.
+// Usage: node tests/e2e/link_bench.mjs [dist-dir]  (after scripts/build-page.sh and
+// `cargo build --release --example hub_imitation`) -> prints a Markdown table.
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { hubImitation, launchChromium, serveDist } from './harness.mjs';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '../..');
+const dist = path.resolve(process.argv[2] ?? path.join(root, 'dist'));
+const limit = 1_500_000;
+
+const imitation = await hubImitation(root, ['--gpt2-small', 'bench/gpt2=main']);
+const { addresses, served } = imitation;
+const { server, origin } = await serveDist(dist);
+const browser = await launchChromium();
+const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, serviceWorkers: 'block' });
+const mb = (bytes) => (bytes / 1e6).toFixed(1);
+const rows = [];
+try {
+  for (const visit of ['first open', 'second open (from the page\'s store)']) {
+    const page = await context.newPage();
+    page.on('pageerror', (e) => console.error(`page error: ${e.message}`));
+    await page.goto(`${origin}/#hub=${encodeURIComponent(addresses.hub)}`);
+    await page.waitForSelector('#head-grid .cell', { timeout: 60000 });
+    await page.waitForFunction(() => (document.querySelector('#busy')?.textContent ?? '') === '', null, { timeout: 60000 });
+    const start = await served();
+    // The bytes sent are asked for the moment the page names the probe, before its first read.
+    let headsServed;
+    await page.exposeFunction(`headsDone${rows.length}`, async () => { headsServed = served(); });
+    await page.evaluate((mark) => {
+      window.loadStarted = performance.now();
+      const busy = document.querySelector('#busy');
+      new MutationObserver(() => {
+        if (!window.headsDone && /Running the induction probe/.test(busy.textContent ?? '')) {
+          window.headsDone = performance.now() - window.loadStarted;
+          window[mark]();
+        }
+      }).observe(busy, { subtree: true, childList: true, characterData: true });
+    }, `headsDone${rows.length}`);
+    await page.fill('#model-link', 'hf:bench/gpt2');
+    await page.click('#open-link');
+    await page.waitForFunction(() => window.headsDone, null, { timeout: limit });
+    while (!headsServed) await new Promise((ok) => setTimeout(ok, 10));
+    const atHeads = await headsServed;
+    const headsWall = await page.evaluate(() => window.headsDone);
+    console.error(`${visit}: every head fingerprinted in ${(headsWall / 1000).toFixed(1)} s, ${mb(atHeads.bytes - start.bytes)} MB sent`);
+    await page.waitForFunction(() => /12 layers × 12 heads/.test(document.querySelector('#model-info')?.textContent ?? ''), null, { timeout: limit });
+    const overviewWall = await page.evaluate(() => performance.now() - window.loadStarted);
+    const atOverview = await served();
+    const line = (await page.textContent('#model-hash')).trim();
+    console.error(`${visit}: overview in ${(overviewWall / 1000).toFixed(1)} s, ${mb(atOverview.bytes - start.bytes)} MB sent; the page says: ${line}`);
+    rows.push({ visit, headsWall, headsBytes: atHeads.bytes - start.bytes, overviewWall, overviewBytes: atOverview.bytes - start.bytes, line });
+    // The page's writes to its store end before the next visit reads it.
+    await page.waitForFunction(() => document.querySelector('#stored-models')?.dataset.pending === '0', null, { timeout: limit });
+    await page.close();
+  }
+} finally {
+  await browser.close();
+  server.close();
+  imitation.child.kill();
+}
+console.log('| GPT-2 Small by link (548.1 MB of files) | every head fingerprinted | bytes sent by then | overview with the probe | bytes sent by then | the page\'s model line |');
+console.log('|---|---|---|---|---|---|');
+for (const r of rows) {
+  console.log(`| ${r.visit} | ${(r.headsWall / 1000).toFixed(1)} s | ${mb(r.headsBytes)} MB | ${(r.overviewWall / 1000).toFixed(1)} s | ${mb(r.overviewBytes)} MB | ${r.line} |`);
+}
