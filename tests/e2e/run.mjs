@@ -944,7 +944,8 @@ await test('backend=gpu without WebGPU falls back to the CPU with a note', async
 
 await test('a model by link opens from the Hub, pins its commit in the share link, and gives the local numbers', async () => {
   // The tests' Hub and CDN (tests/hub_imitation), built by `cargo test` as an example.
-  const imitation = await hubImitation(root, ['--repo', `test-org/gpt2=${path.join(fixtures, 'gpt2')}`]);
+  const imitation = await hubImitation(root, ['--repo', `test-org/gpt2=${path.join(fixtures, 'gpt2')}`,
+    '--repo', `test-org/llama=${path.join(fixtures, 'llama')}`]);
   const { served } = imitation;
   // The page's writes to its store have ended and the list names the model.
   const stored = (p, name) => p.waitForFunction((name) => {
@@ -984,6 +985,23 @@ await test('a model by link opens from the Hub, pins its commit in the share lin
     await idle(p);
     const byFiles = JSON.parse((await download(p, '#export-json')).bytes.toString());
     expect(JSON.stringify(byLink.folded.heads) === JSON.stringify(byFiles.folded.heads), 'the same numbers as the local files, bit for bit');
+    // A sharded Llama-shaped model (an index and four shards) by link, and from its files.
+    const llama = `hf:test-org/llama@${addresses.commits['test-org/llama@main']}`;
+    await p.fill('#model-link', 'hf:test-org/llama');
+    await p.click('#open-link');
+    await p.waitForFunction((name) => (document.querySelector('#model-name')?.textContent ?? '').trim() === name, llama, { timeout: 60000 });
+    await idle(p);
+    const llamaByLink = JSON.parse((await download(p, '#export-json')).bytes.toString());
+    const llamaFiles = fs.readdirSync(path.join(fixtures, 'llama')).filter((f) => f !== 'expected.json').map((f) => path.join(fixtures, 'llama', f));
+    await p.setInputFiles('#file-input', llamaFiles);
+    await p.waitForFunction((name) => !['', name].includes((document.querySelector('#model-name')?.textContent ?? '').trim()), llama, { timeout: 60000 });
+    await idle(p);
+    const llamaByFiles = JSON.parse((await download(p, '#export-json')).bytes.toString());
+    expect(llamaByLink.folded.heads.length > 0 && JSON.stringify(llamaByLink.folded.heads) === JSON.stringify(llamaByFiles.folded.heads),
+      'the sharded model by link gives its files\' numbers, bit for bit');
+    const probed = (json) => json.induction?.uniform_random?.report?.Ok?.sequences;
+    expect(probed(llamaByLink)?.length > 0 && JSON.stringify(llamaByLink.induction.uniform_random) === JSON.stringify(llamaByFiles.induction.uniform_random),
+      `and its probe's: ${JSON.stringify(llamaByLink.induction?.uniform_random)?.slice(0, 200)}`);
     // What the workers fetched is kept: the share link opens the same model, pinned, in a
     // fresh page (no demo first), and fetches nothing.
     await stored(p, pinned);
@@ -1002,7 +1020,7 @@ await test('a model by link opens from the Hub, pins its commit in the share lin
     expect(JSON.stringify(fromStore.folded.heads) === JSON.stringify(byFiles.folded.heads), 'the stored bytes give the same numbers');
     await q.click('#stored-models summary');
     const listed = await q.textContent('#stored-models');
-    expect(/Stored models: 1 \([\d.]+ kB\)/.test(listed) && listed.includes(pinned), `the list: ${listed}`);
+    expect(/Stored models: 2 \([\d.]+ kB\)/.test(listed) && listed.includes(pinned) && listed.includes(llama), `the list: ${listed}`);
     await shot('model-by-link', false, q);
     // A link to nothing: one line, and the model on screen stays.
     await q.fill('#model-link', 'hf:test-org/missing');
@@ -1066,7 +1084,10 @@ await test('a model by link opens from the Hub, pins its commit in the share lin
     } finally {
       await fullContext.close();
     }
-    // Removing a stored model empties the list.
+    // Removing a stored model takes it off the list; removing the last hides the list.
+    await q.click(`#stored-models li:has-text("${llama}") .remove-stored`);
+    await q.waitForFunction(() => document.querySelectorAll('#stored-models li').length === 1, null, { timeout: 30000 });
+    expect((await q.textContent('#stored-models li')).includes(pinned), 'the other model stays stored');
     await q.click('#stored-models .remove-stored');
     await q.waitForFunction(() => !document.querySelector('#stored-models'), null, { timeout: 30000 });
     // The classroom recipe: a model folder copied beside the page, named relative to it, under
