@@ -14,11 +14,12 @@ pub fn StoredModels() -> impl IntoView {
     let pending = RwSignal::new(0usize);
     let full = RwSignal::new(None::<String>);
     let failed = RwSignal::new(None::<String>);
+    // A browser without a store for the page (a private window) lists nothing and says nothing:
+    // the page works as before, without keeping.
     let refresh = move || {
         spawn_local(async move {
-            match indexed_db::list().await {
-                Ok(list) => models.set(list),
-                Err(reason) => failed.set(Some(format!("The stored models cannot be listed: {reason}"))),
+            if let Ok(list) = indexed_db::list().await {
+                models.set(list);
             }
         })
     };

@@ -1,6 +1,8 @@
 //! Where fetched bytes are kept, so that nothing is fetched twice: byte ranges of a large file
 //! (`RangeStore`), and a model's small files, pins and file facts (`LinkCache`). The CLI keeps
-//! them on disk (`DiskCache`); without a cache they are held in memory for one run.
+//! them on disk (`DiskCache`), the page in the browser (`crates/web/src/stored/`, handed to the
+//! worker's session by `Session::keep_links_in`); without a cache they are held in memory for
+//! one run.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
