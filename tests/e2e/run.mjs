@@ -903,7 +903,7 @@ await test("backend=gpu runs on SwiftShader's WebGPU and matches the CPU", async
     await p.goto(origin + '/#model=demo&backend=gpu');
     await p.waitForSelector('#head-grid .cell', { timeout: 90000 });
     const label = (await p.textContent('#model-backend')).trim();
-    expect(/^Computed on WebGPU — .*swiftshader/.test(label), `the page names WebGPU and the adapter: ${label}`);
+    expect(/^Grams and products on WebGPU — .*swiftshader/.test(label), `the page names the GPU's work, WebGPU and the adapter: ${label}`);
     expect(await p.locator('#backend-note').count() === 0, 'no fallback note');
     const demo = JSON.parse((await download(p, '#export-json')).bytes.toString());
     expect(demo.backend.name === 'gpu' && /swiftshader.*\(WebGPU\)/.test(demo.backend.adapter), `JSON backend ${JSON.stringify(demo.backend)}`);

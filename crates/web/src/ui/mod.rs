@@ -413,10 +413,15 @@ fn ModelBar() -> impl IntoView {
                             });
                             let backend_view = view! {
                                 <span class="fact" id="model-backend" title=backend.note.clone().unwrap_or_default()>
-                                    {match backend.bytes_moved_text() {
-                                        Some(moved) => format!("Computed on {} ({moved})", backend.label()),
-                                        None => format!("Computed on {}", backend.label()),
-                                    }}
+                                    {
+                                        // What the GPU did, when it did: the Grams and every
+                                        // layer's products (the probe runs on the CPU).
+                                        let work = if backend.name == "gpu" { "Grams and products" } else { "Computed" };
+                                        match backend.bytes_moved_text() {
+                                            Some(moved) => format!("{work} on {} ({moved})", backend.label()),
+                                            None => format!("{work} on {}", backend.label()),
+                                        }
+                                    }
                                 </span>
                                 {note
                                     .map(|note| {
