@@ -21,13 +21,13 @@ var<workgroup> b_tile: array<f64, 1024>;
 
 /// Column j of the invocation's block, rows i + 16 r (the vector's lanes r = 0..3), written or,
 /// accumulating, added to what C holds.
-fn store_column(i: u32, j: u32, sum: vec4<f64>) {
+fn store_column(c: u32, i: u32, j: u32, sum: vec4<f64>) {
     if (j >= shape.n) {
         return;
     }
     for (var r = 0u; r < 4u; r++) {
         if (i + 16u * r < shape.m) {
-            let at = j * shape.m + i + 16u * r;
+            let at = c + j * shape.m + i + 16u * r;
             var total = sum[r];
             if (shape.accumulate != 0u) {
                 total += f64(c_high[at]) + f64(c_low[at]);
@@ -39,9 +39,10 @@ fn store_column(i: u32, j: u32, sum: vec4<f64>) {
     }
 }
 
-fn product_tile(tile: vec2<u32>, local: vec2<u32>, index: u32) {
+fn product_tile(tile: vec3<u32>, local: vec2<u32>, index: u32) {
     let i0 = tile.x * TILE;
     let j0 = tile.y * TILE;
+    let offsets = batch_offsets(tile.z);
     // Used, so the binding belongs to the kernel's layout (its value is never needed).
     _ = opaque_zero[0];
     var sum0 = vec4<f64>();
@@ -58,7 +59,7 @@ fn product_tile(tile: vec2<u32>, local: vec2<u32>, index: u32) {
             // A stored transposed is read along its rows instead: consecutive i of one k.
             var ka = kk;
             var ia = ii;
-            var at = (i0 + ii) * shape.k + k0 + kk;
+            var at = offsets.a + (i0 + ii) * shape.k + k0 + kk;
             if (shape.a_transposed != 0u) {
                 ka = e / TILE;
                 ia = e % TILE;
@@ -73,7 +74,7 @@ fn product_tile(tile: vec2<u32>, local: vec2<u32>, index: u32) {
                 }
             }
             if (k0 + kk < shape.k && j0 + ii < shape.n) {
-                let bt = (j0 + ii) * shape.k + k0 + kk;
+                let bt = offsets.b + (j0 + ii) * shape.k + k0 + kk;
                 vb = f64(b[bt]);
                 if (shape.wide != 0u) {
                     vb += f64(b_rest[bt]);
@@ -95,8 +96,8 @@ fn product_tile(tile: vec2<u32>, local: vec2<u32>, index: u32) {
         workgroupBarrier();
     }
     let i = i0 + local.x;
-    store_column(i, j0 + local.y, sum0);
-    store_column(i, j0 + local.y + 16u, sum1);
-    store_column(i, j0 + local.y + 32u, sum2);
-    store_column(i, j0 + local.y + 48u, sum3);
+    store_column(offsets.c, i, j0 + local.y, sum0);
+    store_column(offsets.c, i, j0 + local.y + 16u, sum1);
+    store_column(offsets.c, i, j0 + local.y + 32u, sum2);
+    store_column(offsets.c, i, j0 + local.y + 48u, sum3);
 }
