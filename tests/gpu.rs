@@ -309,7 +309,8 @@ fn column_products_on(mut backend: Backend) {
     let kept_wide = block_on(backend.keep(wide.clone(), width)).expect("kept");
     let kept_product = block_on(backend.multiply_kept(&a, Factor::General, &x, width)).expect("product");
     let blocks = |first, group| Blocks { first, group };
-    let run = |left, left_blocks, right, right_blocks, count| ColumnRun { left, left_blocks, right, right_blocks, count };
+    let run =
+        |left, left_blocks, right, right_blocks, count| ColumnRun { left, left_blocks, right, right_blocks, count };
     // (run, the left and right matrices as f64 values)
     let cases = [
         // The right blocks cross from the first chunk into the second; the left are shared by 3.
@@ -326,7 +327,8 @@ fn column_products_on(mut backend: Backend) {
         for p in 0..run.count {
             let l = left.columns(run.left_blocks.block(p) * width, width).into_owned();
             let r_block = right.columns(run.right_blocks.block(p) * width, width).into_owned();
-            let want = DMatrix::from_fn(width, width, |i, j| (0..rows).map(|k| l[(k, i)] * r_block[(k, j)]).sum::<f64>());
+            let want =
+                DMatrix::from_fn(width, width, |i, j| (0..rows).map(|k| l[(k, i)] * r_block[(k, j)]).sum::<f64>());
             let got = got.next().unwrap();
             assert_product_close_f64(got, &want, &l, &r_block, tolerance, &format!("{name}: run {r}, product {p}"));
             if run.left_blocks == run.right_blocks && std::ptr::eq(run.left, run.right) {
