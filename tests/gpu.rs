@@ -288,8 +288,8 @@ fn wide_products_on(mut backend: Backend) {
 
 /// Products of column blocks of kept matrices (each layer's heads' small products) against
 /// float64 loops: blocks read one by one and shared by a group (grouped-query heads), from a
-/// matrix kept as it is and wider than one chunk on the device (2048 columns), and from a
-/// product left where it was computed; a block's product with itself is exactly symmetric, and
+/// matrix kept as it is and wider than one chunk on the device (2048 columns), from a product
+/// left where it was computed and from the X kept beside it; a block's product with itself is exactly symmetric, and
 /// a block past the matrix's end is refused.
 #[test]
 fn column_products_match_float64_loops_on_every_backend() {
@@ -307,7 +307,9 @@ fn column_products_on(mut backend: Backend) {
     let (a, x) = (Arc::new(random_f64(rows, 33)), random_f64(33, 10 * width));
     let product = DMatrix::from_fn(rows, x.ncols(), |i, j| (0..33).map(|l| a[(i, l)] * x[(l, j)]).sum::<f64>());
     let kept_wide = block_on(backend.keep(wide.clone(), width)).expect("kept");
-    let kept_product = block_on(backend.multiply_kept(&a, Factor::General, &x, width)).expect("product");
+    let (kept_product, kept_x) =
+        block_on(backend.multiply_keeping_both(&a, Factor::General, x.clone(), width)).expect("product");
+    let product_alone = block_on(backend.multiply_kept(&a, Factor::General, &x, width)).expect("product");
     let blocks = |first, group| Blocks { first, group };
     let run =
         |left, left_blocks, right, right_blocks, count| ColumnRun { left, left_blocks, right, right_blocks, count };
@@ -318,17 +320,19 @@ fn column_products_on(mut backend: Backend) {
         (run(&kept_wide, blocks(290, 1), &kept_wide, blocks(290, 1), 4), &wide, &wide),
         (run(&kept_product, blocks(0, 2), &kept_wide, blocks(1, 1), 10), &product, &wide),
         (run(&kept_product, blocks(0, 1), &kept_product, blocks(0, 1), 10), &product, &product),
+        (run(&kept_x, blocks(0, 1), &kept_x, blocks(2, 2), 10), &x, &x),
+        (run(&product_alone, blocks(3, 1), &kept_product, blocks(3, 1), 7), &product, &product),
     ];
     let runs: Vec<_> = cases.iter().map(|(run, _, _)| ColumnRun { ..*run }).collect();
     let got = block_on(backend.column_products(width, &runs)).expect("column products");
-    assert_eq!(got.len(), 39, "{name}");
+    assert_eq!(got.len(), 56, "{name}");
     let mut got = got.iter();
     for (r, (run, left, right)) in cases.iter().enumerate() {
         for p in 0..run.count {
             let l = left.columns(run.left_blocks.block(p) * width, width).into_owned();
             let r_block = right.columns(run.right_blocks.block(p) * width, width).into_owned();
             let want =
-                DMatrix::from_fn(width, width, |i, j| (0..rows).map(|k| l[(k, i)] * r_block[(k, j)]).sum::<f64>());
+                DMatrix::from_fn(width, width, |i, j| (0..l.nrows()).map(|k| l[(k, i)] * r_block[(k, j)]).sum::<f64>());
             let got = got.next().unwrap();
             assert_product_close_f64(got, &want, &l, &r_block, tolerance, &format!("{name}: run {r}, product {p}"));
             if run.left_blocks == run.right_blocks && std::ptr::eq(run.left, run.right) {

@@ -570,6 +570,14 @@ impl GramFactor {
             GramFactor::Dense(f) => backend.multiply_kept(f, Factor::General, x, block).await,
         }
     }
+
+    /// [`GramFactor::apply`], with X kept beside `F X`.
+    async fn apply_keeping(&self, backend: &mut Backend, x: DMatrix<f64>, block: usize) -> crate::Result<(Kept, Kept)> {
+        match self {
+            GramFactor::Upper(upper) => backend.multiply_keeping_both(upper, Factor::UpperTriangular, x, block).await,
+            GramFactor::Dense(f) => backend.multiply_keeping_both(f, Factor::General, x, block).await,
+        }
+    }
 }
 
 /// The two Gram factors the layers' products use: the embedding's, and the unembedding's when
@@ -647,11 +655,13 @@ impl LayerProducts {
             None => None,
         };
         let o = side_by_side(d_model, heads.iter().map(|w| &w.w_o_unembed), true);
-        let factor_o = unembed.apply(backend, &o, d_head).await?;
-        // Untied, the OV circuit's `B A = Ô C W_V` reads Ô^T itself.
-        let o = match cross_v {
-            Some(_) => Some(backend.keep(o, d_head).await?),
-            None => None,
+        // Untied, the OV circuit's `B A = Ô C W_V` reads Ô^T itself, kept beside `F_U Ô^T`.
+        let (factor_o, o) = match cross_v {
+            Some(_) => {
+                let (product, o) = unembed.apply_keeping(backend, o, d_head).await?;
+                (product, Some(o))
+            }
+            None => (unembed.apply(backend, &o, d_head).await?, None),
         };
 
         let each = |first| Blocks { first, group: 1 };

@@ -380,7 +380,7 @@ impl Gpu {
     /// says how, and why this keeps about 2^-36 of every term): [`Gpu::multiply_kept`], read
     /// back whole.
     pub async fn multiply(&self, a: &Arc<DMatrix<f64>>, x: &DMatrix<f64>) -> Result<DMatrix<f64>, String> {
-        let kept = self.multiply_kept(a, x, 1).await?;
+        let (kept, _) = self.multiply_kept(a, x, 1, false).await?;
         let mut c = DMatrix::zeros(kept.rows, kept.cols);
         let m = kept.rows;
         if m > 0 {
@@ -394,21 +394,24 @@ impl Gpu {
 
     /// `A X` of f64 matrices (A m x k, X k x n), left on the device for
     /// [`Gpu::column_products`]; its columns are used in blocks of `block`, which no chunk splits.
-    /// A stays on the device for the next product with it (the analysis multiplies every layer
-    /// by the same few); X's columns go a chunk at a time, as many as the binding limit and
-    /// [`WIDE_COLUMNS`] allow.
+    /// With `keep_x`, X stays on the device too, as [`Gpu::keep`] would leave it (uploaded once
+    /// for both). A stays on the device for the next product with it (the analysis multiplies
+    /// every layer by the same few); X's columns go a chunk at a time, as many as the binding
+    /// limit and [`WIDE_COLUMNS`] allow.
     pub async fn multiply_kept(
         &self,
         a: &Arc<DMatrix<f64>>,
         x: &DMatrix<f64>,
         block: usize,
-    ) -> Result<DeviceMatrix, String> {
+        keep_x: bool,
+    ) -> Result<(DeviceMatrix, Option<DeviceMatrix>), String> {
         let (m, k) = a.shape();
         if x.nrows() != k {
             return Err(format!("{m} x {k} times {} x {}", x.nrows(), x.ncols()));
         }
         let n = x.ncols();
         let mut kept = DeviceMatrix { rows: m, cols: n, chunks: Vec::new() };
+        let mut kept_x = DeviceMatrix { rows: k, cols: n, chunks: Vec::new() };
         let columns = self.chunk_columns(k.max(m), block);
         // An empty product leaves its chunks as made: zero.
         let left = match m * k * n > 0 {
@@ -419,12 +422,22 @@ impl Gpu {
             let width = columns.min(n - start);
             let scope = Scopes::push(&self.device);
             let chunk = self.chunk(start, width, m, wgpu::BufferUsages::empty());
-            let b = match &left {
-                Some(_) => {
-                    let (x_value, x_rest) = split(&x.as_slice()[start * k..(start + width) * k]);
-                    self.upload(Side::B, &x_value, Some(&x_rest)).map(Some)
+            let x_columns = &x.as_slice()[start * k..(start + width) * k];
+            let b = match (keep_x, &left) {
+                (true, _) => self.chunk(start, width, k, wgpu::BufferUsages::COPY_DST).map(|x_chunk| {
+                    let (value, rest) = split(x_columns);
+                    self.write(&x_chunk.high, &value);
+                    self.write(&x_chunk.low, &rest);
+                    let operand =
+                        Operand { value: x_chunk.high.clone(), rest: Some(x_chunk.low.clone()), len: k * width };
+                    kept_x.chunks.push(x_chunk);
+                    Some(operand)
+                }),
+                (false, Some(_)) => {
+                    let (value, rest) = split(x_columns);
+                    self.upload(Side::B, &value, Some(&rest)).map(Some)
                 }
-                None => Ok(None),
+                (false, None) => Ok(None),
             };
             if let (Some((a_value, a_rest)), Ok(Some(b)), Ok(chunk)) = (&left, &b, &chunk) {
                 let a = Operand { value: a_value.clone(), rest: Some(a_rest.clone()), len: m * k };
@@ -444,7 +457,7 @@ impl Gpu {
             b?;
             kept.chunks.push(chunk?);
         }
-        Ok(kept)
+        Ok((kept, keep_x.then_some(kept_x)))
     }
 
     /// X (f64) on the device as two f32 parts, as [`Gpu::multiply_kept`] leaves a product: for

@@ -420,10 +420,7 @@ impl Backend {
     /// `Arc` (a Gram's factor multiplies every layer).
     pub async fn multiply(&mut self, a: &Arc<DMatrix<f64>>, form: Factor, x: &DMatrix<f64>) -> Result<DMatrix<f64>> {
         match &self.kind {
-            Kind::Cpu => Ok(match form {
-                Factor::UpperTriangular => cpu::upper_product(a, x),
-                Factor::General => cpu::product(a.as_view(), x.as_view()),
-            }),
+            Kind::Cpu => Ok(cpu_product(a, form, x)),
             #[cfg(feature = "gpu")]
             Kind::Gpu(gpu) => gpu.multiply(a, x).await.map_err(Error::Gpu),
         }
@@ -438,17 +435,37 @@ impl Backend {
         x: &DMatrix<f64>,
         block: usize,
     ) -> Result<Kept> {
-        let kind = match &self.kind {
-            Kind::Cpu => KeptKind::Cpu(match form {
-                Factor::UpperTriangular => cpu::upper_product(a, x),
-                Factor::General => cpu::product(a.as_view(), x.as_view()),
-            }),
+        match &self.kind {
+            Kind::Cpu => Ok(Kept { kind: KeptKind::Cpu(cpu_product(a, form, x)) }),
             #[cfg(feature = "gpu")]
-            Kind::Gpu(gpu) => KeptKind::Gpu(gpu.multiply_kept(a, x, block).await.map_err(Error::Gpu)?),
-        };
-        #[cfg(not(feature = "gpu"))]
-        let _ = block;
-        Ok(Kept { kind })
+            Kind::Gpu(gpu) => {
+                let (product, _) = gpu.multiply_kept(a, x, block, false).await.map_err(Error::Gpu)?;
+                Ok(Kept { kind: KeptKind::Gpu(product) })
+            }
+        }
+    }
+
+    /// [`Backend::multiply_kept`], and X kept beside `A X` as [`Backend::keep`] would keep it (a
+    /// GPU uploads X once for both).
+    pub async fn multiply_keeping_both(
+        &mut self,
+        a: &Arc<DMatrix<f64>>,
+        form: Factor,
+        x: DMatrix<f64>,
+        block: usize,
+    ) -> Result<(Kept, Kept)> {
+        match &self.kind {
+            Kind::Cpu => {
+                let product = cpu_product(a, form, &x);
+                Ok((Kept { kind: KeptKind::Cpu(product) }, Kept { kind: KeptKind::Cpu(x) }))
+            }
+            #[cfg(feature = "gpu")]
+            Kind::Gpu(gpu) => {
+                let (product, x) = gpu.multiply_kept(a, &x, block, true).await.map_err(Error::Gpu)?;
+                let x = x.ok_or_else(|| Error::Internal("a product that was to keep X did not".into()))?;
+                Ok((Kept { kind: KeptKind::Gpu(product) }, Kept { kind: KeptKind::Gpu(x) }))
+            }
+        }
     }
 
     /// `x` kept on this backend (a GPU uploads it), for [`Backend::column_products`] with blocks
@@ -570,6 +587,14 @@ fn one_kind(kind: &mut Option<bool>, gram: bool) -> Result<()> {
 #[cfg(feature = "gpu")]
 fn another_backends_sum() -> Error {
     Error::Internal("a sum made on another backend".into())
+}
+
+/// `A X` on the CPU, skipping a triangular A's zeros.
+fn cpu_product(a: &DMatrix<f64>, form: Factor, x: &DMatrix<f64>) -> DMatrix<f64> {
+    match form {
+        Factor::UpperTriangular => cpu::upper_product(a, x),
+        Factor::General => cpu::product(a.as_view(), x.as_view()),
+    }
 }
 
 /// A kept matrix made on one backend, given to another (after a fallback, they are made anew).
