@@ -89,6 +89,13 @@ fn store_column(c: u32, i: u32, j: u32, high: vec4<f32>, low: vec4<f32>, compens
                 let low_sum = c_low[at] + l + ((old - (s - b)) + (h - b));
                 h = hidden(s + low_sum, zero);
                 l = low_sum - hidden(h - s, zero);
+            } else {
+                // Renormalised (TwoSum: exact whichever part is larger), so that a product kept
+                // on the device and read in again carries a rest within 2^-24 of its value.
+                let s = hidden(h + l, zero);
+                let b = hidden(s - h, zero);
+                l = (h - (s - b)) + (l - b);
+                h = s;
             }
             c_high[at] = h;
             c_low[at] = l;
