@@ -428,6 +428,7 @@ impl Backend {
 
     /// `A X` of f64 matrices, as [`Backend::multiply`], left where the backend computed it (on a
     /// GPU, on the device) for [`Backend::column_products`] with blocks of `block` columns.
+    #[cfg_attr(not(feature = "gpu"), allow(unused_variables))]
     pub async fn multiply_kept(
         &mut self,
         a: &Arc<DMatrix<f64>>,
@@ -447,6 +448,7 @@ impl Backend {
 
     /// [`Backend::multiply_kept`], and X kept beside `A X` as [`Backend::keep`] would keep it (a
     /// GPU uploads X once for both).
+    #[cfg_attr(not(feature = "gpu"), allow(unused_variables))]
     pub async fn multiply_keeping_both(
         &mut self,
         a: &Arc<DMatrix<f64>>,
@@ -470,14 +472,13 @@ impl Backend {
 
     /// `x` kept on this backend (a GPU uploads it), for [`Backend::column_products`] with blocks
     /// of `block` columns.
+    #[cfg_attr(not(feature = "gpu"), allow(unused_variables))]
     pub async fn keep(&mut self, x: DMatrix<f64>, block: usize) -> Result<Kept> {
         let kind = match &self.kind {
             Kind::Cpu => KeptKind::Cpu(x),
             #[cfg(feature = "gpu")]
             Kind::Gpu(gpu) => KeptKind::Gpu(gpu.keep(&x, block).await.map_err(Error::Gpu)?),
         };
-        #[cfg(not(feature = "gpu"))]
-        let _ = block;
         Ok(Kept { kind })
     }
 
