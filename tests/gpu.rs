@@ -340,6 +340,20 @@ fn column_products_on(mut backend: Backend) {
             }
         }
     }
+    // Values that are f32 already (weights used as stored) cross without their zero rests.
+    let exact = DMatrix::from_fn(rows, 4 * width, |i, j| ((i * 31 + j * 17) % 23) as f64 / 8.0 - 1.0);
+    let before = backend.bytes_moved();
+    let kept_exact = block_on(backend.keep(exact.clone(), width)).unwrap();
+    if let (Some((to_before, _)), Some((to_after, _))) = (before, backend.bytes_moved()) {
+        assert_eq!(to_after - to_before, 4 * exact.len() as u64, "{name}: f32 values alone go over");
+    }
+    let exact_runs = [run(&kept_exact, blocks(0, 1), &kept_wide, blocks(3, 1), 4)];
+    let got = block_on(backend.column_products(width, &exact_runs)).unwrap();
+    for (p, got) in got.iter().enumerate() {
+        let (l, r) = (exact.columns(p * width, width).into_owned(), wide.columns((3 + p) * width, width).into_owned());
+        let want = DMatrix::from_fn(width, width, |i, j| (0..rows).map(|k| l[(k, i)] * r[(k, j)]).sum::<f64>());
+        assert_product_close_f64(got, &want, &l, &r, tolerance, &format!("{name}: f32 values, product {p}"));
+    }
     let past_the_end = [run(&kept_product, blocks(9, 1), &kept_product, blocks(0, 1), 2)];
     assert!(matches!(block_on(backend.column_products(width, &past_the_end)), Err(Error::Internal(_))), "{name}");
     if backend.is_gpu() {

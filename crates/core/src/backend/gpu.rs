@@ -356,7 +356,7 @@ impl Gpu {
             .upload(Side::A, a.as_slice(), None)
             .and_then(|a_operand| Ok((a_operand, b.map(|b| self.upload(Side::B, b.as_slice(), None)).transpose()?)));
         if let Ok((a, b)) = &uploaded {
-            let shape = Shape { rows, m, n, wide: false, a_transposed: false, accumulate: true, batch: Batch::ONE };
+            let shape = Shape { rows, m, n, a_transposed: false, accumulate: true, batch: Batch::ONE };
             let encoder = self.encode(shape, a, b.as_ref().unwrap_or(a), (&sum.high, &sum.low), b.is_none());
             self.queue.submit([encoder.finish()]);
         }
@@ -386,7 +386,8 @@ impl Gpu {
         if m > 0 {
             for chunk in &kept.chunks {
                 let columns = &mut c.as_mut_slice()[chunk.first * m..(chunk.first + chunk.columns) * m];
-                self.read_into(columns, (&chunk.high, &chunk.low)).await?;
+                let low = chunk.low.as_ref().ok_or("a product kept without its low parts")?;
+                self.read_into(columns, (&chunk.high, low)).await?;
             }
         }
         Ok(c)
@@ -421,36 +422,33 @@ impl Gpu {
         for start in (0..n).step_by(columns) {
             let width = columns.min(n - start);
             let scope = Scopes::push(&self.device);
-            let chunk = self.chunk(start, width, m, wgpu::BufferUsages::empty());
+            let chunk = self.chunk(start, width, m, wgpu::BufferUsages::empty(), true);
             let x_columns = &x.as_slice()[start * k..(start + width) * k];
             let b = match (keep_x, &left) {
-                (true, _) => self.chunk(start, width, k, wgpu::BufferUsages::COPY_DST).map(|x_chunk| {
-                    let (value, rest) = split(x_columns);
-                    self.write(&x_chunk.high, &value);
-                    self.write(&x_chunk.low, &rest);
-                    let operand =
-                        Operand { value: x_chunk.high.clone(), rest: Some(x_chunk.low.clone()), len: k * width };
-                    kept_x.chunks.push(x_chunk);
-                    Some(operand)
-                }),
+                (true, _) => {
+                    let (value, rest) = split_wide(x_columns);
+                    self.chunk(start, width, k, wgpu::BufferUsages::COPY_DST, rest.is_some()).map(|x_chunk| {
+                        self.write(&x_chunk.high, &value);
+                        if let (Some(low), Some(rest)) = (&x_chunk.low, &rest) {
+                            self.write(low, rest);
+                        }
+                        let operand =
+                            Operand { value: x_chunk.high.clone(), rest: x_chunk.low.clone(), len: k * width };
+                        kept_x.chunks.push(x_chunk);
+                        Some(operand)
+                    })
+                }
                 (false, Some(_)) => {
-                    let (value, rest) = split(x_columns);
-                    self.upload(Side::B, &value, Some(&rest)).map(Some)
+                    let (value, rest) = split_wide(x_columns);
+                    self.upload(Side::B, &value, rest.as_deref()).map(Some)
                 }
                 (false, None) => Ok(None),
             };
             if let (Some((a_value, a_rest)), Ok(Some(b)), Ok(chunk)) = (&left, &b, &chunk) {
                 let a = Operand { value: a_value.clone(), rest: Some(a_rest.clone()), len: m * k };
-                let shape = Shape {
-                    rows: k,
-                    m,
-                    n: width,
-                    wide: true,
-                    a_transposed: true,
-                    accumulate: false,
-                    batch: Batch::ONE,
-                };
-                let encoder = self.encode(shape, &a, b, (&chunk.high, &chunk.low), false);
+                let shape = Shape { rows: k, m, n: width, a_transposed: true, accumulate: false, batch: Batch::ONE };
+                let low = chunk.low.as_ref().unwrap_or(&chunk.high);
+                let encoder = self.encode(shape, &a, b, (&chunk.high, low), false);
                 self.queue.submit([encoder.finish()]);
             }
             scope.pop(self).await?;
@@ -469,11 +467,13 @@ impl Gpu {
         for start in (0..n).step_by(columns) {
             let width = columns.min(n - start);
             let scope = Scopes::push(&self.device);
-            let chunk = self.chunk(start, width, rows, wgpu::BufferUsages::COPY_DST);
+            let (value, rest) = split_wide(&x.as_slice()[start * rows..(start + width) * rows]);
+            let chunk = self.chunk(start, width, rows, wgpu::BufferUsages::COPY_DST, rest.is_some());
             if let Ok(chunk) = &chunk {
-                let (value, rest) = split(&x.as_slice()[start * rows..(start + width) * rows]);
                 self.write(&chunk.high, &value);
-                self.write(&chunk.low, &rest);
+                if let (Some(low), Some(rest)) = (&chunk.low, &rest) {
+                    self.write(low, rest);
+                }
             }
             scope.pop(self).await?;
             kept.chunks.push(chunk?);
@@ -490,8 +490,16 @@ impl Gpu {
         (fit / block).max(1) * block
     }
 
-    /// A chunk of `columns` columns from `first`, `rows` high, at zero (wgpu zeroes a new buffer).
-    fn chunk(&self, first: usize, columns: usize, rows: usize, usage: wgpu::BufferUsages) -> Result<Chunk, String> {
+    /// A chunk of `columns` columns from `first`, `rows` high, at zero (wgpu zeroes a new buffer),
+    /// with low parts or (`with_low` false: values that are f32 already) without.
+    fn chunk(
+        &self,
+        first: usize,
+        columns: usize,
+        rows: usize,
+        usage: wgpu::BufferUsages,
+        with_low: bool,
+    ) -> Result<Chunk, String> {
         let bytes = 4 * (rows * columns) as u64;
         self.fits("a kept matrix's chunk", bytes)?;
         let buffer = |label| {
@@ -502,7 +510,7 @@ impl Gpu {
                 mapped_at_creation: false,
             })
         };
-        Ok(Chunk { first, columns, high: buffer("kept high"), low: buffer("kept low") })
+        Ok(Chunk { first, columns, high: buffer("kept high"), low: with_low.then(|| buffer("kept low")) })
     }
 
     /// `L^T R` of `width`-column blocks of matrices kept on the device, for every product of every
@@ -572,20 +580,13 @@ impl Gpu {
                 let (left, right) = (&run.left.chunks[d.left], &run.right.chunks[d.right]);
                 let operand = |c: &Chunk, rows: usize| Operand {
                     value: c.high.clone(),
-                    rest: Some(c.low.clone()),
+                    rest: c.low.clone(),
                     len: rows * c.columns,
                 };
                 let (a, b) = (operand(left, run.left.rows), operand(right, run.right.rows));
                 let batch = Batch { c_first: (d.first - start) * size, ..d.batch };
-                let shape = Shape {
-                    rows: run.left.rows,
-                    m: width,
-                    n: width,
-                    wide: true,
-                    a_transposed: false,
-                    accumulate: false,
-                    batch,
-                };
+                let shape =
+                    Shape { rows: run.left.rows, m: width, n: width, a_transposed: false, accumulate: false, batch };
                 let encoder = self.encode(shape, &a, &b, (&output.0, &output.1), false);
                 self.queue.submit([encoder.finish()]);
             }
@@ -726,7 +727,8 @@ impl Gpu {
             shape.rows,
             shape.m,
             shape.n,
-            shape.wide as usize,
+            // Which inputs carry rests: 1 A, 2 B.
+            a.rest.is_some() as usize | (b.rest.is_some() as usize) << 1,
             shape.a_transposed as usize,
             shape.accumulate as usize,
             batch.a_first,
@@ -854,7 +856,7 @@ impl Gpu {
         let a = self.upload(Side::A, &a_value, rests(a_value.len()).as_deref())?;
         let b = self.upload(Side::B, &b_value, rests(b_value.len()).as_deref())?;
         let sum = pollster::block_on(self.accumulator(m, n))?;
-        let shape = Shape { rows, m, n, wide, a_transposed: false, accumulate: false, batch: Batch::ONE };
+        let shape = Shape { rows, m, n, a_transposed: false, accumulate: false, batch: Batch::ONE };
         let mut seconds = Vec::new();
         for _ in 0..repeats {
             let start = std::time::Instant::now();
@@ -885,14 +887,13 @@ fn binding(buffer: &wgpu::Buffer, len: usize) -> wgpu::BindingResource<'_> {
 }
 
 /// One dispatch's shape: `A^T B` with A `rows` x m (stored m x `rows` when `a_transposed`),
-/// B `rows` x n; `wide` inputs carry rests; `accumulate` adds to the output; `batch` says where
-/// each of its products reads and writes.
+/// B `rows` x n; `accumulate` adds to the output; `batch` says where each of its products reads
+/// and writes. (Whether an input carries rests is its [`Operand`]'s.)
 #[derive(Clone, Copy)]
 struct Shape {
     rows: usize,
     m: usize,
     n: usize,
-    wide: bool,
     a_transposed: bool,
     accumulate: bool,
     batch: Batch,
@@ -945,12 +946,13 @@ impl DeviceMatrix {
 }
 
 /// Columns `first..first + columns` of a [`DeviceMatrix`], column-major: the f32 values (or a
-/// result's high parts) and what they left (its low parts).
+/// result's high parts) and what they left (its low parts; None where every value is an f32, as
+/// raw weights are).
 struct Chunk {
     first: usize,
     columns: usize,
     high: wgpu::Buffer,
-    low: wgpu::Buffer,
+    low: Option<wgpu::Buffer>,
 }
 
 /// Products of one [`ColumnRun`] whose blocks lie in the same two chunks: one dispatch.
@@ -1010,6 +1012,14 @@ fn split(values: &[f64]) -> (Vec<f32>, Vec<f32>) {
         }
     });
     (value, rest)
+}
+
+/// [`split`], without the rests when they are all zero (values that are f32 already, such as
+/// weights used as stored): they need not cross.
+fn split_wide(values: &[f64]) -> (Vec<f32>, Option<Vec<f32>>) {
+    let (value, rest) = split(values);
+    let exact = rest.iter().all(|&r| r == 0.0);
+    (value, (!exact).then_some(rest))
 }
 
 /// Entries per task in the conversions around a GPU product: memory-bound loops over hundreds

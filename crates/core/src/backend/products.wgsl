@@ -4,14 +4,14 @@
 // `syrk` is the same product with B = A, computing only the tiles on or above the diagonal
 // (the caller mirrors them).
 //
-// Wide inputs (`shape.wide` = 1): A and B are f64 matrices held as two f32 parts each, `a` the
-// value rounded to f32 and `a_rest` what that rounding left (likewise `b`, `b_rest`). The rest is
-// folded into the low part of the split below; its own rounding there is 2^-24 of a term already
-// 2^-12 of the value, so a wide product keeps the same 2^-36 as an f32 one. A product kept on
-// the device is read back in as its own two parts (the heads' small products of a layer's
-// products): there the high part need not be the nearest f32 of the sum, and the low part can be
-// as large as ~2^-12 of the summed terms, whose rounding here is again 2^-36 of those terms.
-// Otherwise the rest buffers are placeholders and never read.
+// Wide inputs (bit 1 of `shape.wide` for A, bit 2 for B): f64 matrices held as two f32 parts
+// each, `a` the value rounded to f32 and `a_rest` what that rounding left (likewise `b`,
+// `b_rest`). The rest is folded into the low part of the split below; its own rounding there is
+// 2^-24 of a term already 2^-12 of the value, so a wide product keeps the same 2^-36 as an f32
+// one. A product kept on the device is read in again as its own two parts (the heads' small
+// products of a layer's products), renormalised when written (`store_column`), so its rest too
+// is within 2^-24 of its value. An input without rests (f32 values, such as weights used as
+// stored) binds a placeholder there, never read.
 //
 // Why two parts. The Grams feed eigenproblems whose conditioning amplifies their error by up
 // to ~1e4 (κ of the demo model's token-space QK), so a plain f32 product (2^-24) is not close
@@ -144,13 +144,13 @@ fn product_tile(tile: vec3<u32>, local: vec2<u32>, index: u32) {
             var rb = 0.0;
             if (k0 + ka < shape.k && i0 + ia < shape.m) {
                 va = a[at];
-                if (shape.wide != 0u) {
+                if ((shape.wide & 1u) != 0u) {
                     ra = a_rest[at];
                 }
             }
             if (k0 + kk < shape.k && j0 + ii < shape.n) {
                 vb = b[offsets.b + (j0 + ii) * shape.k + k0 + kk];
-                if (shape.wide != 0u) {
+                if ((shape.wide & 2u) != 0u) {
                     rb = b_rest[offsets.b + (j0 + ii) * shape.k + k0 + kk];
                 }
             }

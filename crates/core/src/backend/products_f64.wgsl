@@ -4,9 +4,10 @@
 // A K x M (or stored transposed, `shape.a_transposed`), B K x N, C M x N, all column-major;
 // `syrk` computes only the tiles on or above the diagonal.
 //
-// Each input entry is taken in f64: its f32 value, plus for wide inputs (`shape.wide` = 1) the
-// f32 rest that together with it holds the f64 to about 2^-48. Products and sums are plain f64,
-// which keeps about 2^-52 of the summed terms, beyond what the split f32 kernel keeps (2^-36).
+// Each input entry is taken in f64: its f32 value, plus for wide inputs (bit 1 of `shape.wide`
+// for A, bit 2 for B) the f32 rest that together with it holds the f64 to about 2^-48. Products
+// and sums are plain f64, which keeps about 2^-52 of the summed terms, beyond what the split f32
+// kernel keeps (2^-36).
 // C is still written as two f32 parts, the f64 sum rounded to f32 and what that rounding left
 // (together the sum to about 2^-48), so the host reads both kernels alike and a run of blocks
 // accumulates on the device (`shape.accumulate` = 1: added to what C holds, in f64).
@@ -69,14 +70,14 @@ fn product_tile(tile: vec3<u32>, local: vec2<u32>, index: u32) {
             var vb = f64(0.0);
             if (k0 + ka < shape.k && i0 + ia < shape.m) {
                 va = f64(a[at]);
-                if (shape.wide != 0u) {
+                if ((shape.wide & 1u) != 0u) {
                     va += f64(a_rest[at]);
                 }
             }
             if (k0 + kk < shape.k && j0 + ii < shape.n) {
                 let bt = offsets.b + (j0 + ii) * shape.k + k0 + kk;
                 vb = f64(b[bt]);
-                if (shape.wide != 0u) {
+                if ((shape.wide & 2u) != 0u) {
                     vb += f64(b_rest[bt]);
                 }
             }

@@ -7,6 +7,7 @@ struct Shape {
     k: u32,
     m: u32,
     n: u32,
+    // Which inputs carry rests (their f64 values' second f32 parts): bit 1 A, bit 2 B.
     wide: u32,
     // 1: A is stored as its transpose, column-major M x K (A[k, i] at a[k * M + i]), as an
     // nalgebra matrix F is when the product wanted is F B.
