@@ -212,10 +212,35 @@ fn blocks_sum(backend: &mut Backend) {
     assert_product_close(&gram, &product_f64(&all_a, &all_a), &all_a, &all_a, tolerance, &what);
     assert_eq!(gram, gram.transpose(), "A^T A is exactly symmetric");
 
+    // An untied model's three Grams from each block at once: the same sums, each block sent once.
+    let (mut a_gram, mut b_gram) = (block_on(backend.sum(20, 20)).unwrap(), block_on(backend.sum(70, 70)).unwrap());
+    let mut b_a = block_on(backend.sum(70, 20)).unwrap();
+    let before = backend.bytes_moved();
+    for (a, b) in a.iter().zip(&b) {
+        block_on(backend.add_both(a, b, &mut a_gram, &mut b_a, &mut b_gram)).unwrap();
+    }
+    if let (Some((to_before, _)), Some((to_after, _))) = (before, backend.bytes_moved()) {
+        // Each block once, and a 64-byte shape for each of the three products.
+        let blocks = 4 * (all_a.len() + all_b.len()) as u64;
+        assert_eq!(to_after - to_before, blocks + 4 * 3 * 64, "{name}: each block goes over once");
+    }
+    let read = |sum| block_on(backend.read(sum)).unwrap();
+    let (a_gram, b_a, b_gram) = (read(a_gram), read(b_a), read(b_gram));
+    let what = format!("{name}: the three Grams of four block pairs");
+    assert_product_close(&a_gram, &product_f64(&all_a, &all_a), &all_a, &all_a, tolerance, &what);
+    assert_product_close(&b_a, &product_f64(&all_b, &all_a), &all_b, &all_a, tolerance, &what);
+    assert_product_close(&b_gram, &product_f64(&all_b, &all_b), &all_b, &all_b, tolerance, &what);
+    assert!(a_gram == a_gram.transpose() && b_gram == b_gram.transpose(), "{what}: exactly symmetric");
+
     let mut wrong = block_on(backend.sum(3, 3)).unwrap();
     assert!(
         matches!(block_on(backend.add_product(&a[0], &b[0], &mut wrong)), Err(Error::Internal(_))),
         "a mis-shaped sum is an error"
+    );
+    let (mut x, mut y) = (block_on(backend.sum(20, 20)).unwrap(), block_on(backend.sum(70, 70)).unwrap());
+    assert!(
+        matches!(block_on(backend.add_both(&a[0], &b[0], &mut x, &mut wrong, &mut y)), Err(Error::Internal(_))),
+        "a mis-shaped sum of three is an error"
     );
     let mut mixed = block_on(backend.sum(20, 20)).unwrap();
     block_on(backend.add_gram(&a[0], &mut mixed)).unwrap();

@@ -339,12 +339,13 @@ impl RunningGrams {
         for start in rows.clone().step_by(block) {
             let rows = start..(start + block).min(rows.end);
             let embed = model.embedding_rows(rows.clone())?;
-            backend.add_gram(&embed, &mut self.embed).await?;
-            if let Some((cross, unembed)) = &mut self.untied {
-                // W_U's columns for these tokens, as rows (W_U^T's rows, as the files hold them).
-                let u = model.unembedding_rows(rows.clone())?;
-                backend.add_product(&u, &embed, cross).await?;
-                backend.add_gram(&u, unembed).await?;
+            match &mut self.untied {
+                Some((cross, unembed)) => {
+                    // W_U's columns for these tokens, as rows (W_U^T's rows, as the files hold them).
+                    let u = model.unembedding_rows(rows.clone())?;
+                    backend.add_both(&embed, &u, &mut self.embed, cross, unembed).await?;
+                }
+                None => backend.add_gram(&embed, &mut self.embed).await?,
             }
             each(rows.end, vocab);
         }

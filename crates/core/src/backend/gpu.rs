@@ -364,6 +364,47 @@ impl Gpu {
         uploaded.map(drop)
     }
 
+    /// `a_gram += A^T A`, `product += B^T A` and `b_gram += B^T B` for blocks A (rows x m) and
+    /// B (rows x n) of the same rows: an untied model's three Grams from one block of embedding
+    /// and unembedding rows, each block uploaded once for the three. Submitted, not waited for,
+    /// as [`Gpu::accumulate`].
+    pub async fn accumulate_both(
+        &self,
+        a: &DMatrix<f32>,
+        b: &DMatrix<f32>,
+        (a_gram, product, b_gram): (&mut Accumulator, &mut Accumulator, &mut Accumulator),
+    ) -> Result<(), String> {
+        let (rows, m) = a.shape();
+        let n = b.ncols();
+        let shapes = [(a_gram.m, a_gram.n), (product.m, product.n), (b_gram.m, b_gram.n)];
+        if b.nrows() != rows || shapes != [(m, m), (n, m), (n, n)] {
+            return Err(format!("blocks of {:?} and {:?} into sums of {shapes:?}", a.shape(), b.shape()));
+        }
+        for (sum, gram) in [(&mut *a_gram, true), (&mut *product, false), (&mut *b_gram, true)] {
+            if *sum.symmetric.get_or_insert(gram) != gram {
+                return Err("a sum of Grams and of products at once".into());
+            }
+        }
+        if rows == 0 || m == 0 || n == 0 {
+            return Ok(());
+        }
+        self.idle().await?;
+        let scope = Scopes::push(&self.device);
+        let uploaded = self
+            .upload(Side::A, a.as_slice(), None)
+            .and_then(|a_operand| Ok((a_operand, self.upload(Side::B, b.as_slice(), None)?)));
+        if let Ok((a, b)) = &uploaded {
+            for (sum, left, right, gram) in [(&*a_gram, a, a, true), (&*product, b, a, false), (&*b_gram, b, b, true)] {
+                let shape =
+                    Shape { rows, m: sum.m, n: sum.n, a_transposed: false, accumulate: true, batch: Batch::ONE };
+                let encoder = self.encode(shape, left, right, (&sum.high, &sum.low), gram);
+                self.queue.submit([encoder.finish()]);
+            }
+        }
+        scope.pop(self).await?;
+        uploaded.map(drop)
+    }
+
     /// The sum, in f64 (Grams mirrored from their upper tiles).
     pub async fn read(&self, sum: &Accumulator) -> Result<DMatrix<f64>, String> {
         let mut c = DMatrix::zeros(sum.m, sum.n);

@@ -402,6 +402,35 @@ impl Backend {
         }
     }
 
+    /// `a_gram += A^T A`, `product += B^T A` and `b_gram += B^T B` for blocks of the same rows (A
+    /// rows x m, B rows x n): an untied model's three Grams from one block of embedding and
+    /// unembedding rows. The same sums as the three products added one by one; a GPU uploads
+    /// each block once for all three.
+    pub async fn add_both(
+        &mut self,
+        a: &DMatrix<f32>,
+        b: &DMatrix<f32>,
+        a_gram: &mut Sum,
+        product: &mut Sum,
+        b_gram: &mut Sum,
+    ) -> Result<()> {
+        #[cfg(feature = "gpu")]
+        if let Kind::Gpu(gpu) = &self.kind {
+            check_shape(a_gram, a, a)?;
+            check_shape(product, b, a)?;
+            check_shape(b_gram, b, b)?;
+            return match (&mut a_gram.kind, &mut product.kind, &mut b_gram.kind) {
+                (SumKind::Gpu(a_gram), SumKind::Gpu(product), SumKind::Gpu(b_gram)) => {
+                    gpu.accumulate_both(a, b, (a_gram, product, b_gram)).await.map_err(Error::Gpu)
+                }
+                _ => Err(another_backends_sum()),
+            };
+        }
+        self.add_gram(a, a_gram).await?;
+        self.add_product(b, a, product).await?;
+        self.add_gram(b, b_gram).await
+    }
+
     /// The sum, its open segment closed, in f64.
     pub async fn read(&self, mut sum: Sum) -> Result<DMatrix<f64>> {
         sum.end_segment();
