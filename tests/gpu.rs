@@ -14,7 +14,7 @@ use headprint::Error;
 use headprint::analysis::circuits::Grams;
 use headprint::analysis::{Mode, fingerprint_stream_with};
 use headprint::backend::gpu::Arithmetic;
-use headprint::backend::{Backend, BackendChoice, Factor, block_on};
+use headprint::backend::{Backend, BackendChoice, Blocks, ColumnRun, Factor, block_on};
 use headprint::model::ModelStream;
 use headprint::weights::ModelFiles;
 use std::sync::Arc;
@@ -212,10 +212,35 @@ fn blocks_sum(backend: &mut Backend) {
     assert_product_close(&gram, &product_f64(&all_a, &all_a), &all_a, &all_a, tolerance, &what);
     assert_eq!(gram, gram.transpose(), "A^T A is exactly symmetric");
 
+    // An untied model's three Grams from each block at once: the same sums, each block sent once.
+    let (mut a_gram, mut b_gram) = (block_on(backend.sum(20, 20)).unwrap(), block_on(backend.sum(70, 70)).unwrap());
+    let mut b_a = block_on(backend.sum(70, 20)).unwrap();
+    let before = backend.bytes_moved();
+    for (a, b) in a.iter().zip(&b) {
+        block_on(backend.add_both(a, b, &mut a_gram, &mut b_a, &mut b_gram)).unwrap();
+    }
+    if let (Some((to_before, _)), Some((to_after, _))) = (before, backend.bytes_moved()) {
+        // Each block once, and a 64-byte shape for each of the three products.
+        let blocks = 4 * (all_a.len() + all_b.len()) as u64;
+        assert_eq!(to_after - to_before, blocks + 4 * 3 * 64, "{name}: each block goes over once");
+    }
+    let read = |sum| block_on(backend.read(sum)).unwrap();
+    let (a_gram, b_a, b_gram) = (read(a_gram), read(b_a), read(b_gram));
+    let what = format!("{name}: the three Grams of four block pairs");
+    assert_product_close(&a_gram, &product_f64(&all_a, &all_a), &all_a, &all_a, tolerance, &what);
+    assert_product_close(&b_a, &product_f64(&all_b, &all_a), &all_b, &all_a, tolerance, &what);
+    assert_product_close(&b_gram, &product_f64(&all_b, &all_b), &all_b, &all_b, tolerance, &what);
+    assert!(a_gram == a_gram.transpose() && b_gram == b_gram.transpose(), "{what}: exactly symmetric");
+
     let mut wrong = block_on(backend.sum(3, 3)).unwrap();
     assert!(
         matches!(block_on(backend.add_product(&a[0], &b[0], &mut wrong)), Err(Error::Internal(_))),
         "a mis-shaped sum is an error"
+    );
+    let (mut x, mut y) = (block_on(backend.sum(20, 20)).unwrap(), block_on(backend.sum(70, 70)).unwrap());
+    assert!(
+        matches!(block_on(backend.add_both(&a[0], &b[0], &mut x, &mut wrong, &mut y)), Err(Error::Internal(_))),
+        "a mis-shaped sum of three is an error"
     );
     let mut mixed = block_on(backend.sum(20, 20)).unwrap();
     block_on(backend.add_gram(&a[0], &mut mixed)).unwrap();
@@ -283,6 +308,83 @@ fn wide_products_on(mut backend: Backend) {
     if backend.is_gpu() {
         let wrong = Arc::new(DMatrix::zeros(3, 4));
         assert!(matches!(block_on(backend.multiply(&wrong, Factor::General, &wrong)), Err(Error::Gpu(_))));
+    }
+}
+
+/// Products of column blocks of kept matrices (each layer's heads' small products) against
+/// float64 loops: blocks read one by one and shared by a group (grouped-query heads), from a
+/// matrix kept as it is and wider than one chunk on the device (2048 columns), from a product
+/// left where it was computed and from the X kept beside it; a block's product with itself is exactly symmetric, and
+/// a block past the matrix's end is refused.
+#[test]
+fn column_products_match_float64_loops_on_every_backend() {
+    for backend in every_backend() {
+        column_products_on(backend);
+    }
+}
+
+fn column_products_on(mut backend: Backend) {
+    let (tolerance, name) = (kernel_tolerance(&backend), named(&backend));
+    let mut rng = ChaCha8Rng::seed_from_u64(15);
+    let mut random_f64 = |rows: usize, cols: usize| DMatrix::from_fn(rows, cols, |_, _| rng.random_range(-1.0..1.0));
+    let (rows, width) = (45, 7);
+    let wide = random_f64(rows, 300 * width);
+    let (a, x) = (Arc::new(random_f64(rows, 33)), random_f64(33, 10 * width));
+    let product = DMatrix::from_fn(rows, x.ncols(), |i, j| (0..33).map(|l| a[(i, l)] * x[(l, j)]).sum::<f64>());
+    let kept_wide = block_on(backend.keep(wide.clone(), width)).expect("kept");
+    let (kept_product, kept_x) =
+        block_on(backend.multiply_keeping_both(&a, Factor::General, x.clone(), width)).expect("product");
+    let product_alone = block_on(backend.multiply_kept(&a, Factor::General, &x, width)).expect("product");
+    let blocks = |first, group| Blocks { first, group };
+    let run =
+        |left, left_blocks, right, right_blocks, count| ColumnRun { left, left_blocks, right, right_blocks, count };
+    // (run, the left and right matrices as f64 values)
+    let cases = [
+        // The right blocks cross from the first chunk into the second; the left are shared by 3.
+        (run(&kept_wide, blocks(280, 3), &kept_wide, blocks(285, 1), 15), &wide, &wide),
+        (run(&kept_wide, blocks(290, 1), &kept_wide, blocks(290, 1), 4), &wide, &wide),
+        (run(&kept_product, blocks(0, 2), &kept_wide, blocks(1, 1), 10), &product, &wide),
+        (run(&kept_product, blocks(0, 1), &kept_product, blocks(0, 1), 10), &product, &product),
+        (run(&kept_x, blocks(0, 1), &kept_x, blocks(2, 2), 10), &x, &x),
+        (run(&product_alone, blocks(3, 1), &kept_product, blocks(3, 1), 7), &product, &product),
+    ];
+    let runs: Vec<_> = cases.iter().map(|(run, _, _)| ColumnRun { ..*run }).collect();
+    let got = block_on(backend.column_products(width, &runs)).expect("column products");
+    assert_eq!(got.len(), 56, "{name}");
+    let mut got = got.iter();
+    for (r, (run, left, right)) in cases.iter().enumerate() {
+        for p in 0..run.count {
+            let l = left.columns(run.left_blocks.block(p) * width, width).into_owned();
+            let r_block = right.columns(run.right_blocks.block(p) * width, width).into_owned();
+            let want =
+                DMatrix::from_fn(width, width, |i, j| (0..l.nrows()).map(|k| l[(k, i)] * r_block[(k, j)]).sum::<f64>());
+            let got = got.next().unwrap();
+            assert_product_close_f64(got, &want, &l, &r_block, tolerance, &format!("{name}: run {r}, product {p}"));
+            if run.left_blocks == run.right_blocks && std::ptr::eq(run.left, run.right) {
+                assert_eq!(got, &got.transpose(), "{name}: run {r}, product {p} is not symmetric");
+            }
+        }
+    }
+    // Values that are f32 already (weights used as stored) cross without their zero rests.
+    let exact = DMatrix::from_fn(rows, 4 * width, |i, j| ((i * 31 + j * 17) % 23) as f64 / 8.0 - 1.0);
+    let before = backend.bytes_moved();
+    let kept_exact = block_on(backend.keep(exact.clone(), width)).unwrap();
+    if let (Some((to_before, _)), Some((to_after, _))) = (before, backend.bytes_moved()) {
+        assert_eq!(to_after - to_before, 4 * exact.len() as u64, "{name}: f32 values alone go over");
+    }
+    let exact_runs = [run(&kept_exact, blocks(0, 1), &kept_wide, blocks(3, 1), 4)];
+    let got = block_on(backend.column_products(width, &exact_runs)).unwrap();
+    for (p, got) in got.iter().enumerate() {
+        let (l, r) = (exact.columns(p * width, width).into_owned(), wide.columns((3 + p) * width, width).into_owned());
+        let want = DMatrix::from_fn(width, width, |i, j| (0..rows).map(|k| l[(k, i)] * r[(k, j)]).sum::<f64>());
+        assert_product_close_f64(got, &want, &l, &r, tolerance, &format!("{name}: f32 values, product {p}"));
+    }
+    let past_the_end = [run(&kept_product, blocks(9, 1), &kept_product, blocks(0, 1), 2)];
+    assert!(matches!(block_on(backend.column_products(width, &past_the_end)), Err(Error::Internal(_))), "{name}");
+    if backend.is_gpu() {
+        let on_the_cpu = block_on(Backend::cpu().keep(product.clone(), width)).unwrap();
+        let mixed = [run(&on_the_cpu, blocks(0, 1), &kept_product, blocks(0, 1), 1)];
+        assert!(matches!(block_on(backend.column_products(width, &mixed)), Err(Error::Internal(_))), "{name}");
     }
 }
 

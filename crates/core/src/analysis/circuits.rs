@@ -5,13 +5,13 @@
 
 use std::sync::Arc;
 
-use nalgebra::{DMatrix, DMatrixView};
+use nalgebra::DMatrix;
 
 use super::HeadId;
 use super::spectrum::Factored;
 use crate::Result;
 use crate::backend::cpu::{self, inner};
-use crate::backend::{Backend, BackendInfo, Factor, Sum, block_on};
+use crate::backend::{Backend, BackendInfo, Blocks, ColumnRun, Factor, Kept, Sum, block_on};
 use crate::model::{Layer, Model, ModelConfig, Norm, NormKind, Weights};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -339,12 +339,13 @@ impl RunningGrams {
         for start in rows.clone().step_by(block) {
             let rows = start..(start + block).min(rows.end);
             let embed = model.embedding_rows(rows.clone())?;
-            backend.add_gram(&embed, &mut self.embed).await?;
-            if let Some((cross, unembed)) = &mut self.untied {
-                // W_U's columns for these tokens, as rows (W_U^T's rows, as the files hold them).
-                let u = model.unembedding_rows(rows.clone())?;
-                backend.add_product(&u, &embed, cross).await?;
-                backend.add_gram(&u, unembed).await?;
+            match &mut self.untied {
+                Some((cross, unembed)) => {
+                    // W_U's columns for these tokens, as rows (W_U^T's rows, as the files hold them).
+                    let u = model.unembedding_rows(rows.clone())?;
+                    backend.add_both(&embed, &u, &mut self.embed, cross, unembed).await?;
+                }
+                None => backend.add_gram(&embed, &mut self.embed).await?,
             }
             each(rows.end, vocab);
         }
@@ -563,11 +564,19 @@ impl GramFactor {
         Ok(GramFactor::Dense(Arc::new(f)))
     }
 
-    /// `F X`, on `backend`.
-    async fn apply(&self, backend: &mut Backend, x: &DMatrix<f64>) -> crate::Result<DMatrix<f64>> {
+    /// `F X`, kept on `backend` for products of its `block`-column blocks.
+    async fn apply(&self, backend: &mut Backend, x: &DMatrix<f64>, block: usize) -> crate::Result<Kept> {
         match self {
-            GramFactor::Upper(upper) => backend.multiply(upper, Factor::UpperTriangular, x).await,
-            GramFactor::Dense(f) => backend.multiply(f, Factor::General, x).await,
+            GramFactor::Upper(upper) => backend.multiply_kept(upper, Factor::UpperTriangular, x, block).await,
+            GramFactor::Dense(f) => backend.multiply_kept(f, Factor::General, x, block).await,
+        }
+    }
+
+    /// [`GramFactor::apply`], with X kept beside `F X`.
+    async fn apply_keeping(&self, backend: &mut Backend, x: DMatrix<f64>, block: usize) -> crate::Result<(Kept, Kept)> {
+        match self {
+            GramFactor::Upper(upper) => backend.multiply_keeping_both(upper, Factor::UpperTriangular, x, block).await,
+            GramFactor::Dense(f) => backend.multiply_keeping_both(f, Factor::General, x, block).await,
         }
     }
 }
@@ -604,18 +613,13 @@ fn side_by_side<'a>(
 /// The vocabulary-Gram products of every head of one layer, as a few large products on the
 /// backend instead of one per head, through the Grams' factors ([`GramFactor`]): one
 /// `F_E [W_Q | W_K | W_V]` over all query heads and, once each, the key/value heads (grouped-query
-/// heads share them), `C W_V` untied, and `F_U Ô^T` (`F_E Ô^T` tied) for all heads. Each head's
-/// small products are then inner products of d_head-wide columns of these.
+/// heads share them), `C W_V` untied, and `F_U Ô^T` (`F_E Ô^T` tied) for all heads. These stay
+/// where the backend computed them (a GPU's on the device); each head's small products are then
+/// products of their d_head-wide column blocks ([`Backend::column_products`]), and only those
+/// are held here.
 pub struct LayerProducts {
-    d_head: usize,
-    group: usize,
-    heads: usize,
-    kv_heads: usize,
-    /// `F_E [W_Q | W_K | W_V]`: every query head's d_head columns, then each key/value head's
-    /// keys, then its values.
-    factor_embed: DMatrix<f64>,
-    cross_v: Option<DMatrix<f64>>,
-    factor_o: DMatrix<f64>,
+    qk: Vec<Factored>,
+    ov: Vec<Factored>,
 }
 
 impl LayerProducts {
@@ -632,6 +636,7 @@ impl LayerProducts {
         let group = (config.heads / config.kv_heads.max(1)).max(1);
         // The first head of each group carries its key/value head's weights.
         let shared: Vec<&HeadWeights> = heads.iter().step_by(group).collect();
+        let (count, kv_count) = (heads.len(), shared.len());
         let queries = heads.iter().map(|w| &w.w_q);
         let keys = shared.iter().map(|w| &w.w_k);
         let values = shared.iter().map(|w| &w.w_v);
@@ -643,57 +648,70 @@ impl LayerProducts {
         // Each stacked input is dropped as soon as its product is made: at Pythia-1B's width they
         // are 100 MB apiece, and the tab's workers count every one.
         let qkv = side_by_side(d_model, queries.chain(keys).chain(values), false);
-        let factor_embed = factors.embed.apply(backend, &qkv).await?;
-        let v = (!grams.tied)
-            .then(|| qkv.columns((heads.len() + shared.len()) * d_head, shared.len() * d_head).into_owned());
+        let factor_embed = factors.embed.apply(backend, &qkv, d_head).await?;
+        let v = (!grams.tied).then(|| qkv.columns((count + kv_count) * d_head, kv_count * d_head).into_owned());
         drop(qkv);
         let cross_v = match v {
-            Some(v) => Some(backend.multiply(&grams.cross, Factor::General, &v).await?),
+            Some(v) => Some(backend.multiply_kept(&grams.cross, Factor::General, &v, d_head).await?),
             None => None,
         };
         let o = side_by_side(d_model, heads.iter().map(|w| &w.w_o_unembed), true);
-        let factor_o = unembed.apply(backend, &o).await?;
-        Ok(Ok(LayerProducts {
-            d_head,
-            group,
-            heads: heads.len(),
-            kv_heads: shared.len(),
-            factor_embed,
-            cross_v,
-            factor_o,
-        }))
-    }
+        // Untied, the OV circuit's `B A = Ô C W_V` reads Ô^T itself, kept beside `F_U Ô^T`.
+        let (factor_o, o) = match cross_v {
+            Some(_) => {
+                let (product, o) = unembed.apply_keeping(backend, o, d_head).await?;
+                (product, Some(o))
+            }
+            None => (unembed.apply(backend, &o, d_head).await?, None),
+        };
 
-    fn query(&self, head: usize) -> DMatrixView<'_, f64> {
-        self.factor_embed.columns(head * self.d_head, self.d_head)
-    }
-
-    fn key(&self, kv: usize) -> DMatrixView<'_, f64> {
-        self.factor_embed.columns((self.heads + kv) * self.d_head, self.d_head)
-    }
-
-    fn value(&self, kv: usize) -> DMatrixView<'_, f64> {
-        self.factor_embed.columns((self.heads + self.kv_heads + kv) * self.d_head, self.d_head)
+        let each = |first| Blocks { first, group: 1 };
+        let shared_by_group = |first| Blocks { first, group };
+        let (q, k, v) = (0, count, count + kv_count);
+        let run =
+            |left, left_blocks, right, right_blocks, count| ColumnRun { left, left_blocks, right, right_blocks, count };
+        let ov_small = match (&o, &cross_v) {
+            (Some(o), Some(cross_v)) => run(o, each(0), cross_v, shared_by_group(0), count),
+            _ => run(&factor_o, each(0), &factor_embed, shared_by_group(v), count),
+        };
+        let runs = [
+            // QK: `W_K^T G_E W_Q`, `W_Q^T G_E W_Q`, `W_K^T G_E W_K`.
+            run(&factor_embed, shared_by_group(k), &factor_embed, each(q), count),
+            run(&factor_embed, each(q), &factor_embed, each(q), count),
+            run(&factor_embed, each(k), &factor_embed, each(k), kv_count),
+            // OV: `Ô C W_V` (`Ô G_E W_V` tied), `W_V^T G_E W_V`, `Ô G_U Ô^T`.
+            ov_small,
+            run(&factor_embed, each(v), &factor_embed, each(v), kv_count),
+            run(&factor_o, each(0), &factor_o, each(0), count),
+        ];
+        let mut products = backend.column_products(d_head, &runs).await?.into_iter();
+        let mut take = |n: usize| products.by_ref().take(n).collect::<Vec<_>>();
+        let (qk_small, q_gram, k_gram) = (take(count), take(count), take(kv_count));
+        let (ov_small, v_gram, o_gram) = (take(count), take(kv_count), take(count));
+        let qk = qk_small
+            .into_iter()
+            .zip(q_gram)
+            .enumerate()
+            .map(|(h, (small, gram_left))| Factored { small, gram_left, gram_right: k_gram[h / group].clone() })
+            .collect();
+        let ov = ov_small
+            .into_iter()
+            .zip(o_gram)
+            .enumerate()
+            .map(|(h, (small, gram_right))| Factored { small, gram_left: v_gram[h / group].clone(), gram_right })
+            .collect();
+        Ok(Ok(LayerProducts { qk, ov }))
     }
 
     /// Head `head`'s token-space QK circuit: `B A = W_K^T G_E W_Q`, `A^T A = W_Q^T G_E W_Q`,
     /// `B B^T = W_K^T G_E W_K` (see [`HeadWeights::qk_token`]).
     pub fn qk_token(&self, head: usize) -> Factored {
-        let (q, k) = (self.query(head), self.key(head / self.group));
-        Factored { small: inner(k, q), gram_left: cpu::gram(q), gram_right: cpu::gram(k) }
+        self.qk[head].clone()
     }
 
     /// Head `head`'s token-space OV circuit: `B A = Ô C W_V` (`Ô G_E W_V` tied),
     /// `A^T A = W_V^T G_E W_V`, `B B^T = Ô G_U Ô^T` (see [`HeadWeights::ov_token`]).
-    pub fn ov_token(&self, w: &HeadWeights, head: usize) -> Factored {
-        let d = self.d_head;
-        let kv = head / self.group;
-        let v = self.value(kv);
-        let o = self.factor_o.columns(head * d, d);
-        let small = match &self.cross_v {
-            Some(cross_v) => &w.w_o_unembed * cross_v.columns(kv * d, d),
-            None => inner(o, v),
-        };
-        Factored { small, gram_left: cpu::gram(v), gram_right: cpu::gram(o) }
+    pub fn ov_token(&self, head: usize) -> Factored {
+        self.ov[head].clone()
     }
 }

@@ -179,7 +179,7 @@ async fn fingerprint_layer_heads(
         let w = &weights[id.head];
         let token =
             |circuit: &dyn Fn(&LayerProducts) -> super::Factored| products.as_ref().map(circuit).map_err(Clone::clone);
-        fingerprint_circuits(id, w, token(&|p| p.qk_token(id.head)), token(&|p| p.ov_token(w, id.head)))
+        fingerprint_circuits(id, w, token(&|p| p.qk_token(id.head)), token(&|p| p.ov_token(id.head)))
     }))
 }
 

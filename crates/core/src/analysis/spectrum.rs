@@ -10,6 +10,7 @@ use nalgebra::DMatrix;
 use serde::Serialize;
 
 /// A circuit given by its factors' small products.
+#[derive(Clone)]
 pub struct Factored {
     /// `B A` (r x r): same non-zero eigenvalues as `A B`.
     pub small: DMatrix<f64>,

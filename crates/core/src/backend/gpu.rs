@@ -8,7 +8,10 @@
 //! times both; docs/benchmarks.md#gpu). So:
 //! - the Grams' blocks are summed on the device ([`Accumulator`]) and read back once;
 //! - a left operand used again (a Gram's factor, for every layer) stays on the device, uploaded
-//!   once ([`Gpu::multiply`]);
+//!   once ([`Gpu::multiply_kept`]);
+//! - a layer's products stay on the device ([`DeviceMatrix`]) and only the small products of
+//!   their column blocks, which the heads' spectra read, come back, all in one read
+//!   ([`Gpu::column_products`]): the large products would be as many bytes again as went over;
 //! - input, output and read-back buffers are kept and reused, not made per product;
 //! - a block's product runs while the caller reads the next block from the file: only the
 //!   block before is waited for.
@@ -27,6 +30,7 @@ use std::task::{Poll, Waker};
 
 use nalgebra::DMatrix;
 
+use super::ColumnRun;
 use crate::parallel::each_chunk;
 
 const KERNELS: &str = concat!(include_str!("products_layout.wgsl"), include_str!("products.wgsl"));
@@ -352,9 +356,50 @@ impl Gpu {
             .upload(Side::A, a.as_slice(), None)
             .and_then(|a_operand| Ok((a_operand, b.map(|b| self.upload(Side::B, b.as_slice(), None)).transpose()?)));
         if let Ok((a, b)) = &uploaded {
-            let shape = Shape { rows, m, n, wide: false, a_transposed: false, accumulate: true };
+            let shape = Shape { rows, m, n, a_transposed: false, accumulate: true, batch: Batch::ONE };
             let encoder = self.encode(shape, a, b.as_ref().unwrap_or(a), (&sum.high, &sum.low), b.is_none());
             self.queue.submit([encoder.finish()]);
+        }
+        scope.pop(self).await?;
+        uploaded.map(drop)
+    }
+
+    /// `a_gram += A^T A`, `product += B^T A` and `b_gram += B^T B` for blocks A (rows x m) and
+    /// B (rows x n) of the same rows: an untied model's three Grams from one block of embedding
+    /// and unembedding rows, each block uploaded once for the three. Submitted, not waited for,
+    /// as [`Gpu::accumulate`].
+    pub async fn accumulate_both(
+        &self,
+        a: &DMatrix<f32>,
+        b: &DMatrix<f32>,
+        (a_gram, product, b_gram): (&mut Accumulator, &mut Accumulator, &mut Accumulator),
+    ) -> Result<(), String> {
+        let (rows, m) = a.shape();
+        let n = b.ncols();
+        let shapes = [(a_gram.m, a_gram.n), (product.m, product.n), (b_gram.m, b_gram.n)];
+        if b.nrows() != rows || shapes != [(m, m), (n, m), (n, n)] {
+            return Err(format!("blocks of {:?} and {:?} into sums of {shapes:?}", a.shape(), b.shape()));
+        }
+        for (sum, gram) in [(&mut *a_gram, true), (&mut *product, false), (&mut *b_gram, true)] {
+            if *sum.symmetric.get_or_insert(gram) != gram {
+                return Err("a sum of Grams and of products at once".into());
+            }
+        }
+        if rows == 0 || m == 0 || n == 0 {
+            return Ok(());
+        }
+        self.idle().await?;
+        let scope = Scopes::push(&self.device);
+        let uploaded = self
+            .upload(Side::A, a.as_slice(), None)
+            .and_then(|a_operand| Ok((a_operand, self.upload(Side::B, b.as_slice(), None)?)));
+        if let Ok((a, b)) = &uploaded {
+            for (sum, left, right, gram) in [(&*a_gram, a, a, true), (&*product, b, a, false), (&*b_gram, b, b, true)] {
+                let shape =
+                    Shape { rows, m: sum.m, n: sum.n, a_transposed: false, accumulate: true, batch: Batch::ONE };
+                let encoder = self.encode(shape, left, right, (&sum.high, &sum.low), gram);
+                self.queue.submit([encoder.finish()]);
+            }
         }
         scope.pop(self).await?;
         uploaded.map(drop)
@@ -373,62 +418,250 @@ impl Gpu {
     }
 
     /// `A X` of f64 matrices (A m x k, X k x n), each entry held as two f32 parts (products.wgsl
-    /// says how, and why this keeps about 2^-36 of every term). A stays on the device for the
-    /// next product with it (the analysis multiplies every layer by the same few); X's columns
-    /// go a range at a time, as many as the binding limit and [`WIDE_COLUMNS`] allow.
+    /// says how, and why this keeps about 2^-36 of every term): [`Gpu::multiply_kept`], read
+    /// back whole.
     pub async fn multiply(&self, a: &Arc<DMatrix<f64>>, x: &DMatrix<f64>) -> Result<DMatrix<f64>, String> {
+        let (kept, _) = self.multiply_kept(a, x, 1, false).await?;
+        let mut c = DMatrix::zeros(kept.rows, kept.cols);
+        let m = kept.rows;
+        if m > 0 {
+            for chunk in &kept.chunks {
+                let columns = &mut c.as_mut_slice()[chunk.first * m..(chunk.first + chunk.columns) * m];
+                let low = chunk.low.as_ref().ok_or("a product kept without its low parts")?;
+                self.read_into(columns, (&chunk.high, low)).await?;
+            }
+        }
+        Ok(c)
+    }
+
+    /// `A X` of f64 matrices (A m x k, X k x n), left on the device for
+    /// [`Gpu::column_products`]; its columns are used in blocks of `block`, which no chunk splits.
+    /// With `keep_x`, X stays on the device too, as [`Gpu::keep`] would leave it (uploaded once
+    /// for both). A stays on the device for the next product with it (the analysis multiplies
+    /// every layer by the same few); X's columns go a chunk at a time, as many as the binding
+    /// limit and [`WIDE_COLUMNS`] allow.
+    pub async fn multiply_kept(
+        &self,
+        a: &Arc<DMatrix<f64>>,
+        x: &DMatrix<f64>,
+        block: usize,
+        keep_x: bool,
+    ) -> Result<(DeviceMatrix, Option<DeviceMatrix>), String> {
         let (m, k) = a.shape();
         if x.nrows() != k {
             return Err(format!("{m} x {k} times {} x {}", x.nrows(), x.ncols()));
         }
-        let mut c = DMatrix::zeros(m, x.ncols());
-        if m == 0 || k == 0 || x.ncols() == 0 {
-            return Ok(c);
-        }
-        let per_column = 4 * k.max(m) as u64;
-        let columns = ((self.max_binding / per_column) as usize).clamp(1, WIDE_COLUMNS);
-        let (a_value, a_rest) = match self.kept(a) {
-            Some(buffers) => buffers,
-            None => {
-                // Uploading A can fail (out of memory) like any product: inside an error scope,
-                // and kept for later products only once it worked.
-                let scope = Scopes::push(&self.device);
-                let uploaded = self.upload_left(a);
-                scope.pop(self).await?;
-                let uploaded = uploaded?;
-                let buffers = (uploaded.value.clone(), uploaded.rest.clone());
-                self.keep(uploaded);
-                buffers
-            }
+        let n = x.ncols();
+        let mut kept = DeviceMatrix { rows: m, cols: n, chunks: Vec::new() };
+        let mut kept_x = DeviceMatrix { rows: k, cols: n, chunks: Vec::new() };
+        let columns = self.chunk_columns(k.max(m), block);
+        // An empty product leaves its chunks as made: zero.
+        let left = match m * k * n > 0 {
+            true => Some(self.left_on_device(a).await?),
+            false => None,
         };
-        for start in (0..x.ncols()).step_by(columns) {
-            let width = columns.min(x.ncols() - start);
+        for start in (0..n).step_by(columns) {
+            let width = columns.min(n - start);
             let scope = Scopes::push(&self.device);
-            let (x_value, x_rest) = split(&x.as_slice()[start * k..(start + width) * k]);
-            let b = self.upload(Side::B, &x_value, Some(&x_rest));
-            let output = (
-                self.scratch(
-                    Role::CHigh,
-                    (4 * m * width) as u64,
-                    wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-                ),
-                self.scratch(
-                    Role::CLow,
-                    (4 * m * width) as u64,
-                    wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-                ),
-            );
-            if let Ok(b) = &b {
+            let chunk = self.chunk(start, width, m, wgpu::BufferUsages::empty(), true);
+            let x_columns = &x.as_slice()[start * k..(start + width) * k];
+            let b = match (keep_x, &left) {
+                (true, _) => {
+                    let (value, rest) = split_wide(x_columns);
+                    self.chunk(start, width, k, wgpu::BufferUsages::COPY_DST, rest.is_some()).map(|x_chunk| {
+                        self.write(&x_chunk.high, &value);
+                        if let (Some(low), Some(rest)) = (&x_chunk.low, &rest) {
+                            self.write(low, rest);
+                        }
+                        let operand =
+                            Operand { value: x_chunk.high.clone(), rest: x_chunk.low.clone(), len: k * width };
+                        kept_x.chunks.push(x_chunk);
+                        Some(operand)
+                    })
+                }
+                (false, Some(_)) => {
+                    let (value, rest) = split_wide(x_columns);
+                    self.upload(Side::B, &value, rest.as_deref()).map(Some)
+                }
+                (false, None) => Ok(None),
+            };
+            if let (Some((a_value, a_rest)), Ok(Some(b)), Ok(chunk)) = (&left, &b, &chunk) {
                 let a = Operand { value: a_value.clone(), rest: Some(a_rest.clone()), len: m * k };
-                let shape = Shape { rows: k, m, n: width, wide: true, a_transposed: true, accumulate: false };
-                let encoder = self.encode(shape, &a, b, (&output.0, &output.1), false);
+                let shape = Shape { rows: k, m, n: width, a_transposed: true, accumulate: false, batch: Batch::ONE };
+                let low = chunk.low.as_ref().unwrap_or(&chunk.high);
+                let encoder = self.encode(shape, &a, b, (&chunk.high, low), false);
                 self.queue.submit([encoder.finish()]);
             }
             scope.pop(self).await?;
             b?;
-            self.read_into(&mut c.as_mut_slice()[start * m..(start + width) * m], (&output.0, &output.1)).await?;
+            kept.chunks.push(chunk?);
         }
-        Ok(c)
+        Ok((kept, keep_x.then_some(kept_x)))
+    }
+
+    /// X (f64) on the device as two f32 parts, as [`Gpu::multiply_kept`] leaves a product: for
+    /// [`Gpu::column_products`] with blocks of `block` columns.
+    pub async fn keep(&self, x: &DMatrix<f64>, block: usize) -> Result<DeviceMatrix, String> {
+        let (rows, n) = x.shape();
+        let mut kept = DeviceMatrix { rows, cols: n, chunks: Vec::new() };
+        let columns = self.chunk_columns(rows, block);
+        for start in (0..n).step_by(columns) {
+            let width = columns.min(n - start);
+            let scope = Scopes::push(&self.device);
+            let (value, rest) = split_wide(&x.as_slice()[start * rows..(start + width) * rows]);
+            let chunk = self.chunk(start, width, rows, wgpu::BufferUsages::COPY_DST, rest.is_some());
+            if let Ok(chunk) = &chunk {
+                self.write(&chunk.high, &value);
+                if let (Some(low), Some(rest)) = (&chunk.low, &rest) {
+                    self.write(low, rest);
+                }
+            }
+            scope.pop(self).await?;
+            kept.chunks.push(chunk?);
+        }
+        Ok(kept)
+    }
+
+    /// Columns per chunk of a matrix kept on the device: whole blocks of `block` columns, as many
+    /// as one binding holds at `rows` entries a column (at least one block) and [`WIDE_COLUMNS`]
+    /// allow.
+    fn chunk_columns(&self, rows: usize, block: usize) -> usize {
+        let block = block.max(1);
+        let fit = ((self.max_binding / (4 * rows.max(1) as u64)) as usize).clamp(1, WIDE_COLUMNS.max(block));
+        (fit / block).max(1) * block
+    }
+
+    /// A chunk of `columns` columns from `first`, `rows` high, at zero (wgpu zeroes a new buffer),
+    /// with low parts or (`with_low` false: values that are f32 already) without.
+    fn chunk(
+        &self,
+        first: usize,
+        columns: usize,
+        rows: usize,
+        usage: wgpu::BufferUsages,
+        with_low: bool,
+    ) -> Result<Chunk, String> {
+        let bytes = 4 * (rows * columns) as u64;
+        self.fits("a kept matrix's chunk", bytes)?;
+        let buffer = |label| {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: bytes.max(4),
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | usage,
+                mapped_at_creation: false,
+            })
+        };
+        Ok(Chunk { first, columns, high: buffer("kept high"), low: with_low.then(|| buffer("kept low")) })
+    }
+
+    /// `L^T R` of `width`-column blocks of matrices kept on the device, for every product of every
+    /// run in order (see [`ColumnRun`]); a block's product with itself is exactly symmetric. A
+    /// run's products whose blocks share chunks are one dispatch; all write into one buffer,
+    /// read back once (as many as fit one binding at a time): only these small matrices cross.
+    pub async fn column_products(
+        &self,
+        width: usize,
+        runs: &[ColumnRun<'_, DeviceMatrix>],
+    ) -> Result<Vec<DMatrix<f64>>, String> {
+        let size = width * width;
+        let total: usize = runs.iter().map(|r| r.count).sum();
+        if size == 0 {
+            return Ok(vec![DMatrix::zeros(width, width); total]);
+        }
+        self.fits("a block product", 4 * size as u64)?;
+        let per_read = ((self.max_binding / (4 * size as u64)) as usize).max(1);
+        let mut dispatches: Vec<Dispatch> = Vec::new();
+        let mut symmetric = Vec::with_capacity(total);
+        for (r, run) in runs.iter().enumerate() {
+            if run.left.rows != run.right.rows {
+                return Err(format!("blocks of {} rows against blocks of {}", run.left.rows, run.right.rows));
+            }
+            let same = std::ptr::eq(run.left, run.right) && run.left_blocks == run.right_blocks;
+            for p in 0..run.count {
+                let (left, left_column) = run.left.locate(run.left_blocks.block(p) * width, width)?;
+                let (right, right_column) = run.right.locate(run.right_blocks.block(p) * width, width)?;
+                let index = symmetric.len();
+                symmetric.push(same);
+                match dispatches.last_mut() {
+                    Some(d)
+                        if d.run == r
+                            && (d.left, d.right) == (left, right)
+                            && d.first / per_read == index / per_read =>
+                    {
+                        d.batch.count += 1;
+                    }
+                    _ => dispatches.push(Dispatch {
+                        run: r,
+                        left,
+                        right,
+                        first: index,
+                        batch: Batch {
+                            a_first: left_column,
+                            a_skip: p % run.left_blocks.group.max(1),
+                            a_group: run.left_blocks.group.max(1),
+                            b_first: right_column,
+                            b_skip: p % run.right_blocks.group.max(1),
+                            b_group: run.right_blocks.group.max(1),
+                            c_first: 0,
+                            count: 1,
+                        },
+                    }),
+                }
+            }
+        }
+        let mut values = vec![0f64; total * size];
+        for (read, start) in (0..total).step_by(per_read).enumerate() {
+            let count = per_read.min(total - start);
+            let bytes = (4 * count * size) as u64;
+            let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC;
+            let output = (self.scratch(Role::CHigh, bytes, usage), self.scratch(Role::CLow, bytes, usage));
+            let scope = Scopes::push(&self.device);
+            for d in dispatches.iter().filter(|d| d.first / per_read == read) {
+                let run = &runs[d.run];
+                let (left, right) = (&run.left.chunks[d.left], &run.right.chunks[d.right]);
+                let operand = |c: &Chunk, rows: usize| Operand {
+                    value: c.high.clone(),
+                    rest: c.low.clone(),
+                    len: rows * c.columns,
+                };
+                let (a, b) = (operand(left, run.left.rows), operand(right, run.right.rows));
+                let batch = Batch { c_first: (d.first - start) * size, ..d.batch };
+                let shape =
+                    Shape { rows: run.left.rows, m: width, n: width, a_transposed: false, accumulate: false, batch };
+                let encoder = self.encode(shape, &a, &b, (&output.0, &output.1), false);
+                self.queue.submit([encoder.finish()]);
+            }
+            scope.pop(self).await?;
+            self.read_into(&mut values[start * size..(start + count) * size], (&output.0, &output.1)).await?;
+        }
+        Ok(values
+            .chunks(size)
+            .zip(symmetric)
+            .map(|(entries, symmetric)| {
+                let mut c = DMatrix::from_column_slice(width, width, entries);
+                if symmetric {
+                    c.fill_lower_triangle_with_upper_triangle();
+                }
+                c
+            })
+            .collect())
+    }
+
+    /// A's two parts on the device: kept from an earlier product with the same `Arc`, or
+    /// uploaded now and kept.
+    async fn left_on_device(&self, a: &Arc<DMatrix<f64>>) -> Result<(wgpu::Buffer, wgpu::Buffer), String> {
+        if let Some(buffers) = self.kept(a) {
+            return Ok(buffers);
+        }
+        // Uploading A can fail (out of memory) like any product: inside an error scope, and
+        // kept for later products only once it worked.
+        let scope = Scopes::push(&self.device);
+        let uploaded = self.upload_left(a);
+        scope.pop(self).await?;
+        let uploaded = uploaded?;
+        let buffers = (uploaded.value.clone(), uploaded.rest.clone());
+        self.keep_left(uploaded);
+        Ok(buffers)
     }
 
     /// A's two parts kept on the device from an earlier product with the same `Arc`, now the
@@ -464,7 +697,7 @@ impl Gpu {
     }
 
     /// Keeps an uploaded left matrix, dropping the least recently used of more than [`RESIDENT`].
-    fn keep(&self, uploaded: Resident) {
+    fn keep_left(&self, uploaded: Resident) {
         let mut resident = self.resident.lock().unwrap_or_else(|e| e.into_inner());
         if resident.len() >= RESIDENT {
             resident.remove(0);
@@ -530,21 +763,32 @@ impl Gpu {
         output: (&wgpu::Buffer, &wgpu::Buffer),
         gram: bool,
     ) -> wgpu::CommandEncoder {
+        let batch = shape.batch;
         let uniform = [
-            shape.rows as u32,
-            shape.m as u32,
-            shape.n as u32,
-            shape.wide as u32,
-            shape.a_transposed as u32,
-            shape.accumulate as u32,
+            shape.rows,
+            shape.m,
+            shape.n,
+            // Which inputs carry rests: 1 A, 2 B.
+            a.rest.is_some() as usize | (b.rest.is_some() as usize) << 1,
+            shape.a_transposed as usize,
+            shape.accumulate as usize,
+            batch.a_first,
+            batch.a_skip,
+            batch.a_group,
+            batch.b_first,
+            batch.b_skip,
+            batch.b_group,
+            batch.c_first,
             0,
             0,
-        ];
-        let shape_buffer = self.scratch(Role::Shape, 32, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
+            0,
+        ]
+        .map(|v| v as u32);
+        let shape_buffer = self.scratch(Role::Shape, 64, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
         self.write(&shape_buffer, &uniform);
         let zero = self.scratch(Role::Zero, 4, wgpu::BufferUsages::STORAGE);
         let pipeline = if gram { &self.syrk } else { &self.gemm };
-        let output_len = shape.m * shape.n;
+        let output_len = batch.c_first + batch.count * shape.m * shape.n;
         // An input without rests binds its values again in their place (never read).
         let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: None,
@@ -566,7 +810,7 @@ impl Gpu {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
             pass.set_pipeline(pipeline);
             pass.set_bind_group(0, &bind_group, &[]);
-            pass.dispatch_workgroups(tiles(shape.m), tiles(shape.n), 1);
+            pass.dispatch_workgroups(tiles(shape.m), tiles(shape.n), batch.count as u32);
         }
         encoder
     }
@@ -653,7 +897,7 @@ impl Gpu {
         let a = self.upload(Side::A, &a_value, rests(a_value.len()).as_deref())?;
         let b = self.upload(Side::B, &b_value, rests(b_value.len()).as_deref())?;
         let sum = pollster::block_on(self.accumulator(m, n))?;
-        let shape = Shape { rows, m, n, wide, a_transposed: false, accumulate: false };
+        let shape = Shape { rows, m, n, a_transposed: false, accumulate: false, batch: Batch::ONE };
         let mut seconds = Vec::new();
         for _ in 0..repeats {
             let start = std::time::Instant::now();
@@ -684,15 +928,82 @@ fn binding(buffer: &wgpu::Buffer, len: usize) -> wgpu::BindingResource<'_> {
 }
 
 /// One dispatch's shape: `A^T B` with A `rows` x m (stored m x `rows` when `a_transposed`),
-/// B `rows` x n; `wide` inputs carry rests; `accumulate` adds to the output.
+/// B `rows` x n; `accumulate` adds to the output; `batch` says where each of its products reads
+/// and writes. (Whether an input carries rests is its [`Operand`]'s.)
 #[derive(Clone, Copy)]
 struct Shape {
     rows: usize,
     m: usize,
     n: usize,
-    wide: bool,
     a_transposed: bool,
     accumulate: bool,
+    batch: Batch,
+}
+
+/// `count` products in one dispatch (products_layout.wgsl's `Shape` says how each finds its
+/// columns: product z reads A's columns from `a_first + ((z + a_skip) / a_group) * m`, B's
+/// likewise, and writes at `c_first + z * m * n`).
+#[derive(Clone, Copy)]
+struct Batch {
+    a_first: usize,
+    a_skip: usize,
+    a_group: usize,
+    b_first: usize,
+    b_skip: usize,
+    b_group: usize,
+    c_first: usize,
+    count: usize,
+}
+
+impl Batch {
+    /// One product, of the whole bindings.
+    const ONE: Batch =
+        Batch { a_first: 0, a_skip: 0, a_group: 1, b_first: 0, b_skip: 0, b_group: 1, c_first: 0, count: 1 };
+}
+
+/// An f64 matrix kept on the device as two f32 parts per entry (a product's result, or uploaded
+/// by [`Gpu::keep`]), in chunks of whole column blocks, each chunk within one binding.
+pub struct DeviceMatrix {
+    rows: usize,
+    cols: usize,
+    chunks: Vec<Chunk>,
+}
+
+impl DeviceMatrix {
+    pub fn shape(&self) -> (usize, usize) {
+        (self.rows, self.cols)
+    }
+
+    /// The chunk holding columns `column..column + width`, and where they start in it.
+    fn locate(&self, column: usize, width: usize) -> Result<(usize, usize), String> {
+        let found = self.chunks.iter().position(|c| (c.first..c.first + c.columns).contains(&column));
+        match found {
+            Some(at) if column + width <= self.chunks[at].first + self.chunks[at].columns => {
+                Ok((at, column - self.chunks[at].first))
+            }
+            _ => Err(format!("columns {column}..{} of a kept {} x {} matrix", column + width, self.rows, self.cols)),
+        }
+    }
+}
+
+/// Columns `first..first + columns` of a [`DeviceMatrix`], column-major: the f32 values (or a
+/// result's high parts) and what they left (its low parts; None where every value is an f32, as
+/// raw weights are).
+struct Chunk {
+    first: usize,
+    columns: usize,
+    high: wgpu::Buffer,
+    low: Option<wgpu::Buffer>,
+}
+
+/// Products of one [`ColumnRun`] whose blocks lie in the same two chunks: one dispatch.
+struct Dispatch {
+    run: usize,
+    left: usize,
+    right: usize,
+    /// Its first product's place among all the products asked for.
+    first: usize,
+    batch: Batch,
 }
 
 /// One input on the device: its f32 values (`len` of them), and for an f64 input what rounding
@@ -742,6 +1053,14 @@ fn split(values: &[f64]) -> (Vec<f32>, Vec<f32>) {
         }
     });
     (value, rest)
+}
+
+/// [`split`], without the rests when they are all zero (values that are f32 already, such as
+/// weights used as stored): they need not cross.
+fn split_wide(values: &[f64]) -> (Vec<f32>, Option<Vec<f32>>) {
+    let (value, rest) = split(values);
+    let exact = rest.iter().all(|&r| r == 0.0);
+    (value, (!exact).then_some(rest))
 }
 
 /// Entries per task in the conversions around a GPU product: memory-bound loops over hundreds

@@ -1,8 +1,9 @@
 //! Where the large dense products run: the CPU (f64, faer natively, a SIMD kernel in the tab) or
 //! a GPU (WGSL kernels through wgpu: Vulkan, Metal or DX12 natively, WebGPU in the browser). The
 //! analysis asks a [`Backend`] to add `A^T B` and `A^T A` of blocks of rows into a [`Sum`] (the
-//! Grams), and for `A X` of f64 matrices (each layer's products through the Grams); it never
-//! learns which backend did the work, nor where the sums are kept.
+//! Grams), for `A X` of f64 matrices (each layer's products through the Grams) kept where they
+//! were computed ([`Kept`]), and for the small products of those matrices' column blocks (each
+//! head's); it never learns which backend did the work, nor where the sums and products are kept.
 //!
 //! The products are `async` because a browser hands a GPU's results back only through its event
 //! loop. The CPU's futures are ready at once, and so are native wgpu's (it waits for the device
@@ -108,7 +109,7 @@ impl Default for BackendInfo {
 }
 
 impl BackendInfo {
-    /// "385.6 MB to the GPU, 231.2 MB back", when a GPU did the work.
+    /// "385.6 MB to the GPU, 33.0 MB back", when a GPU did the work.
     pub fn bytes_moved_text(&self) -> Option<String> {
         let (to, from) = (self.bytes_to_device?, self.bytes_from_device?);
         Some(format!("{:.1} MB to the GPU, {:.1} MB back", to as f64 / 1e6, from as f64 / 1e6))
@@ -140,6 +141,56 @@ pub enum Factor {
     General,
     /// Zero below the diagonal: the CPU skips those zeros (a GPU multiplies them anyway).
     UpperTriangular,
+}
+
+/// A matrix left where its backend holds it ([`Backend::multiply_kept`], [`Backend::keep`]), for
+/// [`Backend::column_products`]: on a GPU it stays on the device, and only the small products of
+/// its column blocks come back.
+pub struct Kept {
+    kind: KeptKind,
+}
+
+enum KeptKind {
+    Cpu(DMatrix<f64>),
+    #[cfg(feature = "gpu")]
+    Gpu(gpu::DeviceMatrix),
+}
+
+impl Kept {
+    /// (rows, columns).
+    pub fn shape(&self) -> (usize, usize) {
+        match &self.kind {
+            KeptKind::Cpu(m) => m.shape(),
+            #[cfg(feature = "gpu")]
+            KeptKind::Gpu(m) => m.shape(),
+        }
+    }
+}
+
+/// Which column block of a matrix the p-th product of a [`ColumnRun`] reads: block
+/// `first + p / group` (blocks as wide as [`Backend::column_products`] says). `group` 1 walks
+/// the blocks one by one; a layer's key/value heads, each shared by `group` query heads, are
+/// read with their `group`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Blocks {
+    pub first: usize,
+    pub group: usize,
+}
+
+impl Blocks {
+    pub fn block(&self, p: usize) -> usize {
+        self.first + p / self.group.max(1)
+    }
+}
+
+/// `count` products `L_p^T R_p` of column blocks: `L_p` the block of `left` that `left_blocks`
+/// gives for p, `R_p` likewise.
+pub struct ColumnRun<'a, M> {
+    pub left: &'a M,
+    pub left_blocks: Blocks,
+    pub right: &'a M,
+    pub right_blocks: Blocks,
+    pub count: usize,
 }
 
 /// A sum of products over blocks of rows, in segments (the Grams' [`SEGMENT_ROWS`](crate::analysis::circuits::SEGMENT_ROWS)),
@@ -351,6 +402,35 @@ impl Backend {
         }
     }
 
+    /// `a_gram += A^T A`, `product += B^T A` and `b_gram += B^T B` for blocks of the same rows (A
+    /// rows x m, B rows x n): an untied model's three Grams from one block of embedding and
+    /// unembedding rows. The same sums as the three products added one by one; a GPU uploads
+    /// each block once for all three.
+    pub async fn add_both(
+        &mut self,
+        a: &DMatrix<f32>,
+        b: &DMatrix<f32>,
+        a_gram: &mut Sum,
+        product: &mut Sum,
+        b_gram: &mut Sum,
+    ) -> Result<()> {
+        #[cfg(feature = "gpu")]
+        if let Kind::Gpu(gpu) = &self.kind {
+            check_shape(a_gram, a, a)?;
+            check_shape(product, b, a)?;
+            check_shape(b_gram, b, b)?;
+            return match (&mut a_gram.kind, &mut product.kind, &mut b_gram.kind) {
+                (SumKind::Gpu(a_gram), SumKind::Gpu(product), SumKind::Gpu(b_gram)) => {
+                    gpu.accumulate_both(a, b, (a_gram, product, b_gram)).await.map_err(Error::Gpu)
+                }
+                _ => Err(another_backends_sum()),
+            };
+        }
+        self.add_gram(a, a_gram).await?;
+        self.add_product(b, a, product).await?;
+        self.add_gram(b, b_gram).await
+    }
+
     /// The sum, its open segment closed, in f64.
     pub async fn read(&self, mut sum: Sum) -> Result<DMatrix<f64>> {
         sum.end_segment();
@@ -369,12 +449,129 @@ impl Backend {
     /// `Arc` (a Gram's factor multiplies every layer).
     pub async fn multiply(&mut self, a: &Arc<DMatrix<f64>>, form: Factor, x: &DMatrix<f64>) -> Result<DMatrix<f64>> {
         match &self.kind {
-            Kind::Cpu => Ok(match form {
-                Factor::UpperTriangular => cpu::upper_product(a, x),
-                Factor::General => cpu::product(a.as_view(), x.as_view()),
-            }),
+            Kind::Cpu => Ok(cpu_product(a, form, x)),
             #[cfg(feature = "gpu")]
             Kind::Gpu(gpu) => gpu.multiply(a, x).await.map_err(Error::Gpu),
+        }
+    }
+
+    /// `A X` of f64 matrices, as [`Backend::multiply`], left where the backend computed it (on a
+    /// GPU, on the device) for [`Backend::column_products`] with blocks of `block` columns.
+    #[cfg_attr(not(feature = "gpu"), allow(unused_variables))]
+    pub async fn multiply_kept(
+        &mut self,
+        a: &Arc<DMatrix<f64>>,
+        form: Factor,
+        x: &DMatrix<f64>,
+        block: usize,
+    ) -> Result<Kept> {
+        match &self.kind {
+            Kind::Cpu => Ok(Kept { kind: KeptKind::Cpu(cpu_product(a, form, x)) }),
+            #[cfg(feature = "gpu")]
+            Kind::Gpu(gpu) => {
+                let (product, _) = gpu.multiply_kept(a, x, block, false).await.map_err(Error::Gpu)?;
+                Ok(Kept { kind: KeptKind::Gpu(product) })
+            }
+        }
+    }
+
+    /// [`Backend::multiply_kept`], and X kept beside `A X` as [`Backend::keep`] would keep it (a
+    /// GPU uploads X once for both).
+    #[cfg_attr(not(feature = "gpu"), allow(unused_variables))]
+    pub async fn multiply_keeping_both(
+        &mut self,
+        a: &Arc<DMatrix<f64>>,
+        form: Factor,
+        x: DMatrix<f64>,
+        block: usize,
+    ) -> Result<(Kept, Kept)> {
+        match &self.kind {
+            Kind::Cpu => {
+                let product = cpu_product(a, form, &x);
+                Ok((Kept { kind: KeptKind::Cpu(product) }, Kept { kind: KeptKind::Cpu(x) }))
+            }
+            #[cfg(feature = "gpu")]
+            Kind::Gpu(gpu) => {
+                let (product, x) = gpu.multiply_kept(a, &x, block, true).await.map_err(Error::Gpu)?;
+                let x = x.ok_or_else(|| Error::Internal("a product that was to keep X did not".into()))?;
+                Ok((Kept { kind: KeptKind::Gpu(product) }, Kept { kind: KeptKind::Gpu(x) }))
+            }
+        }
+    }
+
+    /// `x` kept on this backend (a GPU uploads it), for [`Backend::column_products`] with blocks
+    /// of `block` columns.
+    #[cfg_attr(not(feature = "gpu"), allow(unused_variables))]
+    pub async fn keep(&mut self, x: DMatrix<f64>, block: usize) -> Result<Kept> {
+        let kind = match &self.kind {
+            Kind::Cpu => KeptKind::Cpu(x),
+            #[cfg(feature = "gpu")]
+            Kind::Gpu(gpu) => KeptKind::Gpu(gpu.keep(&x, block).await.map_err(Error::Gpu)?),
+        };
+        Ok(Kept { kind })
+    }
+
+    /// The products `L_p^T R_p` of `width`-column blocks of kept matrices, every run's in order
+    /// (f64: the CPU's in f64, natively each on its own thread; a GPU's as its other products,
+    /// computed on the device and read back together). A block's product with itself (the same
+    /// matrix and blocks on both sides) is exactly symmetric.
+    // Without the GPU backend the CPU's is the only kind of kept matrix.
+    #[cfg_attr(not(feature = "gpu"), allow(irrefutable_let_patterns))]
+    pub async fn column_products(&mut self, width: usize, runs: &[ColumnRun<'_, Kept>]) -> Result<Vec<DMatrix<f64>>> {
+        for run in runs {
+            let (left, right) = (run.left.shape(), run.right.shape());
+            let last = |blocks: &Blocks| (run.count > 0).then(|| (blocks.block(run.count - 1) + 1) * width);
+            let fits = |blocks: &Blocks, columns: usize| last(blocks).is_none_or(|end| end <= columns);
+            if left.0 != right.0 || !fits(&run.left_blocks, left.1) || !fits(&run.right_blocks, right.1) {
+                return Err(Error::Internal(format!(
+                    "{} products of {width}-column blocks of {left:?} and {right:?} matrices ({:?}, {:?})",
+                    run.count, run.left_blocks, run.right_blocks
+                )));
+            }
+        }
+        match &self.kind {
+            Kind::Cpu => {
+                let mut pairs = Vec::new();
+                for run in runs {
+                    let (KeptKind::Cpu(left), KeptKind::Cpu(right)) = (&run.left.kind, &run.right.kind) else {
+                        return Err(another_backends_matrix());
+                    };
+                    let same = std::ptr::eq(run.left, run.right) && run.left_blocks == run.right_blocks;
+                    for p in 0..run.count {
+                        pairs.push((
+                            left,
+                            run.left_blocks.block(p) * width,
+                            right,
+                            run.right_blocks.block(p) * width,
+                            same,
+                        ));
+                    }
+                }
+                Ok(crate::parallel::map_each(&pairs, |&(left, l, right, r, same)| {
+                    let a = left.columns(l, width);
+                    match same {
+                        true => cpu::gram(a),
+                        false => cpu::inner(a, right.columns(r, width)),
+                    }
+                }))
+            }
+            #[cfg(feature = "gpu")]
+            Kind::Gpu(gpu) => {
+                let mut on_device = Vec::with_capacity(runs.len());
+                for run in runs {
+                    let (KeptKind::Gpu(left), KeptKind::Gpu(right)) = (&run.left.kind, &run.right.kind) else {
+                        return Err(another_backends_matrix());
+                    };
+                    on_device.push(ColumnRun {
+                        left,
+                        left_blocks: run.left_blocks,
+                        right,
+                        right_blocks: run.right_blocks,
+                        count: run.count,
+                    });
+                }
+                gpu.column_products(width, &on_device).await.map_err(Error::Gpu)
+            }
         }
     }
 
@@ -420,6 +617,19 @@ fn one_kind(kind: &mut Option<bool>, gram: bool) -> Result<()> {
 #[cfg(feature = "gpu")]
 fn another_backends_sum() -> Error {
     Error::Internal("a sum made on another backend".into())
+}
+
+/// `A X` on the CPU, skipping a triangular A's zeros.
+fn cpu_product(a: &DMatrix<f64>, form: Factor, x: &DMatrix<f64>) -> DMatrix<f64> {
+    match form {
+        Factor::UpperTriangular => cpu::upper_product(a, x),
+        Factor::General => cpu::product(a.as_view(), x.as_view()),
+    }
+}
+
+/// A kept matrix made on one backend, given to another (after a fallback, they are made anew).
+fn another_backends_matrix() -> Error {
+    Error::Internal("a kept matrix made on another backend".into())
 }
 
 /// Runs a backend's future to its end where nothing can await it: natively, by blocking (the

@@ -4,11 +4,14 @@
 // `syrk` is the same product with B = A, computing only the tiles on or above the diagonal
 // (the caller mirrors them).
 //
-// Wide inputs (`shape.wide` = 1): A and B are f64 matrices held as two f32 parts each, `a` the
-// value rounded to f32 and `a_rest` what that rounding left (likewise `b`, `b_rest`). The rest is
-// folded into the low part of the split below; its own rounding there is 2^-24 of a term already
-// 2^-12 of the value, so a wide product keeps the same 2^-36 as an f32 one. Otherwise the rest
-// buffers are placeholders and never read.
+// Wide inputs (bit 1 of `shape.wide` for A, bit 2 for B): f64 matrices held as two f32 parts
+// each, `a` the value rounded to f32 and `a_rest` what that rounding left (likewise `b`,
+// `b_rest`). The rest is folded into the low part of the split below; its own rounding there is
+// 2^-24 of a term already 2^-12 of the value, so a wide product keeps the same 2^-36 as an f32
+// one. A product kept on the device is read in again as its own two parts (the heads' small
+// products of a layer's products), renormalised when written (`store_column`), so its rest too
+// is within 2^-24 of its value. An input without rests (f32 values, such as weights used as
+// stored) binds a placeholder there, never read.
 //
 // Why two parts. The Grams feed eigenproblems whose conditioning amplifies their error by up
 // to ~1e4 (κ of the demo model's token-space QK), so a plain f32 product (2^-24) is not close
@@ -68,13 +71,13 @@ fn hidden(v: f32, zero: u32) -> f32 {
 
 /// Column s of the invocation's block, rows local.x + 16 r (the vector's lanes r = 0..3),
 /// written or, accumulating, added to what C holds.
-fn store_column(i: u32, j: u32, high: vec4<f32>, low: vec4<f32>, compensation: vec4<f32>, zero: u32) {
+fn store_column(c: u32, i: u32, j: u32, high: vec4<f32>, low: vec4<f32>, compensation: vec4<f32>, zero: u32) {
     if (j >= shape.n) {
         return;
     }
     for (var r = 0u; r < 4u; r++) {
         if (i + 16u * r < shape.m) {
-            let at = j * shape.m + i + 16u * r;
+            let at = c + j * shape.m + i + 16u * r;
             var h = high[r];
             var l = low[r] - compensation[r];
             if (shape.accumulate != 0u) {
@@ -86,6 +89,13 @@ fn store_column(i: u32, j: u32, high: vec4<f32>, low: vec4<f32>, compensation: v
                 let low_sum = c_low[at] + l + ((old - (s - b)) + (h - b));
                 h = hidden(s + low_sum, zero);
                 l = low_sum - hidden(h - s, zero);
+            } else {
+                // Renormalised (TwoSum: exact whichever part is larger), so that a product kept
+                // on the device and read in again carries a rest within 2^-24 of its value.
+                let s = hidden(h + l, zero);
+                let b = hidden(s - h, zero);
+                l = (h - (s - b)) + (l - b);
+                h = s;
             }
             c_high[at] = h;
             c_low[at] = l;
@@ -93,9 +103,10 @@ fn store_column(i: u32, j: u32, high: vec4<f32>, low: vec4<f32>, compensation: v
     }
 }
 
-fn product_tile(tile: vec2<u32>, local: vec2<u32>, index: u32) {
+fn product_tile(tile: vec3<u32>, local: vec2<u32>, index: u32) {
     let i0 = tile.x * TILE;
     let j0 = tile.y * TILE;
+    let offsets = batch_offsets(tile.z);
     let zero = vec4<u32>(opaque_zero[0]);
     // The invocation's 4 x 4 block as four columns of four rows, in named vectors rather than
     // an indexed array, so every compiler keeps them in registers.
@@ -121,7 +132,7 @@ fn product_tile(tile: vec2<u32>, local: vec2<u32>, index: u32) {
             // A stored transposed is read along its rows instead: consecutive i of one k.
             var ka = kk;
             var ia = ii;
-            var at = (i0 + ii) * shape.k + k0 + kk;
+            var at = offsets.a + (i0 + ii) * shape.k + k0 + kk;
             if (shape.a_transposed != 0u) {
                 ka = e / TILE;
                 ia = e % TILE;
@@ -133,14 +144,14 @@ fn product_tile(tile: vec2<u32>, local: vec2<u32>, index: u32) {
             var rb = 0.0;
             if (k0 + ka < shape.k && i0 + ia < shape.m) {
                 va = a[at];
-                if (shape.wide != 0u) {
+                if ((shape.wide & 1u) != 0u) {
                     ra = a_rest[at];
                 }
             }
             if (k0 + kk < shape.k && j0 + ii < shape.n) {
-                vb = b[(j0 + ii) * shape.k + k0 + kk];
-                if (shape.wide != 0u) {
-                    rb = b_rest[(j0 + ii) * shape.k + k0 + kk];
+                vb = b[offsets.b + (j0 + ii) * shape.k + k0 + kk];
+                if ((shape.wide & 2u) != 0u) {
+                    rb = b_rest[offsets.b + (j0 + ii) * shape.k + k0 + kk];
                 }
             }
             let ha = high_part(va);
@@ -175,8 +186,8 @@ fn product_tile(tile: vec2<u32>, local: vec2<u32>, index: u32) {
         workgroupBarrier();
     }
     let i = i0 + local.x;
-    store_column(i, j0 + local.y, high0, low0, comp0, zero.x);
-    store_column(i, j0 + local.y + 16u, high1, low1, comp1, zero.x);
-    store_column(i, j0 + local.y + 32u, high2, low2, comp2, zero.x);
-    store_column(i, j0 + local.y + 48u, high3, low3, comp3, zero.x);
+    store_column(offsets.c, i, j0 + local.y, high0, low0, comp0, zero.x);
+    store_column(offsets.c, i, j0 + local.y + 16u, high1, low1, comp1, zero.x);
+    store_column(offsets.c, i, j0 + local.y + 32u, high2, low2, comp2, zero.x);
+    store_column(offsets.c, i, j0 + local.y + 48u, high3, low3, comp3, zero.x);
 }

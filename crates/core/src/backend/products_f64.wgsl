@@ -4,9 +4,10 @@
 // A K x M (or stored transposed, `shape.a_transposed`), B K x N, C M x N, all column-major;
 // `syrk` computes only the tiles on or above the diagonal.
 //
-// Each input entry is taken in f64: its f32 value, plus for wide inputs (`shape.wide` = 1) the
-// f32 rest that together with it holds the f64 to about 2^-48. Products and sums are plain f64,
-// which keeps about 2^-52 of the summed terms, beyond what the split f32 kernel keeps (2^-36).
+// Each input entry is taken in f64: its f32 value, plus for wide inputs (bit 1 of `shape.wide`
+// for A, bit 2 for B) the f32 rest that together with it holds the f64 to about 2^-48. Products
+// and sums are plain f64, which keeps about 2^-52 of the summed terms, beyond what the split f32
+// kernel keeps (2^-36).
 // C is still written as two f32 parts, the f64 sum rounded to f32 and what that rounding left
 // (together the sum to about 2^-48), so the host reads both kernels alike and a run of blocks
 // accumulates on the device (`shape.accumulate` = 1: added to what C holds, in f64).
@@ -21,13 +22,13 @@ var<workgroup> b_tile: array<f64, 1024>;
 
 /// Column j of the invocation's block, rows i + 16 r (the vector's lanes r = 0..3), written or,
 /// accumulating, added to what C holds.
-fn store_column(i: u32, j: u32, sum: vec4<f64>) {
+fn store_column(c: u32, i: u32, j: u32, sum: vec4<f64>) {
     if (j >= shape.n) {
         return;
     }
     for (var r = 0u; r < 4u; r++) {
         if (i + 16u * r < shape.m) {
-            let at = j * shape.m + i + 16u * r;
+            let at = c + j * shape.m + i + 16u * r;
             var total = sum[r];
             if (shape.accumulate != 0u) {
                 total += f64(c_high[at]) + f64(c_low[at]);
@@ -39,9 +40,10 @@ fn store_column(i: u32, j: u32, sum: vec4<f64>) {
     }
 }
 
-fn product_tile(tile: vec2<u32>, local: vec2<u32>, index: u32) {
+fn product_tile(tile: vec3<u32>, local: vec2<u32>, index: u32) {
     let i0 = tile.x * TILE;
     let j0 = tile.y * TILE;
+    let offsets = batch_offsets(tile.z);
     // Used, so the binding belongs to the kernel's layout (its value is never needed).
     _ = opaque_zero[0];
     var sum0 = vec4<f64>();
@@ -58,7 +60,7 @@ fn product_tile(tile: vec2<u32>, local: vec2<u32>, index: u32) {
             // A stored transposed is read along its rows instead: consecutive i of one k.
             var ka = kk;
             var ia = ii;
-            var at = (i0 + ii) * shape.k + k0 + kk;
+            var at = offsets.a + (i0 + ii) * shape.k + k0 + kk;
             if (shape.a_transposed != 0u) {
                 ka = e / TILE;
                 ia = e % TILE;
@@ -68,14 +70,14 @@ fn product_tile(tile: vec2<u32>, local: vec2<u32>, index: u32) {
             var vb = f64(0.0);
             if (k0 + ka < shape.k && i0 + ia < shape.m) {
                 va = f64(a[at]);
-                if (shape.wide != 0u) {
+                if ((shape.wide & 1u) != 0u) {
                     va += f64(a_rest[at]);
                 }
             }
             if (k0 + kk < shape.k && j0 + ii < shape.n) {
-                let bt = (j0 + ii) * shape.k + k0 + kk;
+                let bt = offsets.b + (j0 + ii) * shape.k + k0 + kk;
                 vb = f64(b[bt]);
-                if (shape.wide != 0u) {
+                if ((shape.wide & 2u) != 0u) {
                     vb += f64(b_rest[bt]);
                 }
             }
@@ -95,8 +97,8 @@ fn product_tile(tile: vec2<u32>, local: vec2<u32>, index: u32) {
         workgroupBarrier();
     }
     let i = i0 + local.x;
-    store_column(i, j0 + local.y, sum0);
-    store_column(i, j0 + local.y + 16u, sum1);
-    store_column(i, j0 + local.y + 32u, sum2);
-    store_column(i, j0 + local.y + 48u, sum3);
+    store_column(offsets.c, i, j0 + local.y, sum0);
+    store_column(offsets.c, i, j0 + local.y + 16u, sum1);
+    store_column(offsets.c, i, j0 + local.y + 32u, sum2);
+    store_column(offsets.c, i, j0 + local.y + 48u, sum3);
 }

@@ -7,13 +7,40 @@ struct Shape {
     k: u32,
     m: u32,
     n: u32,
+    // Which inputs carry rests (their f64 values' second f32 parts): bit 1 A, bit 2 B.
     wide: u32,
     // 1: A is stored as its transpose, column-major M x K (A[k, i] at a[k * M + i]), as an
     // nalgebra matrix F is when the product wanted is F B.
     a_transposed: u32,
     accumulate: u32,
+    // A batch of products, one per workgroup layer z (`gemm` with A not transposed): product z
+    // reads A's M columns from column a_first + ((z + a_skip) / a_group) * M of `a`, B's N
+    // columns from b_first + ((z + b_skip) / b_group) * N of `b`, and writes its M x N result at
+    // c_first + z * M * N. So the heads of a layer, several sharing one key/value head (a_group
+    // of them), are one dispatch. A single product has every offset 0 and both groups 1.
+    a_first: u32,
+    a_skip: u32,
+    a_group: u32,
+    b_first: u32,
+    b_skip: u32,
+    b_group: u32,
+    c_first: u32,
     pad1: u32,
     pad2: u32,
+    pad3: u32,
+}
+
+/// Where product `z` of a batch reads its A and B (element offsets) and writes its C.
+struct Batch {
+    a: u32,
+    b: u32,
+    c: u32,
+}
+
+fn batch_offsets(z: u32) -> Batch {
+    let a_column = shape.a_first + ((z + shape.a_skip) / shape.a_group) * shape.m;
+    let b_column = shape.b_first + ((z + shape.b_skip) / shape.b_group) * shape.n;
+    return Batch(a_column * shape.k, b_column * shape.k, shape.c_first + z * shape.m * shape.n);
 }
 
 @group(0) @binding(0) var<storage, read> a: array<f32>;
@@ -33,7 +60,7 @@ const THREADS: u32 = 256u;
 @compute @workgroup_size(16, 16)
 fn gemm(@builtin(workgroup_id) tile: vec3<u32>, @builtin(local_invocation_id) local: vec3<u32>,
         @builtin(local_invocation_index) index: u32) {
-    product_tile(tile.xy, local.xy, index);
+    product_tile(tile, local.xy, index);
 }
 
 @compute @workgroup_size(16, 16)
@@ -43,5 +70,5 @@ fn syrk(@builtin(workgroup_id) tile: vec3<u32>, @builtin(local_invocation_id) lo
     if (tile.x > tile.y) {
         return;
     }
-    product_tile(tile.xy, local.xy, index);
+    product_tile(vec3<u32>(tile.xy, 0u), local.xy, index);
 }
