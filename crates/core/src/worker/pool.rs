@@ -124,14 +124,14 @@ pub fn combine_induction(shares: Vec<InductionShare>) -> InductionRun {
 /// weights): with blocks, a model by link is fetched about once, sharing at most a window at
 /// each block's edge, where handing the next part to whoever is free has every worker fetch
 /// nearly every window.
-pub struct Blocks {
+pub struct PartQueue {
     left: Vec<std::ops::Range<usize>>,
 }
 
-impl Blocks {
-    pub fn new(parts: usize, workers: usize) -> Blocks {
+impl PartQueue {
+    pub fn new(parts: usize, workers: usize) -> PartQueue {
         let workers = workers.max(1);
-        Blocks { left: (0..workers).map(|w| (w * parts / workers)..((w + 1) * parts / workers)).collect() }
+        PartQueue { left: (0..workers).map(|w| (w * parts / workers)..((w + 1) * parts / workers)).collect() }
     }
 
     /// The next part for worker `w`; None when every part is handed out.
@@ -149,11 +149,11 @@ impl Blocks {
 
 #[cfg(test)]
 mod tests {
-    use super::Blocks;
+    use super::PartQueue;
 
     #[test]
     fn blocks_hand_out_every_part_once_contiguously_and_the_idle_help_from_the_far_end() {
-        let mut blocks = Blocks::new(10, 3);
+        let mut blocks = PartQueue::new(10, 3);
         // Worker 0 owns 0..3, worker 1 3..6, worker 2 6..10.
         assert_eq!([blocks.claim(0), blocks.claim(1), blocks.claim(2)], [Some(0), Some(3), Some(6)]);
         assert_eq!([blocks.claim(0), blocks.claim(0)], [Some(1), Some(2)]);
@@ -164,7 +164,7 @@ mod tests {
         assert_eq!(rest, [4, 5, 7, 8]);
         assert_eq!([blocks.claim(0), blocks.claim(2)], [None, None]);
         // More workers than parts: each part still goes out once.
-        let mut few = Blocks::new(2, 4);
+        let mut few = PartQueue::new(2, 4);
         let mut handed: Vec<usize> = (0..4).filter_map(|w| few.claim(w)).collect();
         handed.extend((0..4).filter_map(|w| few.claim(w)));
         handed.sort();

@@ -25,7 +25,7 @@ use headprint::analysis::circuits::{Grams, segment_rows};
 use headprint::analysis::{Mode, ModelFingerprint};
 use headprint::backend::{BackendChoice, BackendInfo};
 use headprint::model::ModelConfig;
-use headprint::worker::pool::{Blocks, GramSum, LayerHeads, combine_induction};
+use headprint::worker::pool::{GramSum, LayerHeads, PartQueue, combine_induction};
 use headprint::worker::protocol::{
     Analysis, GramsData, InductionRun, ModelId, ModelInfo, ProbeSequence, Progress, Reply, Request, Role, Timing,
 };
@@ -202,7 +202,7 @@ pub struct OpenModel {
     timings: Vec<Timing>,
 }
 
-/// Hands parts `0..parts` out to the workers in contiguous blocks ([`Blocks`]): `ask(part)` is a
+/// Hands parts `0..parts` out to the workers in contiguous blocks ([`PartQueue`]): `ask(part)` is a
 /// part's request, `take(part, reply)` keeps its answer (parts come back in any order). The
 /// first error (a cancel is one) is the result, and no worker takes another part after it.
 async fn share_out(
@@ -212,10 +212,10 @@ async fn share_out(
     take: impl FnMut(usize, Reply) -> Result<(), Failure> + 'static,
 ) -> Result<(), Failure> {
     struct Queue {
-        blocks: Blocks,
+        parts: PartQueue,
         failed: bool,
     }
-    let queue = Rc::new(RefCell::new(Queue { blocks: Blocks::new(parts, run.workers), failed: false }));
+    let queue = Rc::new(RefCell::new(Queue { parts: PartQueue::new(parts, run.workers), failed: false }));
     let (ask, take) = (Rc::new(ask), Rc::new(RefCell::new(take)));
     on_every_worker(run.workers, |w| {
         let (queue, ask, take) = (queue.clone(), ask.clone(), take.clone());
@@ -223,7 +223,7 @@ async fn share_out(
             loop {
                 let part = {
                     let mut q = queue.borrow_mut();
-                    match q.blocks.claim(w) {
+                    match q.parts.claim(w) {
                         Some(part) if !q.failed => part,
                         _ => return Ok(()),
                     }
