@@ -20,10 +20,10 @@ const { addresses, served } = imitation;
 const { server, origin } = await serveDist(dist);
 const browser = await launchChromium();
 const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, serviceWorkers: 'block' });
-const mb = (bytes) => (bytes / 1e6).toFixed(1);
+const size = (bytes) => (bytes >= 1e6 ? `${(bytes / 1e6).toFixed(1)} MB` : `${(bytes / 1e3).toFixed(1)} kB`);
 const rows = [];
 try {
-  for (const visit of ['first open', 'second open (from the page\'s store)']) {
+  for (const visit of ['first open', 'second open, from the page\'s store']) {
     const page = await context.newPage();
     page.on('pageerror', (e) => console.error(`page error: ${e.message}`));
     await page.goto(`${origin}/#hub=${encodeURIComponent(addresses.hub)}`);
@@ -49,12 +49,12 @@ try {
     while (!headsServed) await new Promise((ok) => setTimeout(ok, 10));
     const atHeads = await headsServed;
     const headsWall = await page.evaluate(() => window.headsDone);
-    console.error(`${visit}: every head fingerprinted in ${(headsWall / 1000).toFixed(1)} s, ${mb(atHeads.bytes - start.bytes)} MB sent`);
+    console.error(`${visit}: every head fingerprinted in ${(headsWall / 1000).toFixed(1)} s, ${size(atHeads.bytes - start.bytes)} sent`);
     await page.waitForFunction(() => /12 layers × 12 heads/.test(document.querySelector('#model-info')?.textContent ?? ''), null, { timeout: limit });
     const overviewWall = await page.evaluate(() => performance.now() - window.loadStarted);
     const atOverview = await served();
     const line = (await page.textContent('#model-hash')).trim();
-    console.error(`${visit}: overview in ${(overviewWall / 1000).toFixed(1)} s, ${mb(atOverview.bytes - start.bytes)} MB sent; the page says: ${line}`);
+    console.error(`${visit}: overview in ${(overviewWall / 1000).toFixed(1)} s, ${size(atOverview.bytes - start.bytes)} sent; the page says: ${line}`);
     rows.push({ visit, headsWall, headsBytes: atHeads.bytes - start.bytes, overviewWall, overviewBytes: atOverview.bytes - start.bytes, line });
     // The page's writes to its store end before the next visit reads it.
     await page.waitForFunction(() => document.querySelector('#stored-models')?.dataset.pending === '0', null, { timeout: limit });
@@ -65,8 +65,8 @@ try {
   server.close();
   imitation.child.kill();
 }
-console.log('| GPT-2 Small by link (548.1 MB of files) | every head fingerprinted | bytes sent by then | overview with the probe | bytes sent by then | the page\'s model line |');
-console.log('|---|---|---|---|---|---|');
+console.log('| visit | every head fingerprinted | bytes sent by then | overview with the induction probe | bytes sent by then |');
+console.log('|---|---|---|---|---|');
 for (const r of rows) {
-  console.log(`| ${r.visit} | ${(r.headsWall / 1000).toFixed(1)} s | ${mb(r.headsBytes)} MB | ${(r.overviewWall / 1000).toFixed(1)} s | ${mb(r.overviewBytes)} MB | ${r.line} |`);
+  console.log(`| ${r.visit} | ${(r.headsWall / 1000).toFixed(1)} s | ${size(r.headsBytes)} | ${(r.overviewWall / 1000).toFixed(1)} s | ${size(r.overviewBytes)} |`);
 }

@@ -109,7 +109,7 @@ impl Default for BackendInfo {
 }
 
 impl BackendInfo {
-    /// "385.6 MB to the GPU, 33.0 MB back", when a GPU did the work.
+    /// "N MB to the GPU, M MB back", when a GPU did the work.
     pub fn bytes_moved_text(&self) -> Option<String> {
         let (to, from) = (self.bytes_to_device?, self.bytes_from_device?);
         Some(format!("{:.1} MB to the GPU, {:.1} MB back", to as f64 / 1e6, from as f64 / 1e6))

@@ -35,8 +35,9 @@ pub type Reporter = Rc<dyn Fn(Progress)>;
 pub const INDUCTION_LEN: usize = 50;
 /// Bytes hashed per read, so a large file never sits in memory whole.
 const HASH_CHUNK: usize = 8 << 20;
-/// The fetched bytes a worker holds in memory of each file of a model by link: a window or two
-/// of the ranges it reads; what it drops is read again from the host's store, or fetched again.
+/// The fetched bytes a worker holds in memory of each file of a model by link, where its host
+/// keeps them nowhere else: a window or two of the ranges it reads; what it drops is fetched
+/// again. (The tab's workers keep what they fetch as `Blob`s for the run instead.)
 pub const LINK_BYTES_PER_FILE: u64 = 48 << 20;
 
 /// The length of each copy of an induction probe's sequence: at most half the context.

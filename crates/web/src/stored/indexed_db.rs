@@ -2,7 +2,7 @@
 //! `headprint-links`: `records` for small files, pins and facts, `ranges` for byte ranges as
 //! `Blob`s), hands a model's catalog to the workers that open it, and lists and removes stored
 //! models. A store that cannot be opened, or that is full, costs nothing but the keeping: the
-//! analysis runs from the network as before.
+//! analysis runs from the network, keeping nothing.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -45,7 +45,8 @@ pub struct Usage {
 }
 
 thread_local! {
-    static OPENED: RefCell<Option<web_sys::IdbDatabase>> = const { RefCell::new(None) };
+    /// The database's open, shared by every caller.
+    static OPENED: RefCell<Option<js_sys::Promise>> = const { RefCell::new(None) };
     static HOOKS: RefCell<Option<Rc<Hooks>>> = const { RefCell::new(None) };
     /// Writes asked for and not yet ended.
     static PENDING: Cell<usize> = const { Cell::new(0) };
@@ -63,7 +64,12 @@ fn hooks() -> Option<Rc<Hooks>> {
 
 /// The result of a request, once it succeeds.
 async fn finished(request: &web_sys::IdbRequest) -> Result<JsValue, String> {
-    let promise = js_sys::Promise::new(&mut |resolve, reject| {
+    JsFuture::from(settled(request)).await.map_err(|e| error_text(&e))
+}
+
+/// A promise of a request's result (rejected with its error).
+fn settled(request: &web_sys::IdbRequest) -> js_sys::Promise {
+    js_sys::Promise::new(&mut |resolve, reject| {
         let done = request.clone();
         let on_success = Closure::once_into_js(move || {
             let _ = resolve.call1(&JsValue::NULL, &done.result().unwrap_or(JsValue::UNDEFINED));
@@ -75,8 +81,7 @@ async fn finished(request: &web_sys::IdbRequest) -> Result<JsValue, String> {
         });
         request.set_onsuccess(Some(on_success.unchecked_ref()));
         request.set_onerror(Some(on_error.unchecked_ref()));
-    });
-    JsFuture::from(promise).await.map_err(|e| error_text(&e))
+    })
 }
 
 /// A write's end: Ok once committed; the error's name and message when it was aborted.
@@ -107,11 +112,22 @@ fn error_text(error: &JsValue) -> String {
     }
 }
 
-/// The database, opened (and made, the first time) once per page.
+/// The database, opened (and made, the first time) once per page: every caller awaits the same
+/// open, so writes that begin together share one connection.
 async fn database() -> Result<web_sys::IdbDatabase, String> {
-    if let Some(opened) = OPENED.with_borrow(Clone::clone) {
-        return Ok(opened);
-    }
+    let opening = match OPENED.with_borrow(Clone::clone) {
+        Some(opening) => opening,
+        None => {
+            let opening = open()?;
+            OPENED.with_borrow_mut(|o| *o = Some(opening.clone()));
+            opening
+        }
+    };
+    JsFuture::from(opening).await.map(JsCast::unchecked_into).map_err(|e| error_text(&e))
+}
+
+/// Opens the database, making its stores the first time.
+fn open() -> Result<js_sys::Promise, String> {
     let factory = web_sys::window()
         .and_then(|w| w.indexed_db().ok().flatten())
         .ok_or("this browser gives the page no IndexedDB")?;
@@ -129,9 +145,7 @@ async fn database() -> Result<web_sys::IdbDatabase, String> {
         }
     });
     request.set_onupgradeneeded(Some(on_upgrade.unchecked_ref()));
-    let opened: web_sys::IdbDatabase = finished(&request).await?.unchecked_into();
-    OPENED.with_borrow_mut(|o| *o = Some(opened.clone()));
-    Ok(opened)
+    Ok(settled(&request))
 }
 
 /// The keys from `prefix` up to every key that starts with it.
@@ -185,13 +199,21 @@ pub async fn catalog(link: &str) -> Option<JsValue> {
     Some(catalog.into())
 }
 
-/// The bytes a catalog holds. Runs that overlap count each time, so this can pass what they
-/// cover; a partly stored model taken for whole has each worker fetch what is missing.
-pub fn stored_bytes(catalog: &JsValue) -> f64 {
+/// The bytes a catalog holds of the version `pinned` names (a Hub commit's; a web folder has
+/// no version of its own, so all of its). Runs that overlap count each time, so this can pass
+/// what they cover; a partly stored model taken for whole has each worker fetch what is missing.
+pub fn stored_bytes(catalog: &JsValue, pinned: &str) -> f64 {
+    let Ok(link) = ModelLink::parse(pinned) else { return 0.0 };
+    let scope = match &link {
+        ModelLink::Hub { revision, .. } => format!("{}{revision}/", link.store_prefix()),
+        ModelLink::Web { .. } => link.store_prefix(),
+    };
     ["records", "ranges"]
         .iter()
         .flat_map(|name| js_sys::Array::from(&field(catalog, name)).to_vec())
-        .filter_map(|pair| js_sys::Array::from(&pair).get(1).dyn_into::<web_sys::Blob>().ok())
+        .map(|pair| js_sys::Array::from(&pair))
+        .filter(|pair| pair.get(0).as_string().is_some_and(|key| key.starts_with(&scope)))
+        .filter_map(|pair| pair.get(1).dyn_into::<web_sys::Blob>().ok())
         .map(|blob| blob.size())
         .sum()
 }

@@ -23,15 +23,17 @@ pub const KEEP: &str = "keep";
 pub const RANGES: &str = "ranges";
 pub const RECORDS: &str = "records";
 
-/// A large file's ranges: one record per run of bytes fetched, keyed by where it starts
-/// (zero-padded, so the keys sort by offset).
-pub fn range_key(file: &FileKey, offset: u64) -> String {
-    format!("{}/{}#{offset:016}", file.scope, file.path)
+/// A large file's ranges: one record per run of bytes fetched, keyed by where it starts and
+/// ends (zero-padded, so the keys sort by offset; with the end, a short run fetched at the same
+/// offset as a long one never replaces it).
+pub fn range_key(file: &FileKey, offset: u64, end: u64) -> String {
+    format!("{}/{}#{offset:016}-{end:016}", file.scope, file.path)
 }
 
 /// The file and offset of a range's key.
 pub fn parse_range_key(key: &str) -> Option<(&str, u64)> {
-    let (file, offset) = key.rsplit_once('#')?;
+    let (file, run) = key.rsplit_once('#')?;
+    let (offset, _end) = run.split_once('-')?;
     Some((file, offset.parse().ok()?))
 }
 

@@ -26,7 +26,8 @@ pub struct StoredLinks {
     records: HashMap<String, JsValue>,
     /// Each large file's stored runs of bytes (`scope/path` -> (offset, bytes)).
     ranges: RefCell<HashMap<String, Vec<(u64, web_sys::Blob)>>>,
-    /// What each large file holds in memory when the browser refuses to make a `Blob`.
+    /// What each large file holds in memory when the browser refuses to make a `Blob` (such bytes
+    /// are not posted to the page: read again, they are fetched again once dropped).
     memory_budget: u64,
     /// Whether the page keeps what is posted (it has a store).
     keeps: bool,
@@ -70,7 +71,7 @@ impl StoredLinks {
 }
 
 /// What a worker posts for the page to keep.
-enum Kept<'a> {
+enum Posted<'a> {
     Text(String),
     /// Moved, not copied, to the page.
     Bytes(&'a [u8]),
@@ -79,7 +80,7 @@ enum Kept<'a> {
 }
 
 /// Posts one record for the page to keep.
-fn post(store: &str, key: &str, value: Kept) {
+fn post(store: &str, key: &str, value: Posted) {
     let message = js_sys::Object::new();
     let set = |name: &str, value: &JsValue| {
         let _ = js_sys::Reflect::set(&message, &JsValue::from_str(name), value);
@@ -89,15 +90,15 @@ fn post(store: &str, key: &str, value: Kept) {
     set("key", &JsValue::from_str(key));
     let scope: web_sys::DedicatedWorkerGlobalScope = js_sys::global().unchecked_into();
     match value {
-        Kept::Text(text) => {
+        Posted::Text(text) => {
             set("value", &JsValue::from_str(&text));
             let _ = scope.post_message(&message);
         }
-        Kept::Blob(blob) => {
+        Posted::Blob(blob) => {
             set("value", blob);
             let _ = scope.post_message(&message);
         }
-        Kept::Bytes(bytes) => {
+        Posted::Bytes(bytes) => {
             let array = js_sys::Uint8Array::from(bytes);
             set("value", &array);
             let _ = scope.post_message_with_transfer(&message, &js_sys::Array::of1(&array.buffer()));
@@ -106,7 +107,7 @@ fn post(store: &str, key: &str, value: Kept) {
 }
 
 impl StoredLinks {
-    fn keep(&self, store: &str, key: &str, value: Kept) {
+    fn keep(&self, store: &str, key: &str, value: Posted) {
         if self.keeps {
             post(store, key, value);
         }
@@ -127,14 +128,14 @@ impl LinkCache for StoredLinks {
         self.text(&commit_key(&self.prefix, revision))
     }
     fn keep_commit(&self, _repo: &str, revision: &str, commit: &str) {
-        self.keep(RECORDS, &commit_key(&self.prefix, revision), Kept::Text(commit.into()));
+        self.keep(RECORDS, &commit_key(&self.prefix, revision), Posted::Text(commit.into()));
     }
     fn latest(&self, _folder: &str, path: &str) -> Option<FileFacts> {
         self.facts_at(&latest_key(&self.prefix, path))
     }
     fn keep_latest(&self, _folder: &str, path: &str, facts: &FileFacts) {
         if let Ok(json) = serde_json::to_string(facts) {
-            self.keep(RECORDS, &latest_key(&self.prefix, path), Kept::Text(json));
+            self.keep(RECORDS, &latest_key(&self.prefix, path), Posted::Text(json));
         }
     }
     fn whole_file(&self, key: &FileKey) -> Option<Vec<u8>> {
@@ -142,14 +143,14 @@ impl LinkCache for StoredLinks {
         read_blob(blob, 0, blob.size() as u64)
     }
     fn keep_whole_file(&self, key: &FileKey, bytes: &[u8]) {
-        self.keep(RECORDS, &file_key(key, "whole"), Kept::Bytes(bytes));
+        self.keep(RECORDS, &file_key(key, "whole"), Posted::Bytes(bytes));
     }
     fn facts(&self, key: &FileKey) -> Option<FileFacts> {
         self.facts_at(&file_key(key, "facts"))
     }
     fn keep_facts(&self, key: &FileKey, facts: &FileFacts) {
         if let Ok(json) = serde_json::to_string(facts) {
-            self.keep(RECORDS, &file_key(key, "facts"), Kept::Text(json));
+            self.keep(RECORDS, &file_key(key, "facts"), Posted::Text(json));
         }
     }
     fn ranges(&self, key: &FileKey) -> Box<dyn RangeStore> {
@@ -167,7 +168,7 @@ impl LinkCache for StoredLinks {
         self.records.contains_key(&file_key(key, "absent"))
     }
     fn keep_absent(&self, key: &FileKey) {
-        self.keep(RECORDS, &file_key(key, "absent"), Kept::Text(String::new()));
+        self.keep(RECORDS, &file_key(key, "absent"), Posted::Text(String::new()));
     }
 }
 
@@ -217,7 +218,8 @@ impl StoredRanges {
         match web_sys::Blob::new_with_u8_array_sequence(&js_sys::Array::of1(&array)) {
             Ok(blob) => {
                 if self.keeps {
-                    post(RANGES, &range_key(&self.file, offset), Kept::Blob(&blob));
+                    let end = offset + bytes.len() as u64;
+                    post(RANGES, &range_key(&self.file, offset, end), Posted::Blob(&blob));
                 }
                 let mut pieces = self.pieces.borrow_mut();
                 let at = pieces.partition_point(|(start, _)| *start <= offset);

@@ -39,17 +39,11 @@ struct Pooled {
     backend: BackendInfo,
     /// How many workers hold it (the lead and the first helpers).
     workers: usize,
-    /// A model by link that the page's store does not hold whole: the stages that read the
-    /// embedding or the whole model (the Grams, the induction probe) run on the lead alone, since
-    /// each worker would fetch what it reads. Its layers are still shared out.
-    fetches: bool,
-}
-
-impl Pooled {
-    /// The workers a stage that reads the embedding or the whole model uses.
-    fn whole_model_workers(&self) -> usize {
-        if self.fetches { 1 } else { self.workers }
-    }
+    /// The workers a stage that reads the embedding or the whole model uses (the Grams, the
+    /// induction probe): the lead alone for a model by link that the page's store did not hold
+    /// whole when it was opened, since each worker would fetch what it reads; its layers are
+    /// still shared out.
+    whole_model_workers: usize,
 }
 
 thread_local! {
@@ -154,9 +148,14 @@ pub async fn open(
     timings.push(Timing { step: "load".into(), ms: now() - started });
 
     let started = now();
-    let stored = files.stored.as_ref().map_or(0.0, stored::indexed_db::stored_bytes);
-    let fetches = files.link.is_some() && info.link.as_ref().is_some_and(|l| stored < l.total_bytes as f64);
-    let gram_run = if fetches { Run { workers: 1, ..run } } else { run };
+    let stored_whole = match (&files.stored, &info.link) {
+        (Some(catalog), Some(link)) => {
+            stored::indexed_db::stored_bytes(catalog, &link.pinned) >= link.total_bytes as f64
+        }
+        _ => true,
+    };
+    let whole_model_workers = if stored_whole { run.workers } else { 1 };
+    let gram_run = Run { workers: whole_model_workers, ..run };
     let grams = match backend {
         BackendChoice::Cpu => grams(gram_run, &info.config, tied, segments).await?,
         BackendChoice::Gpu | BackendChoice::Auto => {
@@ -189,7 +188,7 @@ pub async fn open(
         parameters: info.parameters,
         backend: grams.backend.clone(),
         workers: run.workers,
-        fetches,
+        whole_model_workers,
     };
     MODELS.with_borrow_mut(|m| m.insert(model, pooled));
     Ok(OpenModel { info: *info, run, timings })
@@ -320,7 +319,7 @@ pub async fn analyse(
 
     run.report(Progress::new(PROBE_STAGE, 0, info.config.layers as u64 + 1));
     let started = now();
-    let probe_run = Run { workers: pooled.whole_model_workers(), ..run };
+    let probe_run = Run { workers: pooled.whole_model_workers, ..run };
     let induction = probe(probe_run, default_sequence(&info.config), prepend_bos).await?;
     timings.push(Timing { step: "induction probe".into(), ms: now() - started });
     Ok(Reply::Analysed(Box::new(Analysis { info, folded, induction, timings })))
@@ -355,7 +354,7 @@ async fn probe(run: Run, sequence: ProbeSequence, prepend_bos: bool) -> Result<I
 /// The induction probe on other sequences of a held model, across the pool.
 pub async fn induction(model: ModelId, sequence: ProbeSequence, prepend_bos: bool) -> Result<Reply, Failure> {
     let pooled = pooled(model)?;
-    let workers = pooled.whole_model_workers();
+    let workers = pooled.whole_model_workers;
     let run = Run { model, workers, generation: workers::generation(), shows_progress: true };
     Ok(Reply::Induction(probe(run, sequence, prepend_bos).await?))
 }

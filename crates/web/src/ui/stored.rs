@@ -15,7 +15,7 @@ pub fn StoredModels() -> impl IntoView {
     let full = RwSignal::new(None::<String>);
     let failed = RwSignal::new(None::<String>);
     // A browser without a store for the page (a private window) lists nothing and says nothing:
-    // the page works as before, without keeping.
+    // models by link run from the network, keeping nothing.
     let refresh = move || {
         spawn_local(async move {
             if let Ok(list) = indexed_db::list().await {
@@ -43,7 +43,10 @@ pub fn StoredModels() -> impl IntoView {
     let remove = move |prefix: String| {
         spawn_local(async move {
             match indexed_db::remove(&prefix).await {
-                Ok(()) => full.set(None),
+                Ok(()) => {
+                    full.set(None);
+                    failed.set(None);
+                }
                 Err(reason) => failed.set(Some(format!("Could not remove the stored model: {reason}"))),
             }
             refresh();

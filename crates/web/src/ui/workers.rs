@@ -83,7 +83,8 @@ pub struct ModelSource {
     pub files: Vec<(String, web_sys::Blob)>,
     pub link: Option<LinkSource>,
     /// What the page stored of the linked model, for the workers to read before the network
-    /// (`stored::indexed_db::catalog`); read again at each open.
+    /// (`stored::indexed_db::catalog`): read when the pool opens the model, before the lead
+    /// does, so helpers fetch again the small files and headers the lead has just fetched.
     pub stored: Option<JsValue>,
 }
 
