@@ -1068,7 +1068,8 @@ await test('a model by link opens from the Hub, pins its commit in the share lin
     } finally {
       await offlineContext.close();
     }
-    // A full store is one line; the model still opens, from the network.
+    // A full store is one line; the model still opens, from the network. (The quota is forced
+    // small for writes only: the line's figures are the browser's estimate, the real quota.)
     const fullContext = await browser.newContext({ viewport: { width: 1280, height: 900 }, acceptDownloads: true, serviceWorkers: 'block' });
     try {
       const f = await fullContext.newPage();
@@ -1081,6 +1082,7 @@ await test('a model by link opens from the Hub, pins its commit in the share lin
       const full = (await f.textContent('#stored-full')).trim();
       expect(/storage for this page is full \(.* used of the .* it allows this site\)/.test(full), `the full store's line: ${full}`);
       expect(await f.locator('#load-error').count() === 0, 'no error: the model runs from the network');
+      await shot('stored-full', false, f);
     } finally {
       await fullContext.close();
     }

@@ -52,16 +52,20 @@ impl ByteSource for BlobSource {
         self.blob.size() as u64
     }
     fn read_range(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
-        let fail = |e: JsValue| Error::Io(format!("{}: cannot read the file ({})", self.name, js_message(&e)));
-        let end = offset + len as u64;
-        let slice = self.blob.slice_with_f64_and_f64(offset as f64, end as f64).map_err(fail)?;
-        let buffer = web_sys::FileReaderSync::new().map_err(fail)?.read_as_array_buffer(&slice).map_err(fail)?;
-        let bytes = js_sys::Uint8Array::new(&buffer);
-        if bytes.length() as usize != len {
+        let bytes = read_blob(&self.blob, offset, offset + len as u64)
+            .map_err(|e| Error::Io(format!("{}: cannot read the file ({})", self.name, js_message(&e))))?;
+        if bytes.len() != len {
             return Err(Error::Io(format!("{}: the file changed or is shorter than its header says", self.name)));
         }
-        Ok(bytes.to_vec())
+        Ok(bytes)
     }
+}
+
+/// Bytes `from..to` of a `Blob`, read synchronously (workers only); fewer where it ends first.
+pub(crate) fn read_blob(blob: &web_sys::Blob, from: u64, to: u64) -> std::result::Result<Vec<u8>, JsValue> {
+    let slice = blob.slice_with_f64_and_f64(from as f64, to as f64)?;
+    let buffer = web_sys::FileReaderSync::new()?.read_as_array_buffer(&slice)?;
+    Ok(js_sys::Uint8Array::new(&buffer).to_vec())
 }
 
 thread_local! {

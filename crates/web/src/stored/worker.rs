@@ -14,7 +14,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
 use super::{KEEP, RANGES, RECORDS, commit_key, file_key, latest_key, parse_range_key, range_key};
-use crate::worker_host::field;
+use crate::worker_host::{field, read_blob};
 use headprint::weights::remote::{FileFacts, FileKey, LinkCache, MemoryRanges, RangeStore};
 
 /// The longest run of fetched bytes posted as one record: one request's window.
@@ -114,13 +114,10 @@ impl StoredLinks {
     }
 }
 
-/// A whole `Blob`'s bytes, or a part of it; None when it cannot be read (the page removed it
-/// meanwhile, or the browser dropped it): the bytes are then fetched again.
-fn read_blob(blob: &web_sys::Blob, from: u64, to: u64) -> Option<Vec<u8>> {
-    let slice = blob.slice_with_f64_and_f64(from as f64, to as f64).ok()?;
-    let buffer = web_sys::FileReaderSync::new().ok()?.read_as_array_buffer(&slice).ok()?;
-    let bytes = js_sys::Uint8Array::new(&buffer).to_vec();
-    (bytes.len() as u64 == to - from).then_some(bytes)
+/// Bytes `from..to` of a kept `Blob`; None when they cannot all be read (the page removed it
+/// meanwhile, or the browser dropped it): they are then fetched again.
+fn read_kept(blob: &web_sys::Blob, from: u64, to: u64) -> Option<Vec<u8>> {
+    read_blob(blob, from, to).ok().filter(|bytes| bytes.len() as u64 == to - from)
 }
 
 impl LinkCache for StoredLinks {
@@ -140,7 +137,7 @@ impl LinkCache for StoredLinks {
     }
     fn whole_file(&self, key: &FileKey) -> Option<Vec<u8>> {
         let blob = self.records.get(&file_key(key, "whole"))?.dyn_ref::<web_sys::Blob>()?;
-        read_blob(blob, 0, blob.size() as u64)
+        read_kept(blob, 0, blob.size() as u64)
     }
     fn keep_whole_file(&self, key: &FileKey, bytes: &[u8]) {
         self.keep(RECORDS, &file_key(key, "whole"), Posted::Bytes(bytes));
@@ -239,7 +236,7 @@ impl RangeStore for StoredRanges {
             return Some(bytes);
         }
         let mut bytes = Vec::with_capacity(len);
-        let read = self.walk(offset, len as u64, |blob, from, to| match read_blob(blob, from, to) {
+        let read = self.walk(offset, len as u64, |blob, from, to| match read_kept(blob, from, to) {
             Some(part) => {
                 bytes.extend_from_slice(&part);
                 true
