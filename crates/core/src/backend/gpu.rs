@@ -30,6 +30,8 @@ use std::task::{Poll, Waker};
 
 use nalgebra::DMatrix;
 
+mod forward;
+
 use super::ColumnRun;
 use crate::parallel::each_chunk;
 

@@ -24,6 +24,8 @@ pub mod gpu;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod wasm_gemm;
 
+use crate::forward::{self, ForwardOutput, HeadOutputs};
+use crate::model::Weights;
 use crate::{Error, Result};
 
 /// Which backend the user asked for.
@@ -572,6 +574,23 @@ impl Backend {
                 }
                 gpu.column_products(width, &on_device).await.map_err(Error::Gpu)
             }
+        }
+    }
+
+    /// The model's forward pass over `runs`, as [`forward::run_batch`] gives it (the same
+    /// checks, outputs and progress steps): on the CPU that function itself, on a GPU the same
+    /// steps in f32 kernels, the residual stream kept on the device from layer to layer. The
+    /// probes ask for it and never learn which backend ran it.
+    pub async fn forward(
+        &mut self,
+        model: &(impl Weights + ?Sized),
+        runs: &[(&[usize], HeadOutputs<'_>)],
+        each_layer: &mut dyn FnMut(usize, usize),
+    ) -> Result<Vec<ForwardOutput>> {
+        match &self.kind {
+            Kind::Cpu => forward::run_batch(model, runs, each_layer),
+            #[cfg(feature = "gpu")]
+            Kind::Gpu(gpu) => gpu.forward(model, runs, each_layer).await,
         }
     }
 
