@@ -534,6 +534,95 @@ fn fingerprints_match_the_cpu(gpu: &mut Backend) {
     assert!(checked > 100, "only {checked} circuits compared");
 }
 
+/// Absolute tolerance of the GPU's forward pass on attention weights (each in [0, 1]). f32 sums
+/// in another order differ by ~1e-7 of the terms in the first layer, and the differences grow
+/// through the layers (to ~1e-5 in the trained induction fixture's sharp patterns); a wrong mask,
+/// position or norm differs by far more.
+const PATTERN_TOLERANCE: f32 = 5e-5;
+/// Tolerance on logits, per-head outputs and norm scales, relative to each matrix's largest
+/// entry: they sum every layer's differences on the way (the last layers' outputs of a deep
+/// fixture differ by ~1e-5 of their largest).
+const OUTPUT_TOLERANCE: f32 = 1e-4;
+
+/// The largest |a - b| over two matrices, relative to `floor` or b's largest entry.
+fn forward_difference(got: &DMatrix<f32>, want: &DMatrix<f32>, floor: f32, what: &str) -> f32 {
+    assert_eq!(got.shape(), want.shape(), "{what}: shape");
+    let scale = want.amax().max(floor);
+    (got - want).amax() / scale
+}
+
+/// The forward pass on the GPU against the CPU's on every fixture (all four families: learned
+/// and rotary positions, partial rotary, grouped-query attention, parallel residuals, every
+/// activation) and the demo: three sequences of different lengths together, keeping full,
+/// projected and no per-head outputs; once whole and once in small pieces (a group of
+/// patterns and a block of the vocabulary at a time), so the pieces must join up.
+#[test]
+fn the_forward_pass_on_the_gpu_matches_the_cpu_on_every_fixture_and_the_demo() {
+    use headprint::backend::gpu::{Gpu, Pieces};
+    use headprint::forward::{self, HeadOutputs};
+    let gpu = pollster::block_on(Gpu::open(true)).expect("a GPU adapter (lavapipe without one)");
+    let mut rng = ChaCha8Rng::seed_from_u64(26);
+    let (mut compared, mut worst, mut worst_output) = (0, 0.0f32, 0.0f32);
+    for path in fixtures() {
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let files = ModelFiles::from_path(&path).unwrap();
+        let stream = ModelStream::open(&files).unwrap();
+        let config = stream.config.clone();
+        let longest = config.context.unwrap_or(96).min(96);
+        let tokens: Vec<Vec<usize>> = [longest, 1, longest / 2 + 3]
+            .iter()
+            .map(|&len| (0..len).map(|_| rng.random_range(0..config.vocab)).collect())
+            .collect();
+        let directions = DMatrix::from_fn(config.d_model, 3, |i, j| ((i * 7 + j * 3) % 11) as f32 / 11.0 - 0.5);
+        let keeps = [HeadOutputs::Full, HeadOutputs::None, HeadOutputs::Projected(&directions)];
+        let runs: Vec<(&[usize], HeadOutputs)> = tokens.iter().map(|t| t.as_slice()).zip(keeps).collect();
+        let mut cpu_steps = Vec::new();
+        let want = forward::run_batch(&stream, &runs, &mut |done, total| cpu_steps.push((done, total))).unwrap();
+        let mut fixture_worst = 0.0f32;
+        let small = Pieces { pattern_bytes: (4 * config.heads * longest * longest) as u64, vocab_rows: 7 };
+        for pieces in [Pieces::default(), small] {
+            let mut steps = Vec::new();
+            let got = pollster::block_on(
+                gpu.forward_in(pieces, &stream, &runs, &mut |done, total| steps.push((done, total))),
+            )
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(steps, cpu_steps, "{name}: progress");
+            for (s, (got, want)) in got.iter().zip(&want).enumerate() {
+                let what = format!("{name} ({pieces:?}) sequence {s}");
+                assert_eq!(got.patterns.len(), config.layers, "{what}");
+                for (l, (got_layer, want_layer)) in got.patterns.iter().zip(&want.patterns).enumerate() {
+                    for (h, (g, w)) in got_layer.iter().zip(want_layer).enumerate() {
+                        let difference = forward_difference(g, w, 1.0, &format!("{what} L{l}H{h} pattern"));
+                        assert!(difference <= PATTERN_TOLERANCE, "{what} L{l}H{h} pattern: {difference:e}");
+                        fixture_worst = fixture_worst.max(difference);
+                        compared += 1;
+                    }
+                }
+                let difference = forward_difference(&got.logits, &want.logits, 1e-3, &format!("{what} logits"));
+                worst_output = worst_output.max(difference);
+                assert!(difference <= OUTPUT_TOLERANCE, "{what} logits: {difference:e}");
+                let scales = |v: &[f32]| DMatrix::from_column_slice(v.len(), 1, v);
+                let difference = forward_difference(&scales(&got.final_scale), &scales(&want.final_scale), 1e-3, &what);
+                assert!(difference <= OUTPUT_TOLERANCE, "{what} final scales: {difference:e}");
+                assert_eq!(got.head_outputs.len(), want.head_outputs.len(), "{what}: head outputs kept");
+                for (l, (g, w)) in got.head_outputs.iter().flatten().zip(want.head_outputs.iter().flatten()).enumerate()
+                {
+                    let difference = forward_difference(g, w, 1e-3, &format!("{what} head output {l}"));
+                    worst_output = worst_output.max(difference);
+                    assert!(difference <= OUTPUT_TOLERANCE, "{what} head output {l}: {difference:e}");
+                }
+            }
+        }
+        eprintln!("{name}: worst pattern difference {fixture_worst:e}");
+        worst = worst.max(fixture_worst);
+    }
+    eprintln!(
+        "{}: {compared} patterns compared; worst difference {worst:e}, of logits and head outputs {worst_output:e}",
+        gpu.adapter()
+    );
+    assert!(compared > 200, "only {compared} patterns compared");
+}
+
 #[test]
 fn a_failing_gpu_falls_back_to_the_cpu_with_a_note() {
     let mut backend = gpu();

@@ -142,28 +142,11 @@ pub fn run_batch(
     runs: &[(&[usize], HeadOutputs)],
     each_layer: &mut dyn FnMut(usize, usize),
 ) -> Result<Vec<ForwardOutput>> {
-    for (tokens, keep) in runs {
-        check_tokens(model, tokens)?;
-        check_kept(model, tokens.len(), *keep)?;
-    }
-    let together =
-        runs.iter().fold(0u64, |sum, (tokens, keep)| sum.saturating_add(kept_bytes(model, tokens.len(), *keep)));
-    if runs.len() > 1 && together > KEPT_BYTES_LIMIT {
-        return Err(Error::Internal(format!(
-            "{} runs would keep {:.1} GB together, over the {:.1} GB a pass may use: split them with `forward::batches`",
-            runs.len(),
-            together as f64 / 1e9,
-            KEPT_BYTES_LIMIT as f64 / 1e9
-        )));
-    }
+    check_runs(model, runs)?;
     let config = model.config();
     let mut residuals = Vec::with_capacity(runs.len());
     for (tokens, _) in runs {
-        let mut residual = model.embedding_of(tokens)?;
-        if let Some(w_pos) = model.positions(tokens.len())? {
-            residual += w_pos;
-        }
-        residuals.push(residual);
+        residuals.push(first_residual(model, tokens)?);
     }
     let mut outputs: Vec<ForwardOutput> = runs
         .iter()
@@ -211,6 +194,52 @@ pub fn run_batch(
     Ok(outputs)
 }
 
+/// Refuses runs a forward pass must not take (see [`run_batch`]): a bad token, or outputs over
+/// [`KEPT_BYTES_LIMIT`] alone or together. Every backend checks the same before computing.
+pub(crate) fn check_runs(model: &(impl Weights + ?Sized), runs: &[(&[usize], HeadOutputs)]) -> Result<()> {
+    for (tokens, keep) in runs {
+        check_tokens(model, tokens)?;
+        check_kept(model, tokens.len(), *keep)?;
+    }
+    let together =
+        runs.iter().fold(0u64, |sum, (tokens, keep)| sum.saturating_add(kept_bytes(model, tokens.len(), *keep)));
+    if runs.len() > 1 && together > KEPT_BYTES_LIMIT {
+        return Err(Error::Internal(format!(
+            "{} runs would keep {:.1} GB together, over the {:.1} GB a pass may use: split them with `forward::batches`",
+            runs.len(),
+            together as f64 / 1e9,
+            KEPT_BYTES_LIMIT as f64 / 1e9
+        )));
+    }
+    Ok(())
+}
+
+/// The residual stream before the first layer: the tokens' embedding rows, plus the learned
+/// position rows where the model has them.
+pub(crate) fn first_residual(model: &(impl Weights + ?Sized), tokens: &[usize]) -> Result<DMatrix<f32>> {
+    let mut residual = model.embedding_of(tokens)?;
+    if let Some(w_pos) = model.positions(tokens.len())? {
+        residual += w_pos;
+    }
+    Ok(residual)
+}
+
+/// What head `head` writes to the residual stream from its mixed values `z` (position x
+/// d_head), as `keep` asks: `z W_O` for that head's rows of W_O, or that times the directions.
+pub(crate) fn head_output(
+    z: &DMatrix<f32>,
+    w_o: &DMatrix<f32>,
+    head: usize,
+    keep: HeadOutputs,
+) -> Option<DMatrix<f32>> {
+    let rows = w_o.rows(head * z.ncols(), z.ncols());
+    match keep {
+        HeadOutputs::None => None,
+        HeadOutputs::Full => Some(z * rows),
+        HeadOutputs::Projected(directions) => Some(z * (rows * directions)),
+    }
+}
+
 /// Per layer: the attention block's output, every head's pattern, and the head outputs kept.
 type Attended = (DMatrix<f32>, Vec<DMatrix<f32>>, Vec<DMatrix<f32>>);
 
@@ -250,13 +279,7 @@ fn attend(config: &ModelConfig, layer: &Layer, normed: &DMatrix<f32>, keep: Head
             row /= total;
         }
         let z = &pattern * values.columns(kv, d_head);
-        match keep {
-            HeadOutputs::None => {}
-            HeadOutputs::Full => head_outputs.push(&z * weights.w_o.rows(head * d_head, d_head)),
-            HeadOutputs::Projected(directions) => {
-                head_outputs.push(&z * (weights.w_o.rows(head * d_head, d_head) * directions))
-            }
-        }
+        head_outputs.extend(head_output(&z, &weights.w_o, head, keep));
         mixed.columns_mut(head * d_head, d_head).copy_from(&z);
         patterns.push(pattern);
     }
@@ -346,7 +369,7 @@ fn normalise(x: &DMatrix<f32>, norm: &Norm, kind: NormKind, eps: f32) -> DMatrix
     out
 }
 
-fn add_row_bias(m: &mut DMatrix<f32>, bias: &DVector<f32>) {
+pub(crate) fn add_row_bias(m: &mut DMatrix<f32>, bias: &DVector<f32>) {
     for mut row in m.row_iter_mut() {
         row += bias.transpose();
     }

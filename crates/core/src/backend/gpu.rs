@@ -25,12 +25,14 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::{Poll, Waker};
 
 use nalgebra::DMatrix;
 
 mod forward;
+
+pub use forward::Pieces;
 
 use super::ColumnRun;
 use crate::parallel::each_chunk;
@@ -85,6 +87,8 @@ pub struct Gpu {
     /// Bytes written to the device and read back from it since it opened.
     to_device: AtomicU64,
     from_device: AtomicU64,
+    /// The forward pass's kernels, compiled when first used.
+    forward: OnceLock<forward::ForwardKernels>,
 }
 
 /// What a buffer kept between products ([`Gpu::scratch`]) holds.
@@ -99,6 +103,8 @@ enum Role {
     Shape,
     Zero,
     ReadBack,
+    /// A block of the forward pass's logits.
+    Logits,
 }
 
 impl Role {
@@ -114,6 +120,7 @@ impl Role {
             Role::Shape => "shape",
             Role::Zero => "zero",
             Role::ReadBack => "read back",
+            Role::Logits => "logits",
         }
     }
 }
@@ -274,6 +281,7 @@ impl Gpu {
             resident: Mutex::default(),
             to_device: AtomicU64::new(0),
             from_device: AtomicU64::new(0),
+            forward: OnceLock::new(),
         };
         gpu.check()?;
         Ok(gpu)
@@ -821,18 +829,37 @@ impl Gpu {
     /// order).
     async fn read_into(&self, c: &mut [f64], (high, low): (&wgpu::Buffer, &wgpu::Buffer)) -> Result<(), String> {
         let size = (4 * c.len()) as u64;
+        self.read_back(&[(high, size), (low, size)], |values| {
+            let (high, low) = values.split_at(c.len());
+            each_chunk(c, SMALLEST_CHUNK, |start, chunk| {
+                let parts = high[start..].iter().zip(&low[start..]);
+                for (entry, (&h, &l)) in chunk.iter_mut().zip(parts) {
+                    *entry = h as f64 + l as f64;
+                }
+            });
+        })
+        .await
+    }
+
+    /// Copies the first `bytes` of each of `parts`, one after another, into the kept read-back
+    /// buffer, waits for them, and hands their f32 values to `take`.
+    async fn read_back<R>(&self, parts: &[(&wgpu::Buffer, u64)], take: impl FnOnce(&[f32]) -> R) -> Result<R, String> {
+        let size: u64 = parts.iter().map(|(_, bytes)| bytes).sum();
         let scope = Scopes::push(&self.device);
         let read_buffer =
-            self.scratch(Role::ReadBack, 2 * size, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+            self.scratch(Role::ReadBack, size, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
         let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-        encoder.copy_buffer_to_buffer(high, 0, &read_buffer, 0, size);
-        encoder.copy_buffer_to_buffer(low, 0, &read_buffer, size, size);
+        let mut at = 0;
+        for &(buffer, bytes) in parts {
+            encoder.copy_buffer_to_buffer(buffer, 0, &read_buffer, at, bytes);
+            at += bytes;
+        }
         self.queue.submit([encoder.finish()]);
-        self.from_device.fetch_add(2 * size, Ordering::Relaxed);
+        self.from_device.fetch_add(size, Ordering::Relaxed);
         scope.pop(self).await?;
 
         let (signal, future) = signal();
-        read_buffer.slice(..2 * size).map_async(wgpu::MapMode::Read, signal);
+        read_buffer.slice(..size).map_async(wgpu::MapMode::Read, signal);
         let mapped = async {
             // Natively this waits for the device (and runs the callback); the browser's device
             // needs no polling and the callback comes from its event loop.
@@ -840,7 +867,7 @@ impl Gpu {
             let mapping = future.await;
             self.check()?;
             mapping.map_err(|e| format!("reading the result back: {e}"))?;
-            read_buffer.get_mapped_range(..2 * size).map_err(|e| format!("reading the result back: {e}"))
+            read_buffer.get_mapped_range(..size).map_err(|e| format!("reading the result back: {e}"))
         }
         .await;
         let view = match mapped {
@@ -851,17 +878,10 @@ impl Gpu {
                 return Err(e);
             }
         };
-        let values: &[f32] = bytemuck::cast_slice(&view);
-        let (high, low) = values.split_at(c.len());
-        each_chunk(c, SMALLEST_CHUNK, |start, chunk| {
-            let parts = high[start..].iter().zip(&low[start..]);
-            for (entry, (&h, &l)) in chunk.iter_mut().zip(parts) {
-                *entry = h as f64 + l as f64;
-            }
-        });
+        let taken = take(bytemuck::cast_slice(&view));
         drop(view);
         read_buffer.unmap();
-        Ok(())
+        Ok(taken)
     }
 
     /// Waits for every product submitted so far: natively by blocking, in the browser through

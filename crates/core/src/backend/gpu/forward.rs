@@ -1,17 +1,738 @@
-//! The forward pass on the GPU (forward.wgsl): in progress.
+//! The forward pass on the GPU: the same steps as [`crate::forward::run_batch`], in f32 kernels
+//! (forward.wgsl). Every sequence of a batch is stacked into one matrix of rows, so each layer's
+//! products are one dispatch for all of them; the residual stream stays on the device from the
+//! embedding to the final norm. What crosses back is what the caller keeps: each head's
+//! attention pattern, the logits, the final norm's scales, and the heads' mixed values where
+//! per-head outputs are asked for (their small products with W_O are the CPU's, as in
+//! [`crate::forward::head_output`]).
+//!
+//! The host still gathers the embedding rows and reads each layer's weights (from the files,
+//! for a streamed model); each layer's weights are uploaded once, as f32.
 
-use super::Gpu;
-use crate::forward::{ForwardOutput, HeadOutputs};
-use crate::model::Weights;
+use nalgebra::DMatrix;
+
+use super::{Gpu, Scopes};
+use crate::forward::{self, ForwardOutput, HeadOutputs};
+use crate::model::{Activation, Layer, LoadParts, ModelConfig, Norm, NormKind, Positions, Weights};
 use crate::{Error, Result};
 
+const KERNELS: &str = include_str!("forward.wgsl");
+
+/// The widest head the attention kernel holds a query of (its workgroup array).
+const WIDEST_HEAD: usize = 256;
+/// Groups a dispatch dimension takes (WebGPU's guaranteed minimum).
+const SPAN: usize = 65535;
+/// How much of the work a forward pass does at once.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct Pieces {
+    /// The most bytes of attention patterns computed and read back at once: sequences are
+    /// taken together up to this (or the adapter's binding limit, if lower).
+    pub pattern_bytes: u64,
+    /// Vocabulary rows of the unembedding uploaded at once (fewer where the binding limit says).
+    pub vocab_rows: usize,
+}
+
+impl Default for Pieces {
+    fn default() -> Self {
+        Pieces { pattern_bytes: 256 << 20, vocab_rows: 8192 }
+    }
+}
+
+/// The forward pass's compiled kernels, made on the first forward pass.
+pub(super) struct ForwardKernels {
+    gemm: wgpu::ComputePipeline,
+    norm: wgpu::ComputePipeline,
+    rotary: wgpu::ComputePipeline,
+    attend: wgpu::ComputePipeline,
+    activate: wgpu::ComputePipeline,
+}
+
+/// The eight numbers each kernel reads its settings from (forward.wgsl's `Settings`).
+type Settings = [u32; 8];
+
+/// A dispatch of `pipeline` over `groups`, with the buffers bound at their numbers (0 is the
+/// settings).
+struct Dispatch<'a> {
+    pipeline: &'a wgpu::ComputePipeline,
+    settings: Settings,
+    buffers: Vec<(u32, &'a wgpu::Buffer)>,
+    groups: (u32, u32, u32),
+}
+
+/// Where each sequence of the batch sits: its rows in the stacked matrix, and its patterns'
+/// offset (in f32 values) among its group's.
+struct Placed {
+    first_row: usize,
+    len: usize,
+    pattern_at: usize,
+}
+
+/// Sequences whose patterns are computed and read back together.
+struct PatternGroup {
+    runs: std::ops::Range<usize>,
+    first_value: usize,
+    values: usize,
+}
+
+/// One layer's weights on the device.
+struct LayerOnDevice {
+    ln1: NormOnDevice,
+    ln2: NormOnDevice,
+    w_q: wgpu::Buffer,
+    b_q: wgpu::Buffer,
+    w_k: wgpu::Buffer,
+    b_k: wgpu::Buffer,
+    w_v: wgpu::Buffer,
+    b_v: wgpu::Buffer,
+    w_o: wgpu::Buffer,
+    b_o: wgpu::Buffer,
+    w_in: wgpu::Buffer,
+    b_in: wgpu::Buffer,
+    w_gate: Option<wgpu::Buffer>,
+    w_out: wgpu::Buffer,
+    b_out: wgpu::Buffer,
+}
+
+struct NormOnDevice {
+    weight: wgpu::Buffer,
+    bias: Option<wgpu::Buffer>,
+}
+
+/// The batch's working matrices on the device, each rows x its width.
+struct Activations {
+    residual: wgpu::Buffer,
+    normed: wgpu::Buffer,
+    scales: wgpu::Buffer,
+    queries: wgpu::Buffer,
+    keys: wgpu::Buffer,
+    values: wgpu::Buffer,
+    mixed: wgpu::Buffer,
+    hidden: wgpu::Buffer,
+    gate: Option<wgpu::Buffer>,
+    patterns: wgpu::Buffer,
+    rows_of: wgpu::Buffer,
+    rotary: Option<wgpu::Buffer>,
+    /// Bound where a kernel's binding goes unused this time (a norm without bias).
+    unused: wgpu::Buffer,
+}
+
 impl Gpu {
+    /// The forward pass over `runs`: the checks, outputs and progress steps of
+    /// [`forward::run_batch`], the arithmetic in f32 on this GPU. A failure of the GPU is an
+    /// [`Error::Gpu`] (the caller may rerun on the CPU); the model's own errors are its own.
     pub async fn forward(
         &self,
-        _model: &(impl Weights + ?Sized),
-        _runs: &[(&[usize], HeadOutputs<'_>)],
-        _each_layer: &mut dyn FnMut(usize, usize),
+        model: &(impl Weights + ?Sized),
+        runs: &[(&[usize], HeadOutputs<'_>)],
+        each_layer: &mut dyn FnMut(usize, usize),
     ) -> Result<Vec<ForwardOutput>> {
-        Err(Error::Gpu("the forward pass on the GPU is not built yet".into()))
+        self.forward_in(Pieces::default(), model, runs, each_layer).await
+    }
+
+    /// [`Gpu::forward`] in pieces of the size given: tests make them small, to check that
+    /// groups of sequences and blocks of the vocabulary join up.
+    #[doc(hidden)]
+    pub async fn forward_in(
+        &self,
+        pieces: Pieces,
+        model: &(impl Weights + ?Sized),
+        runs: &[(&[usize], HeadOutputs<'_>)],
+        each_layer: &mut dyn FnMut(usize, usize),
+    ) -> Result<Vec<ForwardOutput>> {
+        forward::check_runs(model, runs)?;
+        let config = model.config();
+        if config.d_head > WIDEST_HEAD {
+            return Err(Error::Gpu(format!(
+                "heads of {} dimensions, over the {WIDEST_HEAD} the GPU's attention kernel holds",
+                config.d_head
+            )));
+        }
+        let kernels = self.forward_kernels().await.map_err(Error::Gpu)?;
+        let (placed, groups) = self.place(config, runs, pieces.pattern_bytes).map_err(Error::Gpu)?;
+        let rows = placed.last().map_or(0, |p| p.first_row + p.len);
+        let mut outputs: Vec<ForwardOutput> = runs
+            .iter()
+            .map(|_| ForwardOutput {
+                patterns: Vec::with_capacity(config.layers),
+                logits: DMatrix::zeros(0, 0),
+                head_outputs: Vec::new(),
+                final_scale: Vec::new(),
+            })
+            .collect();
+        let mut residual = DMatrix::<f32>::zeros(rows, config.d_model);
+        for ((tokens, _), at) in runs.iter().zip(&placed) {
+            residual.rows_mut(at.first_row, at.len).copy_from(&forward::first_residual(model, tokens)?);
+        }
+        let device = self.activations(config, &placed, &groups, &residual).map_err(Error::Gpu)?;
+        drop(residual);
+        let keeps_heads = runs.iter().any(|(_, keep)| !matches!(keep, HeadOutputs::None));
+        for l in 0..config.layers {
+            let layer = model.layer(l, LoadParts::Everything)?;
+            let weights = self.upload_layer(&layer)?;
+            self.run_layer(kernels, config, rows, &device, &weights, &groups, &placed, &mut outputs).await?;
+            if keeps_heads {
+                let mixed = self.read_matrix(&device.mixed, rows, config.heads * config.d_head).await?;
+                keep_head_outputs(config, &layer, runs, &placed, &mixed, &mut outputs);
+            }
+            each_layer(l + 1, config.layers + 1);
+        }
+        self.unembed(kernels, model, rows, &device, &placed, pieces.vocab_rows, &mut outputs).await?;
+        each_layer(config.layers + 1, config.layers + 1);
+        Ok(outputs)
+    }
+
+    /// The kernels, compiled on the first call.
+    async fn forward_kernels(&self) -> std::result::Result<&ForwardKernels, String> {
+        if let Some(kernels) = self.forward.get() {
+            return Ok(kernels);
+        }
+        let invalid = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("forward.wgsl"),
+            source: wgpu::ShaderSource::Wgsl(KERNELS.into()),
+        });
+        let pipeline = |entry: &str| {
+            self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(entry),
+                layout: None,
+                module: &module,
+                entry_point: Some(entry),
+                compilation_options: Default::default(),
+                cache: None,
+            })
+        };
+        let kernels = ForwardKernels {
+            gemm: pipeline("gemm"),
+            norm: pipeline("norm"),
+            rotary: pipeline("rotary"),
+            attend: pipeline("attend"),
+            activate: pipeline("activate"),
+        };
+        if let Some(error) = invalid.pop().await {
+            return Err(format!(
+                "{}: the forward kernels do not compile: {}",
+                self.adapter,
+                super::one_line(&error.to_string())
+            ));
+        }
+        Ok(self.forward.get_or_init(|| kernels))
+    }
+
+    /// Each run's rows in the stacked matrix, and the runs grouped so that a group's patterns
+    /// fit one binding.
+    fn place(
+        &self,
+        config: &ModelConfig,
+        runs: &[(&[usize], HeadOutputs<'_>)],
+        pattern_bytes: u64,
+    ) -> std::result::Result<(Vec<Placed>, Vec<PatternGroup>), String> {
+        let limit = (pattern_bytes.min(self.max_binding) / 4) as usize;
+        let (mut placed, mut groups) = (Vec::with_capacity(runs.len()), Vec::new());
+        let (mut first_row, mut group_start, mut group_first_value, mut value) = (0, 0, 0, 0);
+        for (i, (tokens, _)) in runs.iter().enumerate() {
+            let len = tokens.len();
+            let values = config.heads * len * len;
+            if values > limit {
+                return Err(format!(
+                    "{len} tokens' attention patterns take {} MB, over the {} MB one binding holds",
+                    4 * values / 1_000_000,
+                    4 * limit / 1_000_000
+                ));
+            }
+            if value + values - group_first_value > limit {
+                groups.push(PatternGroup {
+                    runs: group_start..i,
+                    first_value: group_first_value,
+                    values: value - group_first_value,
+                });
+                (group_start, group_first_value) = (i, value);
+            }
+            placed.push(Placed { first_row, len, pattern_at: value });
+            first_row += len;
+            value += values;
+        }
+        if group_start < runs.len() {
+            groups.push(PatternGroup {
+                runs: group_start..runs.len(),
+                first_value: group_first_value,
+                values: value - group_first_value,
+            });
+        }
+        Ok((placed, groups))
+    }
+
+    /// The working matrices for `rows` rows, the residual stream set to `residual`.
+    fn activations(
+        &self,
+        config: &ModelConfig,
+        placed: &[Placed],
+        groups: &[PatternGroup],
+        residual: &DMatrix<f32>,
+    ) -> std::result::Result<Activations, String> {
+        let rows = residual.nrows();
+        let storage = |label: &str, values: usize| -> std::result::Result<wgpu::Buffer, String> {
+            self.fits(label, 4 * values as u64)?;
+            Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: 4 * values.max(1) as u64,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            }))
+        };
+        let (width, kv_width) = (config.heads * config.d_head, config.kv_heads * config.d_head);
+        let gated = matches!(config.activation, Activation::Silu);
+        let device = Activations {
+            residual: storage("residual", rows * config.d_model)?,
+            normed: storage("normed", rows * config.d_model)?,
+            scales: storage("norm scales", rows)?,
+            queries: storage("queries", rows * width)?,
+            keys: storage("keys", rows * kv_width)?,
+            values: storage("values", rows * kv_width)?,
+            mixed: storage("mixed values", rows * width)?,
+            hidden: storage("mlp hidden", rows * config.d_mlp)?,
+            gate: if gated { Some(storage("mlp gate", rows * config.d_mlp)?) } else { None },
+            patterns: storage("patterns", groups.iter().map(|g| g.values).max().unwrap_or(1))?,
+            rows_of: storage("rows", 4 * rows)?,
+            rotary: match config.positions {
+                Positions::Rotary { .. } => {
+                    let longest = placed.iter().map(|p| p.len).max().unwrap_or(1);
+                    let table = rotary_table(&config.positions, longest);
+                    let buffer = storage("rotary angles", table.len())?;
+                    self.write(&buffer, &table);
+                    Some(buffer)
+                }
+                Positions::Learned => None,
+            },
+            unused: storage("unused", 4)?,
+        };
+        self.write(&device.residual, residual.as_slice());
+        self.write(&device.rows_of, &rows_table(placed, rows));
+        Ok(device)
+    }
+
+    /// A layer's weights, uploaded as f32 in nalgebra's column-major order.
+    fn upload_layer(&self, layer: &Layer) -> Result<LayerOnDevice> {
+        let mlp = layer.mlp.as_ref().ok_or(Error::MissingMlp)?;
+        let upload = |label: &str, values: &[f32]| self.upload_matrix(label, values);
+        let norm = |norm: &Norm| self.upload_norm(norm);
+        let attention = &layer.attention;
+        Ok(LayerOnDevice {
+            ln1: norm(&layer.ln1)?,
+            ln2: norm(&layer.ln2)?,
+            w_q: upload("w_q", attention.w_q.as_slice())?,
+            b_q: upload("b_q", attention.b_q.as_slice())?,
+            w_k: upload("w_k", attention.w_k.as_slice())?,
+            b_k: upload("b_k", attention.b_k.as_slice())?,
+            w_v: upload("w_v", attention.w_v.as_slice())?,
+            b_v: upload("b_v", attention.b_v.as_slice())?,
+            w_o: upload("w_o", attention.w_o.as_slice())?,
+            b_o: upload("b_o", attention.b_o.as_slice())?,
+            w_in: upload("w_in", mlp.w_in.as_slice())?,
+            b_in: upload("b_in", mlp.b_in.as_slice())?,
+            w_gate: mlp.w_gate.as_ref().map(|w| upload("w_gate", w.as_slice())).transpose()?,
+            w_out: upload("w_out", mlp.w_out.as_slice())?,
+            b_out: upload("b_out", mlp.b_out.as_slice())?,
+        })
+    }
+
+    /// One layer on every sequence: attention (its patterns read back group by group into
+    /// `outputs`), then the MLP, the residual stream updated on the device.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_layer(
+        &self,
+        kernels: &ForwardKernels,
+        config: &ModelConfig,
+        rows: usize,
+        device: &Activations,
+        weights: &LayerOnDevice,
+        groups: &[PatternGroup],
+        placed: &[Placed],
+        outputs: &mut [ForwardOutput],
+    ) -> Result<()> {
+        let (d_model, d_head) = (config.d_model, config.d_head);
+        let (width, kv_width) = (config.heads * d_head, config.kv_heads * d_head);
+        let mut before = vec![self.norm(kernels, config, rows, device, &weights.ln1)];
+        for (w, b, out, n) in [
+            (&weights.w_q, &weights.b_q, &device.queries, width),
+            (&weights.w_k, &weights.b_k, &device.keys, kv_width),
+            (&weights.w_v, &weights.b_v, &device.values, kv_width),
+        ] {
+            before.push(gemm(kernels, (rows, n, d_model), &device.normed, w, Some(b), out, Product::Set));
+        }
+        if let (Positions::Rotary { dims, .. }, Some(table)) = (config.positions, &device.rotary) {
+            let longest = placed.iter().map(|p| p.len).max().unwrap_or(1);
+            for (out, heads) in [(&device.queries, config.heads), (&device.keys, config.kv_heads)] {
+                let half = dims / 2;
+                before.push(Dispatch {
+                    pipeline: &kernels.rotary,
+                    settings: [rows, heads, d_head, 0, half, longest * half, 0, 0].map(|v| v as u32),
+                    buffers: vec![(1, table), (4, out), (6, &device.rows_of)],
+                    groups: threads(rows * heads * half),
+                });
+            }
+        }
+        self.submit(before).await?;
+
+        let scale = 1.0 / (d_head as f32).sqrt();
+        for group in groups {
+            let first_row = placed[group.runs.start].first_row;
+            let last = &placed[group.runs.end - 1];
+            let count = last.first_row + last.len - first_row;
+            let attend = Dispatch {
+                pipeline: &kernels.attend,
+                settings: [
+                    rows,
+                    config.heads,
+                    d_head,
+                    count,
+                    config.heads / config.kv_heads,
+                    scale.to_bits() as usize,
+                    first_row,
+                    group.first_value,
+                ]
+                .map(|v| v as u32),
+                buffers: vec![
+                    (1, &device.queries),
+                    (2, &device.keys),
+                    (3, &device.values),
+                    (4, &device.patterns),
+                    (5, &device.mixed),
+                    (6, &device.rows_of),
+                ],
+                groups: (count.min(SPAN) as u32, config.heads as u32, count.div_ceil(SPAN) as u32),
+            };
+            self.submit(vec![attend]).await?;
+            let values = self
+                .read_back(&[(&device.patterns, 4 * group.values as u64)], |patterns| {
+                    placed[group.runs.clone()]
+                        .iter()
+                        .map(|at| {
+                            let square = at.len * at.len;
+                            let first = at.pattern_at - group.first_value;
+                            (0..config.heads)
+                                .map(|h| {
+                                    let start = first + h * square;
+                                    DMatrix::from_column_slice(at.len, at.len, &patterns[start..start + square])
+                                })
+                                .collect::<Vec<_>>()
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .await
+                .map_err(Error::Gpu)?;
+            for (output, patterns) in outputs[group.runs.clone()].iter_mut().zip(values) {
+                output.patterns.push(patterns);
+            }
+        }
+
+        let mut after = Vec::new();
+        let ln2 = self.norm(kernels, config, rows, device, &weights.ln2);
+        // GPT-NeoX's MLP reads the residual stream the attention read; the others', the stream
+        // after the attention's output is added.
+        let mut ln2 = Some(ln2);
+        if config.parallel_residual {
+            after.extend(ln2.take());
+        }
+        after.push(gemm(
+            kernels,
+            (rows, d_model, width),
+            &device.mixed,
+            &weights.w_o,
+            Some(&weights.b_o),
+            &device.residual,
+            Product::Add,
+        ));
+        after.extend(ln2.take());
+        let d_mlp = config.d_mlp;
+        after.push(gemm(
+            kernels,
+            (rows, d_mlp, d_model),
+            &device.normed,
+            &weights.w_in,
+            Some(&weights.b_in),
+            &device.hidden,
+            Product::Set,
+        ));
+        let gated = match (&weights.w_gate, &device.gate) {
+            (Some(w_gate), Some(gate)) => {
+                after.push(gemm(kernels, (rows, d_mlp, d_model), &device.normed, w_gate, None, gate, Product::Set));
+                Some(gate)
+            }
+            _ => None,
+        };
+        after.push(Dispatch {
+            pipeline: &kernels.activate,
+            settings: [rows * d_mlp, 0, 0, gated.is_some() as usize, activation_code(config.activation), 0, 0, 0]
+                .map(|v| v as u32),
+            buffers: vec![(1, gated.unwrap_or(&device.unused)), (4, &device.hidden)],
+            groups: threads(rows * d_mlp),
+        });
+        after.push(gemm(
+            kernels,
+            (rows, d_model, d_mlp),
+            &device.hidden,
+            &weights.w_out,
+            Some(&weights.b_out),
+            &device.residual,
+            Product::Add,
+        ));
+        self.submit(after).await
+    }
+
+    /// The final norm, then the logits a block of the vocabulary at a time (W_U read and
+    /// uploaded once per block for every sequence), the unembedding bias added on the host.
+    #[allow(clippy::too_many_arguments)]
+    async fn unembed(
+        &self,
+        kernels: &ForwardKernels,
+        model: &(impl Weights + ?Sized),
+        rows: usize,
+        device: &Activations,
+        placed: &[Placed],
+        vocab_rows: usize,
+        outputs: &mut [ForwardOutput],
+    ) -> Result<()> {
+        let config = model.config();
+        let ln_final = self.upload_norm(model.ln_final())?;
+        self.submit(vec![self.norm(kernels, config, rows, device, &ln_final)]).await?;
+        let scales = self.read_matrix(&device.scales, rows, 1).await?;
+        let vocab = config.vocab;
+        for (output, at) in outputs.iter_mut().zip(placed) {
+            output.final_scale = scales.as_slice()[at.first_row..at.first_row + at.len].to_vec();
+            output.logits = DMatrix::zeros(at.len, vocab);
+        }
+        let per_row = 4 * rows.max(config.d_model) as u64;
+        let block = vocab_rows.min((self.max_binding / per_row) as usize).max(1);
+        let logits = self.scratch(
+            super::Role::Logits,
+            4 * (rows * block) as u64,
+            wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        );
+        for start in (0..vocab).step_by(block) {
+            let end = (start + block).min(vocab);
+            let unembedding = model.unembedding_rows(start..end)?;
+            let uploaded = self.upload_matrix("unembedding rows", unembedding.as_slice())?;
+            let width = end - start;
+            let product =
+                gemm(kernels, (rows, width, config.d_model), &device.normed, &uploaded, None, &logits, Product::Set);
+            self.submit(vec![Dispatch { settings: with_transposed(product.settings), ..product }]).await?;
+            self.read_back(&[(&logits, 4 * (rows * width) as u64)], |values| {
+                for (output, at) in outputs.iter_mut().zip(placed) {
+                    for (column, v) in (start..end).enumerate() {
+                        let from = at.first_row + rows * column;
+                        output.logits.column_mut(v).copy_from_slice(&values[from..from + at.len]);
+                    }
+                }
+            })
+            .await
+            .map_err(Error::Gpu)?;
+        }
+        if let Some(b_u) = model.unembedding_bias() {
+            for output in outputs.iter_mut() {
+                forward::add_row_bias(&mut output.logits, b_u);
+            }
+        }
+        Ok(())
+    }
+
+    fn upload_norm(&self, norm: &Norm) -> Result<NormOnDevice> {
+        Ok(NormOnDevice {
+            weight: self.upload_matrix("norm weight", norm.weight.as_slice())?,
+            bias: norm.bias.as_ref().map(|b| self.upload_matrix("norm bias", b.as_slice())).transpose()?,
+        })
+    }
+
+    /// `values` in a new storage buffer.
+    fn upload_matrix(&self, label: &str, values: &[f32]) -> Result<wgpu::Buffer> {
+        self.fits(label, 4 * values.len() as u64).map_err(Error::Gpu)?;
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: 4 * values.len().max(1) as u64,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        self.write(&buffer, values);
+        Ok(buffer)
+    }
+
+    /// The norm of the residual stream into `normed` (and each row's scale into `scales`).
+    fn norm<'a>(
+        &self,
+        kernels: &'a ForwardKernels,
+        config: &ModelConfig,
+        rows: usize,
+        device: &'a Activations,
+        norm: &'a NormOnDevice,
+    ) -> Dispatch<'a> {
+        let centred = matches!(config.norm, NormKind::LayerNorm) as usize;
+        let flags = centred | (norm.bias.is_some() as usize) << 1;
+        Dispatch {
+            pipeline: &kernels.norm,
+            settings: [rows, config.d_model, 0, flags, config.norm_eps.to_bits() as usize, 0, 0, 0].map(|v| v as u32),
+            buffers: vec![
+                (1, &device.residual),
+                (2, &norm.weight),
+                (3, norm.bias.as_ref().unwrap_or(&device.unused)),
+                (4, &device.normed),
+                (5, &device.scales),
+            ],
+            groups: (rows.min(SPAN) as u32, rows.div_ceil(SPAN) as u32, 1),
+        }
+    }
+
+    /// Encodes and submits `dispatches` in order, and waits for them (a failure shows here).
+    async fn submit(&self, dispatches: Vec<Dispatch<'_>>) -> Result<()> {
+        let scope = Scopes::push(&self.device);
+        let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        let mut bind_groups = Vec::with_capacity(dispatches.len());
+        for dispatch in &dispatches {
+            let settings = self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("settings"),
+                size: 32,
+                usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            self.write(&settings, &dispatch.settings);
+            let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: settings.as_entire_binding() }];
+            entries.extend(
+                dispatch
+                    .buffers
+                    .iter()
+                    .map(|&(binding, buffer)| wgpu::BindGroupEntry { binding, resource: buffer.as_entire_binding() }),
+            );
+            bind_groups.push(self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &dispatch.pipeline.get_bind_group_layout(0),
+                entries: &entries,
+            }));
+        }
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+            for (dispatch, bind_group) in dispatches.iter().zip(&bind_groups) {
+                let (x, y, z) = dispatch.groups;
+                if x == 0 || y == 0 || z == 0 {
+                    continue;
+                }
+                pass.set_pipeline(dispatch.pipeline);
+                pass.set_bind_group(0, bind_group, &[]);
+                pass.dispatch_workgroups(x, y, z);
+            }
+        }
+        self.queue.submit([encoder.finish()]);
+        scope.pop(self).await.map_err(Error::Gpu)?;
+        self.check().map_err(Error::Gpu)
+    }
+
+    /// A `rows` x `columns` matrix read back from `buffer`.
+    async fn read_matrix(&self, buffer: &wgpu::Buffer, rows: usize, columns: usize) -> Result<DMatrix<f32>> {
+        self.read_back(&[(buffer, 4 * (rows * columns) as u64)], |values| {
+            DMatrix::from_column_slice(rows, columns, values)
+        })
+        .await
+        .map_err(Error::Gpu)
+    }
+}
+
+/// Whether a product replaces its output or adds to it.
+#[derive(Clone, Copy, PartialEq)]
+enum Product {
+    Set,
+    Add,
+}
+
+/// `out (=|+=) x y (+ bias)` for x `m` x `k`, y `k` x `n`.
+fn gemm<'a>(
+    kernels: &'a ForwardKernels,
+    (m, n, k): (usize, usize, usize),
+    x: &'a wgpu::Buffer,
+    y: &'a wgpu::Buffer,
+    bias: Option<&'a wgpu::Buffer>,
+    out: &'a wgpu::Buffer,
+    product: Product,
+) -> Dispatch<'a> {
+    let flags = bias.is_some() as usize | ((product == Product::Add) as usize) << 1;
+    Dispatch {
+        pipeline: &kernels.gemm,
+        settings: [m, n, k, flags, 0, 0, 0, 0].map(|v| v as u32),
+        // A product without bias binds its y again where the bias would be: it is never read.
+        buffers: vec![(1, x), (2, y), (3, bias.unwrap_or(y)), (4, out)],
+        groups: (m.div_ceil(64) as u32, n.div_ceil(64) as u32, 1),
+    }
+}
+
+/// A gemm's settings with y read as stored transposed (n x k).
+fn with_transposed(mut settings: Settings) -> Settings {
+    settings[3] |= 4;
+    settings
+}
+
+/// Groups of 64 threads for `count` threads, spread over y beyond [`SPAN`] groups.
+fn threads(count: usize) -> (u32, u32, u32) {
+    let groups = count.div_ceil(64);
+    (groups.min(SPAN) as u32, groups.div_ceil(SPAN) as u32, 1)
+}
+
+fn activation_code(activation: Activation) -> usize {
+    match activation {
+        Activation::Relu => 0,
+        Activation::GeluTanh => 1,
+        Activation::GeluErf => 2,
+        Activation::Silu => 3,
+    }
+}
+
+/// forward.wgsl's `rows_of`: each row's (first row of its sequence, position), then at each
+/// sequence's first row its (length, patterns' offset).
+fn rows_table(placed: &[Placed], rows: usize) -> Vec<u32> {
+    let mut table = vec![0u32; 4 * rows];
+    for at in placed {
+        for t in 0..at.len {
+            table[2 * (at.first_row + t)] = at.first_row as u32;
+            table[2 * (at.first_row + t) + 1] = t as u32;
+        }
+        table[2 * rows + 2 * at.first_row] = at.len as u32;
+        table[2 * rows + 2 * at.first_row + 1] = at.pattern_at as u32;
+    }
+    table
+}
+
+/// The cosines, then the sines, of each position's rotary angles up to `longest`, computed as
+/// the CPU's forward pass computes them (the GPU's own sin and cos are less exact far from 0).
+fn rotary_table(positions: &Positions, longest: usize) -> Vec<f32> {
+    let frequencies = positions.inverse_frequencies();
+    let half = frequencies.len();
+    let mut table = vec![0f32; 2 * longest * half];
+    for t in 0..longest {
+        for (i, &frequency) in frequencies.iter().enumerate() {
+            let (sin, cos) = (t as f32 * frequency).sin_cos();
+            table[t * half + i] = cos;
+            table[longest * half + t * half + i] = sin;
+        }
+    }
+    table
+}
+
+/// Each run's per-head outputs of this layer, from the mixed values read back.
+fn keep_head_outputs(
+    config: &ModelConfig,
+    layer: &Layer,
+    runs: &[(&[usize], HeadOutputs<'_>)],
+    placed: &[Placed],
+    mixed: &DMatrix<f32>,
+    outputs: &mut [ForwardOutput],
+) {
+    let d_head = config.d_head;
+    for (((_, keep), at), output) in runs.iter().zip(placed).zip(outputs.iter_mut()) {
+        if matches!(keep, HeadOutputs::None) {
+            continue;
+        }
+        let heads = (0..config.heads)
+            .filter_map(|h| {
+                let z = mixed.view((at.first_row, h * d_head), (at.len, d_head)).into_owned();
+                forward::head_output(&z, &layer.attention.w_o, h, *keep)
+            })
+            .collect();
+        output.head_outputs.push(heads);
     }
 }

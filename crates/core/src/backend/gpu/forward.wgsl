@@ -1,0 +1,335 @@
+// The forward pass's kernels (forward.rs), in f32 as the CPU's forward pass and the reference
+// implementations compute. Every matrix is column-major, as nalgebra keeps it: entry (i, j) of
+// an m-row matrix is at i + m * j. The rows of every sequence run together are stacked into one
+// matrix of `rows` rows; `rows_of` says where each row's sequence starts.
+//
+// Each kernel reads its settings from `p` and names in a comment what it binds where.
+
+struct Settings {
+    m: u32,
+    n: u32,
+    k: u32,
+    flags: u32,
+    a: u32,
+    b: u32,
+    c: u32,
+    d: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Settings;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> y: array<f32>;
+@group(0) @binding(3) var<storage, read> w: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+@group(0) @binding(5) var<storage, read_write> out2: array<f32>;
+@group(0) @binding(6) var<storage, read> rows_of: array<u32>;
+
+// A dispatch's groups beyond 65 535 go on in y (and z): a linear group index.
+const SPAN: u32 = 65535u;
+
+fn linear(group: vec3<u32>) -> u32 {
+    return group.x + SPAN * (group.y + SPAN * group.z);
+}
+
+// ---- gemm: out = X Y (+ bias w) (+ out when accumulating) ----
+// X: m x k at x[i + m * kk]; Y: k x n at y[kk + k * j], or stored transposed (n x k, at
+// y[j + n * kk]) when flags & 4; w: the bias (n), added when flags & 1; out: m x n, added to when
+// flags & 2. A 64 x 64 tile of out per group, 4 x 4 entries per thread.
+
+const TILE: u32 = 64u;
+const DEPTH: u32 = 16u;
+var<workgroup> tile_x: array<f32, 1024>;
+var<workgroup> tile_y: array<f32, 1024>;
+
+@compute @workgroup_size(16, 16)
+fn gemm(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_id) local: vec3<u32>) {
+    let first_row = group.x * TILE;
+    let first_column = group.y * TILE;
+    let thread = local.y * 16u + local.x;
+    let transposed = (p.flags & 4u) != 0u;
+    var sum: array<f32, 16>;
+    for (var depth = 0u; depth < p.k; depth += DEPTH) {
+        for (var q = 0u; q < 4u; q++) {
+            let e = thread + 256u * q;
+            // X's tile: 64 rows (contiguous in memory) x 16 depths.
+            let i = first_row + e % TILE;
+            let kx = depth + e / TILE;
+            var value = 0.0;
+            if (i < p.m && kx < p.k) {
+                value = x[i + p.m * kx];
+            }
+            tile_x[(e / TILE) * TILE + e % TILE] = value;
+            // Y's tile: 16 depths x 64 columns, read along whichever is contiguous.
+            var ky: u32;
+            var j: u32;
+            if (transposed) {
+                j = first_column + e % TILE;
+                ky = depth + e / TILE;
+            } else {
+                ky = depth + e % DEPTH;
+                j = first_column + e / DEPTH;
+            }
+            var other = 0.0;
+            if (j < p.n && ky < p.k) {
+                if (transposed) {
+                    other = y[j + p.n * ky];
+                } else {
+                    other = y[ky + p.k * j];
+                }
+            }
+            tile_y[(ky - depth) * TILE + (j - first_column)] = other;
+        }
+        workgroupBarrier();
+        for (var kk = 0u; kk < DEPTH; kk++) {
+            var left: array<f32, 4>;
+            var right: array<f32, 4>;
+            for (var r = 0u; r < 4u; r++) {
+                left[r] = tile_x[kk * TILE + local.x + 16u * r];
+                right[r] = tile_y[kk * TILE + local.y + 16u * r];
+            }
+            for (var r = 0u; r < 4u; r++) {
+                for (var c = 0u; c < 4u; c++) {
+                    sum[r * 4u + c] += left[r] * right[c];
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var r = 0u; r < 4u; r++) {
+        for (var c = 0u; c < 4u; c++) {
+            let i = first_row + local.x + 16u * r;
+            let j = first_column + local.y + 16u * c;
+            if (i < p.m && j < p.n) {
+                var value = sum[r * 4u + c];
+                if ((p.flags & 1u) != 0u) {
+                    value += w[j];
+                }
+                let at = i + p.m * j;
+                if ((p.flags & 2u) != 0u) {
+                    value += out[at];
+                }
+                out[at] = value;
+            }
+        }
+    }
+}
+
+// ---- norm: out = (x - mean) / scale * y + w per row, out2[row] = scale ----
+// x: rows (m) x width (n); y: the norm's weight; w: its bias (flags & 2); LayerNorm subtracts
+// the mean (flags & 1), RMSNorm does not; scale = sqrt(variance (or mean square) + eps), eps
+// the f32 whose bits are p.a. One group per row.
+
+const REDUCE: u32 = 256u;
+var<workgroup> partial: array<f32, 256>;
+
+// The sum of every thread's `value` in the group, for all of them.
+fn group_sum(local: u32, value: f32) -> f32 {
+    partial[local] = value;
+    workgroupBarrier();
+    for (var half = REDUCE / 2u; half > 0u; half /= 2u) {
+        if (local < half) {
+            partial[local] += partial[local + half];
+        }
+        workgroupBarrier();
+    }
+    let total = partial[0];
+    workgroupBarrier();
+    return total;
+}
+
+@compute @workgroup_size(256)
+fn norm(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_index) local: u32) {
+    let row = linear(group);
+    if (row >= p.m) {
+        return;
+    }
+    let width = f32(p.n);
+    var mean = 0.0;
+    if ((p.flags & 1u) != 0u) {
+        var part = 0.0;
+        for (var j = local; j < p.n; j += REDUCE) {
+            part += x[row + p.m * j];
+        }
+        mean = group_sum(local, part) / width;
+    }
+    var squares = 0.0;
+    for (var j = local; j < p.n; j += REDUCE) {
+        let centred = x[row + p.m * j] - mean;
+        squares += centred * centred;
+    }
+    let scale = sqrt(group_sum(local, squares) / width + bitcast<f32>(p.a));
+    for (var j = local; j < p.n; j += REDUCE) {
+        var value = (x[row + p.m * j] - mean) / scale * y[j];
+        if ((p.flags & 2u) != 0u) {
+            value += w[j];
+        }
+        out[row + p.m * j] = value;
+    }
+    if (local == 0u) {
+        out2[row] = scale;
+    }
+}
+
+// ---- rotary: rotate-half on the first 2 * half dimensions of each head of out ----
+// out: rows (m) x heads (n) * d_head (k); x: cos then sin of each position's angles, position
+// t's at x[t * half + i] and x[p.b + t * half + i]; rows_of: each row's (start, position).
+// One thread per (row, head, i < half).
+
+@compute @workgroup_size(64)
+fn rotary(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let half = p.a;
+    let e = id.x + 64u * groups.x * id.y;
+    if (e >= p.m * p.n * half) {
+        return;
+    }
+    let row = e % p.m;
+    let i = (e / p.m) % half;
+    let head = e / (p.m * half);
+    let position = rows_of[2u * row + 1u];
+    let cos_t = x[position * half + i];
+    let sin_t = x[p.b + position * half + i];
+    let first = row + p.m * (head * p.k + i);
+    let second = row + p.m * (head * p.k + i + half);
+    let x1 = out[first];
+    let x2 = out[second];
+    out[first] = x1 * cos_t - x2 * sin_t;
+    out[second] = x2 * cos_t + x1 * sin_t;
+}
+
+// ---- attend: one head's causal softmax attention at one row ----
+// x: queries, rows (m) x heads * d_head; y: keys and w: values, rows x kv_heads * d_head;
+// rows_of: each row's (start, position); p.n heads, p.k d_head, p.a query heads per key/value
+// head, p.b the f32 bits of the score scale; p.c the first row this dispatch covers and p.flags
+// how many rows it covers; p.d its patterns' offset. out: the patterns, each sequence's heads' len x len patterns one after
+// another (column-major, rows = queries) from the offset `pattern_at` gives; out2: each head's
+// mixed values z, rows x heads * d_head. One group per (row, head): dispatched with
+// group = (row - p.c) within x/z, head in y.
+
+const KEYS: u32 = 64u;
+var<workgroup> query: array<f32, 256>;
+
+@compute @workgroup_size(64)
+fn attend(
+    @builtin(workgroup_id) group: vec3<u32>,
+    @builtin(local_invocation_index) local: u32,
+) {
+    let row = p.c + group.x + SPAN * group.z;
+    let head = group.y;
+    if (row >= p.c + p.flags || head >= p.n) {
+        return;
+    }
+    let d_head = p.k;
+    let start = rows_of[2u * row];
+    let t = rows_of[2u * row + 1u];
+    let len = rows_of[2u * p.m + 2u * start];
+    let pattern = rows_of[2u * p.m + 2u * start + 1u] - p.d + head * len * len;
+    let kv = head / p.a;
+    let scale = bitcast<f32>(p.b);
+    for (var j = local; j < d_head; j += KEYS) {
+        query[j] = x[row + p.m * (head * d_head + j)];
+    }
+    workgroupBarrier();
+
+    var largest = -3.4e38;
+    for (var key = local; key <= t; key += KEYS) {
+        let key_row = start + key;
+        var dot = 0.0;
+        for (var j = 0u; j < d_head; j++) {
+            dot += query[j] * y[key_row + p.m * (kv * d_head + j)];
+        }
+        let score = dot * scale;
+        out[pattern + key * len + t] = score;
+        largest = max(largest, score);
+    }
+    partial[local] = largest;
+    workgroupBarrier();
+    for (var half = KEYS / 2u; half > 0u; half /= 2u) {
+        if (local < half) {
+            partial[local] = max(partial[local], partial[local + half]);
+        }
+        workgroupBarrier();
+    }
+    let top = partial[0];
+    workgroupBarrier();
+
+    var part = 0.0;
+    for (var key = local; key <= t; key += KEYS) {
+        let weight = exp(out[pattern + key * len + t] - top);
+        out[pattern + key * len + t] = weight;
+        part += weight;
+    }
+    partial[local] = part;
+    workgroupBarrier();
+    for (var half = KEYS / 2u; half > 0u; half /= 2u) {
+        if (local < half) {
+            partial[local] += partial[local + half];
+        }
+        workgroupBarrier();
+    }
+    let total = partial[0];
+    for (var key = local; key < len; key += KEYS) {
+        var weight = 0.0;
+        if (key <= t) {
+            weight = out[pattern + key * len + t] / total;
+        }
+        out[pattern + key * len + t] = weight;
+    }
+    storageBarrier();
+    workgroupBarrier();
+
+    for (var j = local; j < d_head; j += KEYS) {
+        var mixed = 0.0;
+        for (var key = 0u; key <= t; key++) {
+            mixed += out[pattern + key * len + t] * w[start + key + p.m * (kv * d_head + j)];
+        }
+        out2[row + p.m * (head * d_head + j)] = mixed;
+    }
+}
+
+// ---- activate: the MLP's nonlinearity on out (p.m entries), in place ----
+// p.a: 0 ReLU, 1 GELU (tanh), 2 GELU (erf), 3 SiLU; gated (flags & 1): out * act(x), x the gate.
+
+fn erf(v: f32) -> f32 {
+    // erfc by Chebyshev fitting (Numerical Recipes' erfcc, fractional error below 1.2e-7).
+    let z = abs(v);
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let tail = t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418
+        + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587
+        + t * (-0.82215223 + t * 0.17087277)))))))));
+    if (v >= 0.0) {
+        return 1.0 - tail;
+    }
+    return tail - 1.0;
+}
+
+fn act(kind: u32, v: f32) -> f32 {
+    switch kind {
+        case 0u: {
+            return max(v, 0.0);
+        }
+        case 1u: {
+            // tanh saturates to 1 in f32 long before 15; clamping keeps exp-based tanh finite.
+            let inner = clamp(sqrt(2.0 / 3.14159265358979) * (v + 0.044715 * v * v * v), -15.0, 15.0);
+            return 0.5 * v * (1.0 + tanh(inner));
+        }
+        case 2u: {
+            return 0.5 * v * (1.0 + erf(v / 1.41421356237));
+        }
+        default: {
+            return v / (1.0 + exp(-v));
+        }
+    }
+}
+
+@compute @workgroup_size(64)
+fn activate(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let e = id.x + 64u * groups.x * id.y;
+    if (e >= p.m) {
+        return;
+    }
+    if ((p.flags & 1u) != 0u) {
+        out[e] = out[e] * act(p.a, x[e]);
+    } else {
+        out[e] = act(p.a, out[e]);
+    }
+}
