@@ -257,6 +257,35 @@ fn the_held_out_text_probe_says_which_sequence_it_used() {
     assert!(run.report.unwrap_err().contains("fewer than the 12"));
 }
 
+/// Messages from a page older than the probes' `backend` field still parse (as `auto`), and the
+/// probe's run names what computed it.
+#[test]
+fn probe_requests_without_a_backend_parse_and_the_run_names_its_backend() {
+    for text in [
+        r#"{"Induction":{"model":1,"sequence":{"UniformRandom":{"seed":0,"len":4,"count":1}},"prepend_bos":true}}"#,
+        r#"{"InductionShare":{"model":1,"sequence":{"UniformRandom":{"seed":0,"len":4,"count":2}},"prepend_bos":true,"share":0,"shares":2}}"#,
+        r#"{"Pattern":{"model":1,"head":{"layer":0,"head":0},"text":"ab","prepend_bos":true}}"#,
+        r#"{"Verdicts":{"model":1,"head":{"layer":0,"head":0},"suite":{"name":"s","prompts":[]},"prepend_bos":true}}"#,
+    ] {
+        let request: Request = serde_json::from_str(text).expect(text);
+        let backend = match request {
+            Request::Induction { backend, .. }
+            | Request::InductionShare { backend, .. }
+            | Request::Pattern { backend, .. }
+            | Request::Verdicts { backend, .. } => backend,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(backend, BackendChoice::Auto, "{text}");
+    }
+    let mut session = Session::new(clock);
+    assert!(load(&mut session, 1, "gptchar", bytes("gptchar")).is_ok());
+    let sequence = ProbeSequence::UniformRandom { seed: 0, len: 6, count: 2 };
+    let request = Request::Induction { model: 1, sequence, prepend_bos: false, backend: BackendChoice::Cpu };
+    let Ok(Reply::Induction(run)) = ask(&mut session, request, vec![]) else { panic!("probe answers") };
+    assert!(run.report.is_ok());
+    assert_eq!(run.backend, headprint::backend::BackendInfo::default(), "the CPU, with no note");
+}
+
 /// The tab's pool gives each worker a share of a probe's sequences: put back together, in any
 /// split (shares of one sequence, uneven ones, more shares than sequences), they are the whole
 /// probe's report to the bit, with the BOS and without.

@@ -170,7 +170,33 @@ impl PartQueue {
 
 #[cfg(test)]
 mod tests {
-    use super::PartQueue;
+    use super::{PartQueue, shares_backend};
+    use crate::backend::BackendInfo;
+    use crate::worker::protocol::InductionShare;
+
+    /// A probe whose shares ran on the GPU says so; one whose shares ran partly on the CPU
+    /// says the CPU, and how many of its shares, with the reason.
+    #[test]
+    fn a_probes_backend_is_the_gpu_only_when_every_share_ran_there() {
+        let gpu =
+            BackendInfo { name: "gpu".into(), adapter: Some("swiftshader (WebGPU)".into()), ..Default::default() };
+        let fell_back =
+            BackendInfo { note: Some("the GPU failed (lost); computed on the CPU".into()), ..Default::default() };
+        let share = |backend: &BackendInfo| InductionShare {
+            sequence: "s".into(),
+            bos: None,
+            scores: Ok(Vec::new()),
+            backend: backend.clone(),
+        };
+        assert_eq!(shares_backend(&[share(&gpu), share(&gpu)]), gpu);
+        assert_eq!(shares_backend(&[share(&fell_back), share(&fell_back)]), fell_back);
+        let mixed = shares_backend(&[share(&gpu), share(&fell_back), share(&gpu)]);
+        assert_eq!(mixed.name, "cpu");
+        assert_eq!(
+            mixed.note.as_deref(),
+            Some("1 of 3 shares of the probe's sequences ran on the CPU (the GPU failed (lost); computed on the CPU)")
+        );
+    }
 
     #[test]
     fn blocks_hand_out_every_part_once_contiguously_and_the_idle_help_from_the_far_end() {
