@@ -176,6 +176,8 @@ impl Held {
         }
     }
 
+    /// The scores of this share's sequences, run on `backend` (the whole share again on the CPU
+    /// when the GPU fails).
     async fn share_scores(
         &self,
         sequence: &ProbeSequence,
