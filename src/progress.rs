@@ -107,14 +107,17 @@ pub fn fingerprint(
     })
 }
 
-/// The induction probe with its layers shown.
+/// The induction probe on `backend` with its layers shown; a GPU that fails on the way reruns
+/// the whole probe on the CPU (the backend then says so in its note).
 pub fn induction_probe(
     model: &(impl headprint::model::Weights + ?Sized),
     copies: &[headprint::probes::induction::FirstCopy],
     bos: Option<usize>,
+    backend: &mut headprint::backend::Backend,
 ) -> headprint::Result<headprint::probes::induction::InductionReport> {
+    use headprint::probes::induction::induction_probe_with_progress;
     let bar = stage("probe", Some(model.config().layers), "layers");
-    headprint::probes::induction::induction_probe_with_progress(model, copies, bos, &mut |done, total| {
-        bar.set(done, total)
-    })
+    headprint::backend::block_on(backend.with_fallback(async |backend| {
+        induction_probe_with_progress(model, copies, bos, backend, &mut |done, total| bar.set(done, total)).await
+    }))
 }

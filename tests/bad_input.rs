@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use common::fixture;
 use headprint::Error;
 use headprint::analysis::HeadId;
+use headprint::backend::{Backend, block_on};
 use headprint::model::{LoadParts, Model};
 use headprint::weights::{ByteSource, MemorySource, ModelFiles};
 use safetensors::tensor::TensorView;
@@ -448,7 +449,7 @@ fn a_run_that_would_keep_gigabytes_of_patterns_is_refused_before_it_allocates() 
     // The induction probe's longest first copy (8192 tokens, so 16 385 with the BOS) on it.
     let copy: Vec<usize> = (0..8192).map(|i| i % llama.config.vocab).collect();
     let first = headprint::probes::FirstCopy { tokens: copy, source: headprint::probes::RepeatSource::Given };
-    let m = match headprint::probes::induction_probe(&llama, &[first], Some(1)) {
+    let m = match block_on(headprint::probes::induction_probe(&llama, &[first], Some(1), &mut Backend::cpu())) {
         Err(e) => e.to_string(),
         Ok(_) => panic!("a 16 385-token probe ran"),
     };
@@ -465,9 +466,9 @@ fn a_model_without_a_vocabulary_takes_prompts_and_suites_as_ids() {
     assert!(m.ends_with("give token ids, e.g. 3,1,4 (\"abc\" is not a token id)"), "{m}");
     let suite =
         headprint::probes::Suite::from_json(r#"{"name": "ids", "prompts": [{"id": "P", "text": "5,6,5"}]}"#).unwrap();
+    let head = headprint::analysis::HeadId::new(1, 0);
     let rows =
-        headprint::probes::verdict_table(&gpt2, &tokenizer, &suite, headprint::analysis::HeadId::new(1, 0), None)
-            .unwrap();
+        block_on(headprint::probes::verdict_table(&gpt2, &tokenizer, &suite, head, None, &mut Backend::cpu())).unwrap();
     assert_eq!(rows[0].tokens, ["#5", "#6", "#5"]);
 }
 

@@ -128,6 +128,39 @@ fn induction_probe_contract() {
     assert!(chars["bos"].is_null());
 }
 
+/// Every command that runs the model takes `--backend` and names in its JSON what ran it; asked
+/// for the CPU, that is the CPU with no note, and the table says so too.
+#[test]
+fn the_commands_that_run_the_model_name_their_backend() {
+    let (chars, planted) = (fixture("gptchar"), fixture("gptchar-induction"));
+    let (chars, planted) = (chars.to_str().unwrap(), planted.to_str().unwrap());
+    let cpu = serde_json::json!({"name": "cpu"});
+    let runs: [&[&str]; 4] = [
+        &["probe", planted, "--induction", "--len", "6", "--sequences", "2"],
+        &["probe", planted, "--suite", "bracket", "--head", "L1H1"],
+        &["attention", chars, "--text", "abab"],
+        &["compare", chars, "--len", "6", "--sequences", "2"],
+    ];
+    for args in runs {
+        let (ok, stdout, stderr) = headprint(&[args, &["--json", "--backend", "cpu"]].concat());
+        assert!(ok, "{args:?}: {stderr}");
+        assert!(!stderr.contains("note:"), "{args:?}: {stderr}");
+        let report: Value = serde_json::from_str(&stdout).expect("JSON");
+        match args[0] {
+            "compare" => {
+                let model = &report["models"][0];
+                assert_eq!((&model["backend"], &model["probe_backend"]), (&cpu, &cpu), "{args:?}");
+            }
+            _ => assert_eq!(report["backend"], cpu, "{args:?}"),
+        }
+        let (ok, table, _) = headprint(&[args, &["--backend", "cpu"]].concat());
+        let line = if args[0] == "compare" { "fingerprint on CPU, probe on CPU" } else { "backend: CPU" };
+        assert!(ok && table.contains(line), "{args:?}: {table}");
+    }
+    let (ok, _, stderr) = headprint(&["probe", planted, "--induction", "--backend", "tpu"]);
+    assert!(!ok && stderr.contains("tpu"), "{stderr}");
+}
+
 /// Ranks from 1, ties sharing their mean rank, counted pairwise (not by sorting, so not the
 /// same computation as the tool's).
 fn mean_ranks(values: &[f64]) -> Vec<f64> {

@@ -6,6 +6,7 @@ use crate::common;
 use common::*;
 use headprint::analysis::circuits::Grams;
 use headprint::analysis::{Circuits, HeadId, Mode, OvTokenLogits, fingerprint_model};
+use headprint::backend::{Backend, block_on};
 use headprint::forward;
 use headprint::model::LoadParts;
 use headprint::probes::induction::{FirstCopy, RepeatSource, induction_probe, random_first_copies};
@@ -160,7 +161,7 @@ fn induction_scores_match_reference() {
             .map(|s| FirstCopy { tokens: ids(&s["first_copy"]), source: RepeatSource::Given })
             .collect();
         assert!(copies.len() >= 2, "{name}: several sequences");
-        let report = induction_probe(&model, &copies, bos).unwrap();
+        let report = block_on(induction_probe(&model, &copies, bos, &mut Backend::cpu())).unwrap();
         assert_eq!(report.sequences.len(), copies.len());
         for (got, want) in report.sequences.iter().zip(reference["sequences"].as_array().unwrap()) {
             assert_eq!(got.tokens, ids(&want["tokens"]), "{name}: BOS + copy + copy");

@@ -9,6 +9,7 @@ mod cli;
 mod demo_model;
 mod figures;
 mod gpu;
+mod gpu_probes;
 mod gram_precision;
 mod hostile_tokens;
 mod hub;

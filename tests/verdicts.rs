@@ -7,6 +7,7 @@ use crate::common;
 
 use common::*;
 use headprint::analysis::HeadId;
+use headprint::backend::{Backend, block_on};
 use headprint::forward;
 use headprint::model::LoadParts;
 use headprint::probes::induction::{FirstCopy, RepeatSource, induction_probe};
@@ -186,7 +187,8 @@ fn the_planted_induction_head_is_found_and_copies() {
     let first: Vec<usize> =
         reference["induction"]["first_copy"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as usize).collect();
     // One given sequence (a character model: no BOS), so the report's means are its scores.
-    let report = induction_probe(&model, &[FirstCopy { tokens: first, source: RepeatSource::Given }], None).unwrap();
+    let copies = [FirstCopy { tokens: first, source: RepeatSource::Given }];
+    let report = block_on(induction_probe(&model, &copies, None, &mut Backend::cpu())).unwrap();
     let want_accuracy = reference["induction"]["prefix_copy_accuracy"].as_f64().unwrap();
     assert_close(report.prefix_copy_accuracy, want_accuracy, 1.0, "prefix-copy accuracy");
     assert!(report.prefix_copy_accuracy >= 0.8, "the planted circuit copies: {}", report.prefix_copy_accuracy);
@@ -222,8 +224,8 @@ fn built_in_suites_run_on_the_planted_model_and_match_the_python_reference() {
         let suite = Suite::builtin(name).unwrap();
         for (head, want) in reference["verdicts"][name].as_object().unwrap() {
             let head_id = HeadId::parse(head, &model.config).unwrap();
-            let rows =
-                verdict_table(&model, &tokenizer, &suite, head_id, None).expect("the suite runs on this vocabulary");
+            let rows = block_on(verdict_table(&model, &tokenizer, &suite, head_id, None, &mut Backend::cpu()))
+                .expect("the suite runs on this vocabulary");
             let json = serde_json::to_value(&rows).unwrap();
             assert_verdicts_match(&json, want, &format!("{name} {head}"));
             for row in &rows {

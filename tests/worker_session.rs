@@ -180,8 +180,13 @@ fn patterns_and_verdicts_come_from_the_forward_pass() {
     let text = forward["text"].as_str().unwrap().to_string();
     for layer in 0..2 {
         for head in 0..2 {
-            let request =
-                Request::Pattern { model: 3, head: HeadId::new(layer, head), text: text.clone(), prepend_bos: true };
+            let request = Request::Pattern {
+                model: 3,
+                head: HeadId::new(layer, head),
+                text: text.clone(),
+                prepend_bos: true,
+                backend: BackendChoice::Cpu,
+            };
             let Ok(Reply::Pattern(pattern)) = ask(&mut session, request, vec![]) else { panic!("pattern answers") };
             let want = &forward["patterns"][layer][head];
             for (q, row) in pattern.rows.iter().enumerate() {
@@ -197,8 +202,11 @@ fn patterns_and_verdicts_come_from_the_forward_pass() {
         r#"{"name": "tiny", "prompts": [{"id": "Q1", "text": "a \"b\" c \""}, {"id": "B1", "text": "(a(b)c"}]}"#,
     )
     .unwrap();
-    let reply =
-        ask(&mut session, Request::Verdicts { model: 3, head: HeadId::new(1, 1), suite, prepend_bos: true }, vec![]);
+    let reply = ask(
+        &mut session,
+        Request::Verdicts { model: 3, head: HeadId::new(1, 1), suite, prepend_bos: true, backend: BackendChoice::Cpu },
+        vec![],
+    );
     let rows = match reply {
         Ok(Reply::Verdicts(rows)) => rows,
         other => panic!("verdicts answer: {other:?}"),
@@ -220,9 +228,11 @@ fn patterns_and_verdicts_come_from_the_forward_pass() {
     ask(&mut session, request, files("gptchar-induction", bytes("gptchar-induction")))
         .expect("the planted model loads");
     let suite = Suite::builtin("quote").unwrap();
-    let Ok(Reply::Verdicts(rows)) =
-        ask(&mut session, Request::Verdicts { model: 4, head: HeadId::new(1, 0), suite, prepend_bos: true }, vec![])
-    else {
+    let Ok(Reply::Verdicts(rows)) = ask(
+        &mut session,
+        Request::Verdicts { model: 4, head: HeadId::new(1, 0), suite, prepend_bos: true, backend: BackendChoice::Cpu },
+        vec![],
+    ) else {
         panic!("verdicts answer")
     };
     let rows = serde_json::to_value(&rows).unwrap();
@@ -235,16 +245,45 @@ fn the_held_out_text_probe_says_which_sequence_it_used() {
     load(&mut session, 1, "gptchar", bytes("gptchar")).unwrap();
     let text = "a(b)c \"d\" e(f)g ".repeat(8);
     let sequence = ProbeSequence::TextWindow { text, seed: 0, len: 12, count: 3 };
-    let request = Request::Induction { model: 1, sequence, prepend_bos: true };
+    let request = Request::Induction { model: 1, sequence, prepend_bos: true, backend: BackendChoice::Cpu };
     let Ok(Reply::Induction(run)) = ask(&mut session, request, vec![]) else { panic!("probe answers") };
     assert!(run.sequence.contains("held-out text") && run.sequence.contains("seeds 0–2"), "{}", run.sequence);
     let report = run.report.unwrap();
     // A character model has no BOS, whatever the switch says.
     assert_eq!((report.tokens.len(), report.bos, report.sequences.len()), (24, None, 3));
     let too_short = ProbeSequence::TextWindow { text: "abc".into(), seed: 0, len: 12, count: 8 };
-    let request = Request::Induction { model: 1, sequence: too_short, prepend_bos: true };
+    let request = Request::Induction { model: 1, sequence: too_short, prepend_bos: true, backend: BackendChoice::Cpu };
     let Ok(Reply::Induction(run)) = ask(&mut session, request, vec![]) else { panic!("probe answers") };
     assert!(run.report.unwrap_err().contains("fewer than the 12"));
+}
+
+/// Messages from a page older than the probes' `backend` field still parse (as `auto`), and the
+/// probe's run names what computed it.
+#[test]
+fn probe_requests_without_a_backend_parse_and_the_run_names_its_backend() {
+    for text in [
+        r#"{"Induction":{"model":1,"sequence":{"UniformRandom":{"seed":0,"len":4,"count":1}},"prepend_bos":true}}"#,
+        r#"{"InductionShare":{"model":1,"sequence":{"UniformRandom":{"seed":0,"len":4,"count":2}},"prepend_bos":true,"share":0,"shares":2}}"#,
+        r#"{"Pattern":{"model":1,"head":{"layer":0,"head":0},"text":"ab","prepend_bos":true}}"#,
+        r#"{"Verdicts":{"model":1,"head":{"layer":0,"head":0},"suite":{"name":"s","prompts":[]},"prepend_bos":true}}"#,
+    ] {
+        let request: Request = serde_json::from_str(text).expect(text);
+        let backend = match request {
+            Request::Induction { backend, .. }
+            | Request::InductionShare { backend, .. }
+            | Request::Pattern { backend, .. }
+            | Request::Verdicts { backend, .. } => backend,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(backend, BackendChoice::Auto, "{text}");
+    }
+    let mut session = Session::new(clock);
+    assert!(load(&mut session, 1, "gptchar", bytes("gptchar")).is_ok());
+    let sequence = ProbeSequence::UniformRandom { seed: 0, len: 6, count: 2 };
+    let request = Request::Induction { model: 1, sequence, prepend_bos: false, backend: BackendChoice::Cpu };
+    let Ok(Reply::Induction(run)) = ask(&mut session, request, vec![]) else { panic!("probe answers") };
+    assert!(run.report.is_ok());
+    assert_eq!(run.backend, headprint::backend::BackendInfo::default(), "the CPU, with no note");
 }
 
 /// The tab's pool gives each worker a share of a probe's sequences: put back together, in any
@@ -259,15 +298,22 @@ fn an_induction_probe_split_into_shares_is_the_whole_probe() {
     assert!(matches!(ask(&mut session, request, sources), Ok(Reply::Loaded)));
     for prepend_bos in [true, false] {
         let sequence = ProbeSequence::UniformRandom { seed: 3, len: 9, count: 5 };
-        let request = Request::Induction { model: 1, sequence: sequence.clone(), prepend_bos };
+        let request =
+            Request::Induction { model: 1, sequence: sequence.clone(), prepend_bos, backend: BackendChoice::Cpu };
         let Ok(Reply::Induction(whole)) = ask(&mut session, request, vec![]) else { panic!("probe answers") };
         let report = whole.report.as_ref().unwrap();
         assert_eq!((report.sequences.len(), report.tokens.len()), (5, 18 + usize::from(prepend_bos)));
         for shares in [1, 2, 3, 5, 7] {
             let parts: Vec<InductionShare> = (0..shares)
                 .map(|share| {
-                    let request =
-                        Request::InductionShare { model: 1, sequence: sequence.clone(), prepend_bos, share, shares };
+                    let request = Request::InductionShare {
+                        model: 1,
+                        sequence: sequence.clone(),
+                        prepend_bos,
+                        share,
+                        shares,
+                        backend: BackendChoice::Cpu,
+                    };
                     let Ok(Reply::InductionShare(part)) = ask(&mut session, request, vec![]) else {
                         panic!("share {share} of {shares} answers")
                     };
@@ -289,6 +335,7 @@ fn an_induction_probe_split_into_shares_is_the_whole_probe() {
         prepend_bos: true,
         share: 2,
         shares: 2,
+        backend: BackendChoice::Cpu,
     };
     let Ok(Reply::InductionShare(part)) = ask(&mut session, request, vec![]) else { panic!("share answers") };
     assert!(part.scores.unwrap_err().contains("no share 2 of 2"));
@@ -304,13 +351,31 @@ fn a_failed_load_keeps_the_held_model_and_bad_requests_get_messages() {
     assert!(error.contains("broken.safetensors"), "{error}");
     assert_eq!(session.models_held(), 1);
     // The first model still answers.
-    let pattern = Request::Pattern { model: 1, head: HeadId::new(0, 0), text: "abc".into(), prepend_bos: true };
+    let pattern = Request::Pattern {
+        model: 1,
+        head: HeadId::new(0, 0),
+        text: "abc".into(),
+        prepend_bos: true,
+        backend: BackendChoice::Cpu,
+    };
     assert!(matches!(ask(&mut session, pattern, vec![]), Ok(Reply::Pattern(_))));
     // A head the model does not have, and a model the worker does not hold.
-    let missing_head = Request::Pattern { model: 1, head: HeadId::new(9, 0), text: "abc".into(), prepend_bos: true };
+    let missing_head = Request::Pattern {
+        model: 1,
+        head: HeadId::new(9, 0),
+        text: "abc".into(),
+        prepend_bos: true,
+        backend: BackendChoice::Cpu,
+    };
     assert!(ask(&mut session, missing_head, vec![]).unwrap_err().contains("L9H0"));
     assert!(matches!(ask(&mut session, Request::Forget { model: 1 }, vec![]), Ok(Reply::Done)));
-    let gone = Request::Pattern { model: 1, head: HeadId::new(0, 0), text: "abc".into(), prepend_bos: true };
+    let gone = Request::Pattern {
+        model: 1,
+        head: HeadId::new(0, 0),
+        text: "abc".into(),
+        prepend_bos: true,
+        backend: BackendChoice::Cpu,
+    };
     assert!(ask(&mut session, gone, vec![]).unwrap_err().contains("not loaded"));
     assert_eq!(session.models_held(), 0);
 }
@@ -437,7 +502,13 @@ fn the_bos_switch_reaches_patterns_verdicts_and_probes() {
     // The pattern of the reference's text, after the BOS, is the reference's forward pass.
     let forward = &reference["forward"];
     let text = forward["text"].as_str().unwrap().to_string();
-    let request = Request::Pattern { model: 1, head: HeadId::new(1, 1), text: text.clone(), prepend_bos: true };
+    let request = Request::Pattern {
+        model: 1,
+        head: HeadId::new(1, 1),
+        text: text.clone(),
+        prepend_bos: true,
+        backend: BackendChoice::Cpu,
+    };
     let Ok(Reply::Pattern(pattern)) = ask(&mut session, request, vec![]) else { panic!("pattern answers") };
     assert_eq!(pattern.tokens[0], "<|endoftext|>");
     let want = &forward["patterns"][1][1];
@@ -447,19 +518,26 @@ fn the_bos_switch_reaches_patterns_verdicts_and_probes() {
             assert_close(*value, want[q][k].as_f64().unwrap(), 1.0, &format!("L1H1 [{q},{k}]"));
         }
     }
-    let request = Request::Pattern { model: 1, head: HeadId::new(1, 1), text, prepend_bos: false };
+    let request =
+        Request::Pattern { model: 1, head: HeadId::new(1, 1), text, prepend_bos: false, backend: BackendChoice::Cpu };
     let Ok(Reply::Pattern(plain)) = ask(&mut session, request, vec![]) else { panic!("pattern answers") };
     assert_eq!(plain.tokens[..], pattern.tokens[1..]);
     // Verdicts: the query shifts with the BOS; the probe switches it off on request.
     let suite =
         Suite::from_json(r#"{"name": "s", "prompts": [{"id": "A", "text": "the cat sat", "query": 1}]}"#).unwrap();
     for (prepend_bos, position) in [(true, 2), (false, 1)] {
-        let request = Request::Verdicts { model: 1, head: HeadId::new(0, 0), suite: suite.clone(), prepend_bos };
+        let request = Request::Verdicts {
+            model: 1,
+            head: HeadId::new(0, 0),
+            suite: suite.clone(),
+            prepend_bos,
+            backend: BackendChoice::Cpu,
+        };
         let Ok(Reply::Verdicts(rows)) = ask(&mut session, request, vec![]) else { panic!("verdicts answer") };
         assert_eq!(rows[0].query_position, position);
     }
     let sequence = ProbeSequence::UniformRandom { seed: 0, len: 15, count: 2 };
-    let request = Request::Induction { model: 1, sequence, prepend_bos: false };
+    let request = Request::Induction { model: 1, sequence, prepend_bos: false, backend: BackendChoice::Cpu };
     let Ok(Reply::Induction(run)) = ask(&mut session, request, vec![]) else { panic!("probe answers") };
     let plain = run.report.unwrap();
     assert_eq!((plain.bos, plain.tokens.len()), (None, 30));
@@ -536,7 +614,8 @@ fn the_demo_exercise_sheet_answers_are_what_the_demo_model_does() {
             }
             Question::Attend { .. } => {
                 let one = Suite { prompts: vec![prompt.clone()], pairs: vec![], ..sheet.clone() };
-                let request = Request::Verdicts { model: 1, head, suite: one, prepend_bos: true };
+                let request =
+                    Request::Verdicts { model: 1, head, suite: one, prepend_bos: true, backend: BackendChoice::Cpu };
                 let Ok(Reply::Verdicts(rows)) = ask(&mut session, request, vec![]) else { panic!("{id}: verdicts") };
                 Answer::attended(&rows[0])
             }
@@ -646,7 +725,13 @@ fn a_model_over_the_workers_budget_is_refused_in_one_line_before_its_weights_are
     assert!(read < 4 << 20, "{read} bytes read before refusing");
     // The model shown stays, and answers.
     assert_eq!(session.models_held(), 1);
-    let pattern = Request::Pattern { model: 1, head: HeadId::new(0, 0), text: "abc".into(), prepend_bos: true };
+    let pattern = Request::Pattern {
+        model: 1,
+        head: HeadId::new(0, 0),
+        text: "abc".into(),
+        prepend_bos: true,
+        backend: BackendChoice::Cpu,
+    };
     assert!(matches!(ask(&mut session, pattern, vec![]), Ok(Reply::Pattern(_))));
 }
 

@@ -1,6 +1,7 @@
 //! Any text as a message from the page to the worker, answered by a session holding the
 //! character fixture as model 1 (a load or a pool's open is given the fixture's bytes). The fuzz
-//! build has no GPU backend, so a GPU choice ends on the CPU with a note.
+//! build has no GPU backend, so a GPU choice (a load's, a layer's, or a probe's, a pattern's or a
+//! verdict table's forward pass) ends on the CPU with a note.
 #![no_main]
 
 use std::cell::RefCell;

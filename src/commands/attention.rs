@@ -1,11 +1,12 @@
 //! `headprint attention`: every head's attention pattern on a token sequence.
 
-use headprint::forward;
+use headprint::backend::block_on;
+use headprint::probes::attention_patterns;
 use headprint::tokens::{parse_ids, with_bos};
 use headprint::{Error, Result};
 use serde_json::json;
 
-use crate::commands::{BosArg, Common};
+use crate::commands::{BackendArgs, BosArg, Common, backend_line, print_note};
 use crate::loaded::load;
 use crate::print::{print_json_from, show};
 
@@ -21,6 +22,8 @@ pub struct Args {
     text: Option<String>,
     #[command(flatten)]
     bos: BosArg,
+    #[command(flatten)]
+    backend: BackendArgs,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -32,19 +35,29 @@ pub fn run(args: Args) -> Result<()> {
     };
     let bos_token = loaded.bos(&args.bos)?;
     let ids = with_bos(bos_token.as_ref().map(|b| b.id), &ids);
-    let output = forward::run(&loaded.model()?, &ids)?;
+    let model = loaded.model()?;
+    let mut backend = args.backend.open()?;
+    let computed = block_on(backend.with_fallback(async |backend| attention_patterns(&model, &ids, backend).await))?;
+    let backend = backend.info();
+    print_note(&backend);
     // patterns[layer][head][query][key]
-    let patterns: Vec<Vec<Vec<Vec<f32>>>> = output
-        .patterns
+    let patterns: Vec<Vec<Vec<Vec<f32>>>> = computed
         .iter()
         .map(|heads| heads.iter().map(|p| p.row_iter().map(|r| r.iter().copied().collect()).collect()).collect())
         .collect();
     if args.common.json {
         return print_json_from(
-            &json!({"tokens": ids, "prepend_bos": !args.bos.no_bos, "bos": bos_token, "patterns": patterns}),
+            &json!({
+                "tokens": ids,
+                "prepend_bos": !args.bos.no_bos,
+                "bos": bos_token,
+                "backend": backend,
+                "patterns": patterns,
+            }),
             loaded.link.as_ref(),
         );
     }
+    println!("{}", backend_line(&backend));
     let labels: Vec<String> = ids.iter().map(|&i| loaded.tokenizer.token_text(i)).collect();
     for (layer, heads) in patterns.iter().enumerate() {
         for (head, rows) in heads.iter().enumerate() {

@@ -2,14 +2,14 @@
 //! every behavioural score across its heads.
 
 use headprint::analysis::Mode;
-use headprint::backend::Backend;
+use headprint::backend::{Backend, BackendInfo};
 use headprint::compare::{BEHAVIOURAL_SCORES, ComparisonRow, Correlation, SPECTRAL_FEATURES, spearman_table};
 use headprint::probes::induction::InductionReport;
 use headprint::tokens::Bos;
 use headprint::{Error, Result};
 use serde_json::{Value, json};
 
-use crate::commands::SequenceArgs;
+use crate::commands::{BackendArgs, SequenceArgs, print_note};
 use crate::loaded::load;
 use crate::open::LinkFacts;
 use crate::print::{describe_bos, describe_sources, mean_spread, print_json, to_json};
@@ -28,6 +28,8 @@ pub struct Args {
     raw: bool,
     #[command(flatten)]
     sequence: SequenceArgs,
+    #[command(flatten)]
+    backend: BackendArgs,
 }
 
 /// One model's part of the comparison.
@@ -37,12 +39,26 @@ struct Compared {
     report: InductionReport,
     spearman: Vec<Correlation>,
     link: Option<Value>,
+    /// What computed the fingerprint, and what ran the probe.
+    fingerprint_backend: BackendInfo,
+    probe_backend: BackendInfo,
 }
 
 pub fn run(args: Args) -> Result<()> {
     let threshold = args.sequence.threshold;
     let mode = if args.raw { Mode::Raw } else { Mode::Folded };
-    let models = args.models.iter().map(|given| compared(given, &args, mode)).collect::<Result<Vec<_>>>()?;
+    let mut backend = args.backend.open()?;
+    let models =
+        args.models.iter().map(|given| compared(given, &args, mode, &mut backend)).collect::<Result<Vec<_>>>()?;
+    let mut notes: Vec<&BackendInfo> = Vec::new();
+    for model in &models {
+        for backend in [&model.fingerprint_backend, &model.probe_backend] {
+            if notes.iter().all(|seen| seen.note != backend.note) {
+                print_note(backend);
+                notes.push(backend);
+            }
+        }
+    }
     if args.json {
         let entries = models
             .iter()
@@ -53,6 +69,8 @@ pub fn run(args: Args) -> Result<()> {
                     object.insert("induction_head_names".into(), json!(model.report.induction_heads(threshold)));
                     object.insert("head_scores".into(), json!(model.report.heads));
                     object.insert("spearman".into(), json!(model.spearman));
+                    object.insert("backend".into(), to_json(&model.fingerprint_backend)?);
+                    object.insert("probe_backend".into(), to_json(&model.probe_backend)?);
                     if let Some(link) = &model.link {
                         object.insert("model_link".into(), link.clone());
                     }
@@ -89,6 +107,14 @@ pub fn run(args: Args) -> Result<()> {
         "\ninduction heads count heads with mean induction score >= {threshold}; spectral features {} mode",
         mode.name()
     );
+    for Compared { row, fingerprint_backend, probe_backend, .. } in &models {
+        println!(
+            "backend of {}: fingerprint on {}, probe on {}",
+            row.model,
+            fingerprint_backend.label(),
+            probe_backend.label()
+        );
+    }
     for Compared { row, spearman, .. } in &models {
         let fewest = spearman.iter().map(|c| c.n).min().unwrap_or(0);
         let counted = if fewest == row.heads {
@@ -116,14 +142,14 @@ pub fn run(args: Args) -> Result<()> {
 
 /// One model fingerprinted and probed. Layers are read as they are needed, so any step can find
 /// a bad file: its errors name the model.
-fn compared(given: &str, args: &Args, mode: Mode) -> Result<Compared> {
+fn compared(given: &str, args: &Args, mode: Mode, backend: &mut Backend) -> Result<Compared> {
     let named = |e: Error| Error::Invalid(format!("{given}: {e}"));
     let loaded = load(given).map_err(named)?;
     let model = loaded.model().map_err(named)?;
-    let fingerprint = progress::fingerprint(&model, mode, &mut Backend::cpu()).map_err(named)?;
+    let fingerprint = progress::fingerprint(&model, mode, backend).map_err(named)?;
     let bos = loaded.bos(&args.sequence.bos).map_err(named)?;
     let copies = loaded.first_copies(&args.sequence, None).map_err(named)?;
-    let report = progress::induction_probe(&model, &copies, bos.as_ref().map(|b| b.id)).map_err(named)?;
+    let report = progress::induction_probe(&model, &copies, bos.as_ref().map(|b| b.id), backend).map_err(named)?;
     let sequence = format!(
         "{} sequences of {} tokens repeated twice ({}); {}",
         report.sequences.len(),
@@ -133,5 +159,13 @@ fn compared(given: &str, args: &Args, mode: Mode) -> Result<Compared> {
     );
     let row = ComparisonRow::new(&loaded.label, &fingerprint, Some(&report), &sequence, args.sequence.threshold);
     let spearman = spearman_table(&fingerprint, &report);
-    Ok(Compared { row, bos, report, spearman, link: loaded.link.as_ref().map(LinkFacts::json) })
+    Ok(Compared {
+        row,
+        bos,
+        report,
+        spearman,
+        link: loaded.link.as_ref().map(LinkFacts::json),
+        fingerprint_backend: fingerprint.backend.clone(),
+        probe_backend: backend.info(),
+    })
 }

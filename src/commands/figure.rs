@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::ValueEnum;
 use headprint::analysis::ov_logits::top_k;
 use headprint::analysis::{Fingerprint, HeadId, Mode, OvTokenLogits};
-use headprint::backend::Backend;
+use headprint::backend::{Backend, block_on};
 use headprint::compare::{BEHAVIOURAL_SCORES, SPECTRAL_FEATURES, spearman};
 use headprint::figures::output::{Figure, Format};
 use headprint::figures::{copying, scatter, self_copy, spectrum, swap, verdicts};
@@ -80,8 +80,8 @@ pub fn run(args: Args) -> Result<()> {
     // The fingerprint (Grams and every head) only where the figure or the default head needs it:
     // on a large model it is the slow part.
     let needs_fingerprint = args.head.is_none() || matches!(args.kind, Kind::Copying | Kind::Spectrum | Kind::Scatter);
-    let fingerprint =
-        if needs_fingerprint { Some(progress::fingerprint(model, mode, &mut Backend::cpu())?) } else { None };
+    let mut backend = Backend::cpu();
+    let fingerprint = if needs_fingerprint { Some(progress::fingerprint(model, mode, &mut backend)?) } else { None };
     let fingerprinted = || fingerprint.as_ref().ok_or_else(|| Error::Invalid("the figure needs no fingerprint".into()));
     let head = match &args.head {
         Some(head) => HeadId::parse(head, &model.config)?,
@@ -148,7 +148,7 @@ pub fn run(args: Args) -> Result<()> {
                 encoded.iter().map(|ids| (ids.as_slice(), HeadOutputs::None)).collect();
             let mut prompts = Vec::new();
             for range in forward::batches(model, &runs) {
-                let outputs = forward::run_batch(model, &runs[range.clone()], &mut |_, _| {})?;
+                let outputs = block_on(backend.forward(model, &runs[range.clone()], &mut |_, _| {}))?;
                 let batch = suite.prompts[range.clone()].iter().zip(&encoded[range]).zip(&outputs);
                 for ((prompt, ids), output) in batch {
                     let matrix = &output.patterns[head.layer][head.head];
@@ -172,7 +172,7 @@ pub fn run(args: Args) -> Result<()> {
         }
         Kind::Verdicts => {
             let suite = load_suite(&args.suite)?;
-            let rows = verdict_table(model, tokenizer, &suite, head, bos)?;
+            let rows = block_on(verdict_table(model, tokenizer, &suite, head, bos, &mut backend))?;
             Figure::Verdicts(verdicts::Verdicts {
                 title: format!("{name}: {head} on the {} suite (query outlined in black)", suite.name),
                 rows,
@@ -182,7 +182,7 @@ pub fn run(args: Args) -> Result<()> {
             let feature = by_name(&SPECTRAL_FEATURES, &args.x, "spectral feature")?;
             let score = by_name(&BEHAVIOURAL_SCORES, &args.y, "behavioural score")?;
             let copies = loaded.first_copies(&args.sequence, None)?;
-            let report = progress::induction_probe(model, &copies, bos)?;
+            let report = progress::induction_probe(model, &copies, bos, &mut backend)?;
             let points: Vec<(String, f64, f64)> = fingerprinted()?
                 .heads
                 .iter()

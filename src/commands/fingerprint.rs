@@ -1,14 +1,12 @@
 //! `headprint fingerprint`: every head's spectral fingerprint, as a table or JSON.
 
-use clap::ValueEnum;
 use headprint::Result;
 use headprint::analysis::{Fingerprint, Mode, ModelSummary};
-use headprint::backend::{Backend, BackendChoice};
 use headprint::model::ModelStream;
 
-use crate::commands::Common;
+use crate::commands::{BackendArgs, Common, backend_line, print_note};
 use crate::print::print_json_from;
-use crate::{driver, open, progress};
+use crate::{open, progress};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -17,28 +15,8 @@ pub struct Args {
     /// Use the weights as stored (default: LayerNorm folded as TransformerLens's fold_ln does).
     #[arg(long)]
     raw: bool,
-    /// Where the vocabulary-sized products run: auto (a hardware GPU if there is one, else
-    /// the CPU), gpu (any adapter, software ones too; an error if there is none) or cpu.
-    #[arg(long, value_enum, default_value = "auto")]
-    backend: BackendArg,
-}
-
-/// `--backend`, as the core's `BackendChoice`.
-#[derive(Clone, Copy, ValueEnum)]
-enum BackendArg {
-    Auto,
-    Gpu,
-    Cpu,
-}
-
-impl From<BackendArg> for BackendChoice {
-    fn from(arg: BackendArg) -> Self {
-        match arg {
-            BackendArg::Auto => BackendChoice::Auto,
-            BackendArg::Gpu => BackendChoice::Gpu,
-            BackendArg::Cpu => BackendChoice::Cpu,
-        }
-    }
+    #[command(flatten)]
+    backend: BackendArgs,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -46,20 +24,15 @@ pub fn run(args: Args) -> Result<()> {
     // one layer's attention.
     let opened = open::open(&args.common.model)?;
     let model = ModelStream::open(&opened.files)?;
-    let mut backend = driver::quietly(|| Backend::select(args.backend.into()))?;
+    let mut backend = args.backend.open()?;
     let report = progress::fingerprint(&model, if args.raw { Mode::Raw } else { Mode::Folded }, &mut backend)?;
-    if let Some(note) = &report.backend.note {
-        eprintln!("note: {note}");
-    }
+    print_note(&report.backend);
     if args.common.json {
         return print_json_from(&report, opened.link.as_ref());
     }
     print_summary(&report.model);
     println!("mode: {}", report.mode);
-    match report.backend.bytes_moved_text() {
-        Some(moved) => println!("backend: {} ({moved})\n", report.backend.label()),
-        None => println!("backend: {}\n", report.backend.label()),
-    }
+    println!("{}\n", backend_line(&report.backend));
     println!(
         "{:<7} {:>9} {:>9} {:>9} {:>9} {:>10}   {:>9} {:>9} {:>10}   {:>10} {:>10} {:>10}",
         "head",

@@ -10,9 +10,13 @@ pub mod probe;
 
 use std::path::PathBuf;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
+use headprint::Result;
+use headprint::backend::{Backend, BackendChoice, BackendInfo};
 use headprint::compare::INDUCTION_HEAD_THRESHOLD;
 use headprint::probes::induction::DEFAULT_SEQUENCES;
+
+use crate::driver;
 
 /// The model and the output format, as most commands take them.
 #[derive(Args)]
@@ -53,4 +57,53 @@ pub struct SequenceArgs {
     pub threshold: f64,
     #[command(flatten)]
     pub bos: BosArg,
+}
+
+/// Where a command computes, as the commands that compute take it.
+#[derive(Args)]
+pub struct BackendArgs {
+    /// Where the large products and the forward pass run: auto (a hardware GPU if there is
+    /// one, else the CPU), gpu (any adapter, software ones too; an error if there is none) or cpu.
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: BackendArg,
+}
+
+/// `--backend`, as the core's `BackendChoice`.
+#[derive(Clone, Copy, ValueEnum)]
+enum BackendArg {
+    Auto,
+    Gpu,
+    Cpu,
+}
+
+impl From<BackendArg> for BackendChoice {
+    fn from(arg: BackendArg) -> Self {
+        match arg {
+            BackendArg::Auto => BackendChoice::Auto,
+            BackendArg::Gpu => BackendChoice::Gpu,
+            BackendArg::Cpu => BackendChoice::Cpu,
+        }
+    }
+}
+
+impl BackendArgs {
+    /// The backend asked for, the GPU driver's harmless chatter kept off stderr while it opens.
+    pub fn open(&self) -> Result<Backend> {
+        driver::quietly(|| Backend::select(self.backend.into()))
+    }
+}
+
+/// Says on stderr, in one line, why the GPU asked for or tried was not used.
+pub fn print_note(backend: &BackendInfo) {
+    if let Some(note) = &backend.note {
+        eprintln!("note: {note}");
+    }
+}
+
+/// The tables' `backend:` line: what computed, and the bytes a GPU moved.
+pub fn backend_line(backend: &BackendInfo) -> String {
+    match backend.bytes_moved_text() {
+        Some(moved) => format!("backend: {} ({moved})", backend.label()),
+        None => format!("backend: {}", backend.label()),
+    }
 }

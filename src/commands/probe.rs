@@ -1,12 +1,13 @@
 //! `headprint probe`: induction scores on repeated sequences, or a suite's verdict table.
 
 use headprint::analysis::HeadId;
+use headprint::backend::{Backend, block_on};
 use headprint::probes::suite::Attended;
 use headprint::probes::verdict_table;
 use headprint::{Error, Result};
 use serde_json::json;
 
-use crate::commands::{Common, SequenceArgs};
+use crate::commands::{BackendArgs, Common, SequenceArgs, backend_line, print_note};
 use crate::loaded::{Loaded, load, load_suite};
 use crate::print::{describe_bos, describe_sources, mean_spread, print_json, print_json_from, show, to_json};
 use crate::progress;
@@ -29,38 +30,48 @@ pub struct Args {
     /// The head for a suite, e.g. L5H0.
     #[arg(long)]
     head: Option<String>,
+    #[command(flatten)]
+    backend: BackendArgs,
 }
 
 pub fn run(args: Args) -> Result<()> {
     let loaded = load(&args.common.model)?;
-    if let Some(suite) = &args.suite {
-        return suite_table(&loaded, &args, suite);
-    }
-    if !args.induction {
+    if args.suite.is_none() && !args.induction {
         return Err(Error::Invalid("probe needs --induction or --suite FILE --head LxHy".into()));
     }
-    induction(&loaded, &args)
+    let mut backend = args.backend.open()?;
+    match &args.suite {
+        Some(suite) => suite_table(&loaded, &args, suite, &mut backend),
+        None => induction(&loaded, &args, &mut backend),
+    }
 }
 
 /// Where one head attends from each prompt's query, as a verdict table.
-fn suite_table(loaded: &Loaded, args: &Args, suite_name: &str) -> Result<()> {
+fn suite_table(loaded: &Loaded, args: &Args, suite_name: &str, backend: &mut Backend) -> Result<()> {
     let (model, tokenizer) = (&loaded.model()?, &loaded.tokenizer);
     let bos = loaded.bos(&args.sequence.bos)?;
     let suite = load_suite(suite_name)?;
     let head_name =
         args.head.as_deref().or(suite.head.as_deref()).ok_or_else(|| Error::BadSuite("give --head L5H0".into()))?;
     let head = HeadId::parse(head_name, &model.config)?;
-    let rows = verdict_table(model, tokenizer, &suite, head, bos.as_ref().map(|b| b.id))?;
+    let bos_id = bos.as_ref().map(|b| b.id);
+    let rows = block_on(
+        backend.with_fallback(async |backend| verdict_table(model, tokenizer, &suite, head, bos_id, backend).await),
+    )?;
+    let backend = backend.info();
+    print_note(&backend);
     if args.common.json {
         return print_json(&json!({
             "suite": suite.name,
             "head": head.to_string(),
             "prepend_bos": !args.sequence.bos.no_bos,
             "bos": bos,
+            "backend": backend,
             "rows": rows,
         }));
     }
     println!("suite {} on {head}; {}", suite.name, describe_bos(bos.as_ref()));
+    println!("{}", backend_line(&backend));
     println!("{:<6} {:<28} {:>4}  {:<30} {:<30}", "id", "prompt", "q", "top (pos tok weight)", "runner-up");
     let cell = |a: &Attended| format!("{} {} {:.4} {}", a.position, show(&a.token), a.weight, a.labels());
     for row in &rows {
@@ -80,16 +91,19 @@ fn suite_table(loaded: &Loaded, args: &Args, suite_name: &str) -> Result<()> {
 }
 
 /// The induction probe's scores of every head, averaged over the drawn sequences.
-fn induction(loaded: &Loaded, args: &Args) -> Result<()> {
+fn induction(loaded: &Loaded, args: &Args, backend: &mut Backend) -> Result<()> {
     let model = &loaded.model()?;
     let bos = loaded.bos(&args.sequence.bos)?;
     let threshold = args.sequence.threshold;
     let copies = loaded.first_copies(&args.sequence, args.tokens.as_deref())?;
-    let report = progress::induction_probe(model, &copies, bos.as_ref().map(|b| b.id))?;
+    let report = progress::induction_probe(model, &copies, bos.as_ref().map(|b| b.id), backend)?;
+    let backend = backend.info();
+    print_note(&backend);
     let heads = report.induction_heads(threshold);
     if args.common.json {
         let mut value = to_json(&report)?;
         if let Some(object) = value.as_object_mut() {
+            object.insert("backend".into(), to_json(&backend)?);
             object.insert("prepend_bos".into(), json!(!args.sequence.bos.no_bos));
             object.insert("bos_token".into(), json!(bos));
             object.insert("threshold".into(), json!(threshold));
@@ -104,6 +118,7 @@ fn induction(loaded: &Loaded, args: &Args) -> Result<()> {
         describe_sources(&report),
         describe_bos(bos.as_ref())
     );
+    println!("{}", backend_line(&backend));
     println!("prefix-copy accuracy: {}", mean_spread(report.prefix_copy_accuracy, &report.prefix_copy_accuracy_spread));
     println!(
         "induction heads (score >= {threshold}): {}\n",

@@ -905,7 +905,13 @@ await test("backend=gpu runs on SwiftShader's WebGPU and matches the CPU", async
     const label = (await p.textContent('#model-backend')).trim();
     expect(/^Grams and products on WebGPU — .*swiftshader/.test(label), `the page names the GPU's work, WebGPU and the adapter: ${label}`);
     expect(await p.locator('#backend-note').count() === 0, 'no fallback note');
+    // The probe asked the GPU too: it says which ran it, and a fallback's reason is its tooltip.
+    const probeLabel = (await p.textContent('#probe-backend')).trim();
+    const probeWhy = (await p.getAttribute('#probe-backend', 'title')) || '';
+    expect(probeLabel === 'probe on WebGPU' || (probeLabel === 'probe on CPU' && /the GPU failed/.test(probeWhy)), `the probe's backend: ${probeLabel} (${probeWhy})`);
     const demo = JSON.parse((await download(p, '#export-json')).bytes.toString());
+    const probeBackend = demo.induction.uniform_random.backend;
+    expect(probeBackend.name === (probeLabel === 'probe on WebGPU' ? 'gpu' : 'cpu'), `the export's probe backend: ${JSON.stringify(probeBackend)}`);
     expect(demo.backend.name === 'gpu' && /swiftshader.*\(WebGPU\)/.test(demo.backend.adapter), `JSON backend ${JSON.stringify(demo.backend)}`);
     // The bytes that crossed to and from the GPU, by stage: the demo's three 256 x 256 Grams
     // come back once each as two f32 parts per entry; the page says the totals.

@@ -5,7 +5,7 @@
 use headprint::analysis::circuits::{Grams, HeadWeights};
 use headprint::analysis::fingerprint::fingerprint_layers;
 use headprint::analysis::{HeadId, Mode, OvTokenLogits};
-use headprint::backend::Backend;
+use headprint::backend::{Backend, block_on};
 use headprint::figures::svg;
 use headprint::model::{LoadParts, Model, ModelStream, Weights};
 use headprint::probes::{Suite, verdict_table};
@@ -48,8 +48,9 @@ fn the_page_pipeline_runs_in_wasm() {
     let logits = OvTokenLogits::read(&stream, &weights, Mode::Folded).unwrap();
     assert_eq!(logits.diagonal().len(), model.config.vocab);
     // The tiny fixture lacks characters of the suite: a message, not a panic.
-    let error =
-        verdict_table(&model, &tokenizer, &Suite::builtin("bracket").unwrap(), HeadId::new(1, 0), None).unwrap_err();
+    let bracket = Suite::builtin("bracket").unwrap();
+    let error = block_on(verdict_table(&model, &tokenizer, &bracket, HeadId::new(1, 0), None, &mut Backend::cpu()))
+        .unwrap_err();
     assert!(error.to_string().contains("is not in the model's vocabulary"), "{error}");
     // The planted model covers the suites: its table in wasm matches the Python reference.
     let bytes = include_bytes!("../../../tests/fixtures/gptchar-induction/model.safetensors").to_vec();
@@ -60,8 +61,9 @@ fn the_page_pipeline_runs_in_wasm() {
     )
     .unwrap();
     let tokenizer = Tokenizer::for_model(&planted, None).unwrap();
+    // The CPU's future is ready at once: in the browser too it runs without awaiting.
     let rows =
-        verdict_table(&planted, &tokenizer, &Suite::builtin("bracket").unwrap(), HeadId::new(0, 1), None).unwrap();
+        block_on(verdict_table(&planted, &tokenizer, &bracket, HeadId::new(0, 1), None, &mut Backend::cpu())).unwrap();
     let reference: serde_json::Value =
         serde_json::from_str(include_str!("../../../tests/fixtures/gptchar-induction/expected.json")).unwrap();
     let want = reference["verdicts"]["bracket"]["L0H1"].as_array().unwrap();

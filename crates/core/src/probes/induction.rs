@@ -12,6 +12,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::backend::Backend;
 use crate::forward::{self, ForwardOutput, HeadOutputs};
 use crate::model::{NormKind, Weights};
 use crate::tokens::with_bos;
@@ -198,34 +199,39 @@ pub fn text_window_first_copies(text_ids: &[usize], n: usize, seed: u64, count: 
     seeded_copies(n, seed, count, |s| text_window_first_copy(text_ids, n, s), |seed| RepeatSource::TextWindow { seed })
 }
 
-/// Runs every first copy repeated once (after `bos` when given) and averages the scores.
-pub fn induction_probe(
+/// Runs every first copy repeated once (after `bos` when given) and averages the scores, the
+/// forward pass on `backend`. A GPU that fails gives `Error::Gpu`: callers run the whole probe
+/// in [`Backend::with_fallback`], so no report mixes two backends.
+pub async fn induction_probe(
     model: &(impl Weights + ?Sized),
     copies: &[FirstCopy],
     bos: Option<usize>,
+    backend: &mut Backend,
 ) -> Result<InductionReport> {
-    induction_probe_with_progress(model, copies, bos, &mut |_, _| {})
+    induction_probe_with_progress(model, copies, bos, backend, &mut |_, _| {}).await
 }
 
 /// `induction_probe`, every sequence in one layer-by-layer pass (a streamed model is read
 /// once; more passes only when the outputs would not fit together), calling `each_layer(done,
 /// total)` as the passes go.
-pub fn induction_probe_with_progress(
+pub async fn induction_probe_with_progress(
     model: &(impl Weights + ?Sized),
     copies: &[FirstCopy],
     bos: Option<usize>,
+    backend: &mut Backend,
     each_layer: &mut dyn FnMut(usize, usize),
 ) -> Result<InductionReport> {
-    induction_report(bos, score_sequences(model, copies, bos, each_layer)?)
+    induction_report(bos, score_sequences(model, copies, bos, backend, each_layer).await?)
 }
 
-/// Each copy's sequence run and scored on its own: the part of a probe that one worker of the
-/// tab's pool does for its share of the sequences (no sequence's numbers depend on which others
-/// ran beside it, see [`forward::run_batch`]). [`induction_report`] averages them.
-pub fn score_sequences(
+/// Each copy's sequence run on `backend` and scored on its own: the part of a probe that one
+/// worker of the tab's pool does for its share of the sequences (no sequence's numbers depend
+/// on which others ran beside it, see [`forward::run_batch`]). [`induction_report`] averages them.
+pub async fn score_sequences(
     model: &(impl Weights + ?Sized),
     copies: &[FirstCopy],
     bos: Option<usize>,
+    backend: &mut Backend,
     each_layer: &mut dyn FnMut(usize, usize),
 ) -> Result<Vec<SequenceScores>> {
     let prepared: Vec<Prepared> = copies.iter().map(|copy| prepare(model, copy, bos)).collect::<Result<_>>()?;
@@ -239,7 +245,8 @@ pub fn score_sequences(
     let mut sequences: Vec<SequenceScores> = Vec::with_capacity(copies.len());
     for (b, range) in batches.into_iter().enumerate() {
         let before = b * per_batch;
-        let outputs = forward::run_batch(model, &runs[range.clone()], &mut |done, _| each_layer(before + done, steps))?;
+        let outputs =
+            backend.forward(model, &runs[range.clone()], &mut |done, _| each_layer(before + done, steps)).await?;
         let scored = copies[range.clone()].iter().zip(&prepared[range]).zip(&outputs);
         sequences.extend(scored.map(|((copy, p), output)| score(copy, p, output)));
     }

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::HeadId;
+use crate::backend::Backend;
 use crate::forward::{self, HeadOutputs};
 use crate::model::Weights;
 use crate::probes::induction::induction_cells;
@@ -247,12 +248,15 @@ pub fn merged_marks_caveat(tokens: &[String], query: usize) -> String {
 /// One verdict row per prompt for `head`. With `bos`, every prompt runs as `BOS, tokens...`:
 /// positions (the query, the keys, `tokens`) then count from the BOS, and a prompt's `query`,
 /// which counts the prompt's own tokens from 0, is shifted by one to stay on the same token.
-pub fn verdict_table(
+/// The forward pass runs on `backend`; a GPU that fails gives `Error::Gpu` (callers run the
+/// table in [`Backend::with_fallback`]).
+pub async fn verdict_table(
     model: &(impl Weights + ?Sized),
     tokenizer: &Tokenizer,
     suite: &Suite,
     head: HeadId,
     bos: Option<usize>,
+    backend: &mut Backend,
 ) -> Result<Vec<VerdictRow>> {
     // Every prompt's ids and query first (a bad prompt is refused before anything runs), then
     // one layer-by-layer pass over all of them.
@@ -281,7 +285,7 @@ pub fn verdict_table(
     // before the next batch runs.
     let mut rows: Vec<Vec<f64>> = Vec::with_capacity(runs.len());
     for range in forward::batches(model, &runs) {
-        let outputs = forward::run_batch(model, &runs[range.clone()], &mut |_, _| {})?;
+        let outputs = backend.forward(model, &runs[range.clone()], &mut |_, _| {}).await?;
         rows.extend(prepared[range].iter().zip(&outputs).map(|((ids, query), output)| {
             let pattern = &output.patterns[head.layer][head.head];
             (0..ids.len()).map(|k| f64::from(pattern[(*query, k)])).collect()

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use crate::analysis::circuits::Grams;
 use crate::analysis::fingerprint::assemble_fingerprint;
 use crate::analysis::{HeadFingerprint, Mode, ModelFingerprint};
-use crate::backend::{BackendInfo, BytesMoved};
+use crate::backend::{BackendChoice, BackendInfo, BytesMoved};
 use crate::model::ModelConfig;
 use crate::probes::induction::induction_report;
 use crate::worker::protocol::{InductionRun, InductionShare};
@@ -101,21 +101,42 @@ impl LayerHeads {
     }
 }
 
+/// The backend a loaded model's later work asks for (its layers' products, its probes): a GPU
+/// when its Grams were computed on one, else the CPU, so a GPU the load did not find (or that
+/// `auto` passed over) is not looked for again in every worker.
+pub fn backend_found(grams: &BackendInfo) -> BackendChoice {
+    if grams.name == "gpu" { BackendChoice::Gpu } else { BackendChoice::Cpu }
+}
+
 /// An induction probe's run from its shares, in share order (share i holds the sequences
 /// before share i + 1's): the first share's error if any failed, else the sequences averaged.
 pub fn combine_induction(shares: Vec<InductionShare>) -> InductionRun {
     let Some(first) = shares.first() else {
-        return InductionRun {
-            sequence: String::new(),
-            report: Err("no share of the induction probe came back".into()),
-        };
+        return InductionRun::failed(String::new(), "no share of the induction probe came back".into());
     };
-    let (sequence, bos) = (first.sequence.clone(), first.bos);
+    let (sequence, bos, backend) = (first.sequence.clone(), first.bos, shares_backend(&shares));
     let report =
         shares.into_iter().map(|share| share.scores).collect::<std::result::Result<Vec<_>, String>>().and_then(
             |scores| induction_report(bos, scores.into_iter().flatten().collect()).map_err(|e| e.to_string()),
         );
-    InductionRun { sequence, report }
+    InductionRun { sequence, report, backend }
+}
+
+/// What ran a probe's shares: theirs when every share ran on a GPU or every one on the CPU;
+/// when only some ran on the CPU (a worker without a GPU, or whose GPU failed), the CPU's, with
+/// a note saying how many, since the probe's numbers are then not all the GPU's.
+fn shares_backend(shares: &[InductionShare]) -> BackendInfo {
+    let on_cpu: Vec<&BackendInfo> = shares.iter().map(|s| &s.backend).filter(|b| b.name != "gpu").collect();
+    match on_cpu.first() {
+        None => shares.first().map(|s| s.backend.clone()).unwrap_or_default(),
+        Some(&cpu) if on_cpu.len() == shares.len() => cpu.clone(),
+        Some(&cpu) => {
+            let why = cpu.note.as_ref().map_or(String::new(), |note| format!(" ({note})"));
+            let note =
+                format!("{} of {} shares of the probe's sequences ran on the CPU{why}", on_cpu.len(), shares.len());
+            BackendInfo { note: Some(note), ..cpu.clone() }
+        }
+    }
 }
 
 /// The parts of a stage not yet handed out, a contiguous block per worker. Each worker takes
@@ -149,7 +170,33 @@ impl PartQueue {
 
 #[cfg(test)]
 mod tests {
-    use super::PartQueue;
+    use super::{PartQueue, shares_backend};
+    use crate::backend::BackendInfo;
+    use crate::worker::protocol::InductionShare;
+
+    /// A probe whose shares ran on the GPU says so; one whose shares ran partly on the CPU
+    /// says the CPU, and how many of its shares, with the reason.
+    #[test]
+    fn a_probes_backend_is_the_gpu_only_when_every_share_ran_there() {
+        let gpu =
+            BackendInfo { name: "gpu".into(), adapter: Some("swiftshader (WebGPU)".into()), ..Default::default() };
+        let fell_back =
+            BackendInfo { note: Some("the GPU failed (lost); computed on the CPU".into()), ..Default::default() };
+        let share = |backend: &BackendInfo| InductionShare {
+            sequence: "s".into(),
+            bos: None,
+            scores: Ok(Vec::new()),
+            backend: backend.clone(),
+        };
+        assert_eq!(shares_backend(&[share(&gpu), share(&gpu)]), gpu);
+        assert_eq!(shares_backend(&[share(&fell_back), share(&fell_back)]), fell_back);
+        let mixed = shares_backend(&[share(&gpu), share(&fell_back), share(&gpu)]);
+        assert_eq!(mixed.name, "cpu");
+        assert_eq!(
+            mixed.note.as_deref(),
+            Some("1 of 3 shares of the probe's sequences ran on the CPU (the GPU failed (lost); computed on the CPU)")
+        );
+    }
 
     #[test]
     fn blocks_hand_out_every_part_once_contiguously_and_the_idle_help_from_the_far_end() {

@@ -62,11 +62,27 @@ pub enum Request {
     /// computed: `Gpu` runs the layer's products on this worker's own GPU device (opened at the
     /// first such request and kept), `Cpu` on its CPU.
     FingerprintLayer { model: ModelId, mode: Mode, layer: usize, backend: BackendChoice },
-    /// The induction probe on other repeated sequences, with or without the model's BOS.
-    Induction { model: ModelId, sequence: ProbeSequence, prepend_bos: bool },
-    /// Pool: share `share` of `shares` of an induction probe's sequences, each scored alone
-    /// (the page averages every share's with `worker::pool::combine_induction`).
-    InductionShare { model: ModelId, sequence: ProbeSequence, prepend_bos: bool, share: usize, shares: usize },
+    /// The induction probe on other repeated sequences, with or without the model's BOS, its
+    /// forward pass on `backend` (the GPU through WebGPU, or the CPU; the run says which).
+    Induction {
+        model: ModelId,
+        sequence: ProbeSequence,
+        prepend_bos: bool,
+        #[serde(default)]
+        backend: BackendChoice,
+    },
+    /// Pool: share `share` of `shares` of an induction probe's sequences, each scored alone, on
+    /// `backend` (this worker's own GPU device, or its CPU; the page averages every share's with
+    /// `worker::pool::combine_induction`).
+    InductionShare {
+        model: ModelId,
+        sequence: ProbeSequence,
+        prepend_bos: bool,
+        share: usize,
+        shares: usize,
+        #[serde(default)]
+        backend: BackendChoice,
+    },
     /// The tokens with the largest self-copy logits, raw and normalised.
     SelfCopy { model: ModelId, mode: Mode, head: HeadId, top: usize },
     /// One entry of the token-space OV circuit, tokens as written by the user.
@@ -76,10 +92,26 @@ pub enum Request {
     /// A block of the token-space OV circuit as a token x token matrix: the `top` tokens by
     /// self-copy logit, or every token when `top` is None (small vocabularies).
     OvMatrix { model: ModelId, mode: Mode, head: HeadId, top: Option<usize> },
-    /// One head's attention pattern on a text (after the model's BOS with `prepend_bos`).
-    Pattern { model: ModelId, head: HeadId, text: String, prepend_bos: bool },
-    /// A suite's verdict table for one head (each prompt after the model's BOS with `prepend_bos`).
-    Verdicts { model: ModelId, head: HeadId, suite: Suite, prepend_bos: bool },
+    /// One head's attention pattern on a text (after the model's BOS with `prepend_bos`), the
+    /// forward pass on `backend`.
+    Pattern {
+        model: ModelId,
+        head: HeadId,
+        text: String,
+        prepend_bos: bool,
+        #[serde(default)]
+        backend: BackendChoice,
+    },
+    /// A suite's verdict table for one head (each prompt after the model's BOS with
+    /// `prepend_bos`), the forward pass on `backend`.
+    Verdicts {
+        model: ModelId,
+        head: HeadId,
+        suite: Suite,
+        prepend_bos: bool,
+        #[serde(default)]
+        backend: BackendChoice,
+    },
 }
 
 /// A model named by link (`hf:ORG/NAME@REVISION`, `url:FOLDER/`, an http(s) folder), and the
@@ -255,6 +287,16 @@ pub struct PinnedLink {
 pub struct InductionRun {
     pub sequence: String,
     pub report: Result<InductionReport, String>,
+    /// What ran the probe's forward pass (a GPU that failed on the way: the CPU, with a note).
+    #[serde(default)]
+    pub backend: BackendInfo,
+}
+
+impl InductionRun {
+    /// A probe that did not run, and why.
+    pub fn failed(sequence: String, reason: String) -> InductionRun {
+        InductionRun { sequence, report: Err(reason), backend: BackendInfo::default() }
+    }
 }
 
 /// A share of an induction probe's sequences, scored by one worker of the pool.
@@ -265,6 +307,9 @@ pub struct InductionShare {
     /// The BOS put in front of every sequence.
     pub bos: Option<usize>,
     pub scores: Result<Vec<SequenceScores>, String>,
+    /// What ran this share's forward pass.
+    #[serde(default)]
+    pub backend: BackendInfo,
 }
 
 /// One timed step of a load (the browser benchmark reads these).

@@ -19,9 +19,10 @@ use crate::analysis::{HeadId, Mode, ModelFingerprint, OvTokenLogits};
 use crate::backend::{Backend, BackendChoice, block_on, moved_between};
 use crate::model::{ModelConfig, ModelStream, Weights};
 use crate::probes::induction::{
-    DEFAULT_SEQUENCES, induction_cells, random_first_copies, score_sequences, text_window_first_copies,
+    DEFAULT_SEQUENCES, SequenceScores, induction_cells, random_first_copies, score_sequences, text_window_first_copies,
 };
-use crate::probes::verdict_table;
+use crate::probes::suite::VerdictRow;
+use crate::probes::{Suite, attention_patterns, verdict_table};
 use crate::tokens::{Bos, Tokenizer, choose_bos, with_bos};
 use crate::weights::remote::{Client, LinkCache, ModelLink, NoCache, Opener, Patience, Transport};
 use crate::weights::{ByteSource, ModelFiles};
@@ -134,18 +135,27 @@ impl Held {
         self.bos.as_ref().filter(|_| prepend_bos).map(|b| b.id)
     }
 
-    fn induction(&self, sequence: &ProbeSequence, prepend_bos: bool, report: &Reporter) -> InductionRun {
-        combine_induction(vec![self.induction_share(sequence, prepend_bos, 0, 1, report)])
+    /// The whole induction probe on `backend` (see [`Held::induction_share`]).
+    async fn induction(
+        &self,
+        sequence: &ProbeSequence,
+        prepend_bos: bool,
+        backend: &mut Backend,
+        report: &Reporter,
+    ) -> InductionRun {
+        combine_induction(vec![self.induction_share(sequence, prepend_bos, 0, 1, backend, report).await])
     }
 
     /// Share `share` of `shares` of the probe's sequences (the pool gives each worker one),
-    /// each run and scored alone.
-    fn induction_share(
+    /// each run and scored alone, the forward pass on `backend`; a GPU that fails reruns the
+    /// whole share on the CPU, and the share says so.
+    async fn induction_share(
         &self,
         sequence: &ProbeSequence,
         prepend_bos: bool,
         share: usize,
         shares: usize,
+        backend: &mut Backend,
         report: &Reporter,
     ) -> InductionShare {
         let bos = self.bos(prepend_bos);
@@ -156,29 +166,80 @@ impl Held {
                 sequence.with_len(probe_len_with(&self.config, *len, bos))
             }
         };
-        let scores = (|| {
-            if share >= shares {
-                return Err(Error::Worker(format!("no share {share} of {shares} of the induction probe")));
-            }
-            let model = self.stream()?;
-            let copies = match &sequence {
-                ProbeSequence::UniformRandom { seed, len, count } => {
-                    random_first_copies(&self.tokenizer.ordinary_ids(&model), *len, *seed, *count)?
-                }
-                ProbeSequence::TextWindow { text, seed, len, count } => {
-                    text_window_first_copies(&self.encode(text)?, *len, *seed, *count)?
-                }
-            };
-            let mine = &copies[share * copies.len() / shares..(share + 1) * copies.len() / shares];
-            if mine.is_empty() {
-                return Ok(Vec::new());
-            }
-            score_sequences(&model, mine, bos, &mut |done, total| {
-                report(Progress::new(PROBE_STAGE, done as u64, total as u64))
-            })
-        })();
+        let scores = self.share_scores(&sequence, bos, share, shares, backend, report).await;
         let shown_bos = self.bos.as_ref().filter(|_| prepend_bos);
-        InductionShare { sequence: sequence.describe(shown_bos), bos, scores: scores.map_err(|e| e.to_string()) }
+        InductionShare {
+            sequence: sequence.describe(shown_bos),
+            bos,
+            scores: scores.map_err(|e| e.to_string()),
+            backend: backend.info(),
+        }
+    }
+
+    /// The scores of this share's sequences, run on `backend` (the whole share again on the CPU
+    /// when the GPU fails).
+    async fn share_scores(
+        &self,
+        sequence: &ProbeSequence,
+        bos: Option<usize>,
+        share: usize,
+        shares: usize,
+        backend: &mut Backend,
+        report: &Reporter,
+    ) -> Result<Vec<SequenceScores>> {
+        if share >= shares {
+            return Err(Error::Worker(format!("no share {share} of {shares} of the induction probe")));
+        }
+        let model = self.stream()?;
+        let copies = match sequence {
+            ProbeSequence::UniformRandom { seed, len, count } => {
+                random_first_copies(&self.tokenizer.ordinary_ids(&model), *len, *seed, *count)?
+            }
+            ProbeSequence::TextWindow { text, seed, len, count } => {
+                text_window_first_copies(&self.encode(text)?, *len, *seed, *count)?
+            }
+        };
+        let mine = &copies[share * copies.len() / shares..(share + 1) * copies.len() / shares];
+        if mine.is_empty() {
+            return Ok(Vec::new());
+        }
+        backend
+            .with_fallback(async |backend| {
+                score_sequences(&model, mine, bos, backend, &mut |done, total| {
+                    report(Progress::new(PROBE_STAGE, done as u64, total as u64))
+                })
+                .await
+            })
+            .await
+    }
+
+    /// One head's attention pattern on `text`, the forward pass on `backend`.
+    async fn pattern(&self, head: HeadId, text: &str, prepend_bos: bool, backend: &mut Backend) -> Result<Pattern> {
+        let head = self.head(head)?;
+        let ids = with_bos(self.bos(prepend_bos), &self.encode(text)?);
+        let stream = self.stream()?;
+        let patterns = backend.with_fallback(async |backend| attention_patterns(&stream, &ids, backend).await).await?;
+        let matrix = &patterns[head.layer][head.head];
+        let rows = (0..ids.len()).map(|q| (0..ids.len()).map(|k| matrix[(q, k)] as f64).collect()).collect();
+        Ok(Pattern {
+            tokens: ids.iter().map(|&i| self.tokenizer.token_text(i)).collect(),
+            rows,
+            marks: induction_cells(&ids),
+        })
+    }
+
+    /// A suite's verdict table for one head, the forward pass on `backend`.
+    async fn verdicts(
+        &self,
+        head: HeadId,
+        suite: &Suite,
+        prepend_bos: bool,
+        backend: &mut Backend,
+    ) -> Result<Vec<VerdictRow>> {
+        let (head, bos, stream) = (self.head(head)?, self.bos(prepend_bos), self.stream()?);
+        backend
+            .with_fallback(async |backend| verdict_table(&stream, &self.tokenizer, suite, head, bos, backend).await)
+            .await
     }
 }
 
@@ -334,6 +395,19 @@ async fn kept_backend(kept: &mut Option<(BackendChoice, Backend)>, choice: Backe
     &mut kept.as_mut().expect("just filled").1
 }
 
+/// The backend for `choice`: `cpu` for the CPU (a kept GPU stays kept for the next request
+/// that asks for one), else the one [`kept_backend`] gives.
+async fn backend_for<'a>(
+    kept: &'a mut Option<(BackendChoice, Backend)>,
+    cpu: &'a mut Backend,
+    choice: BackendChoice,
+) -> &'a mut Backend {
+    match choice {
+        BackendChoice::Cpu => cpu,
+        other => kept_backend(kept, other).await,
+    }
+}
+
 /// What a `Load` asks for besides reading the files.
 struct Loading {
     analyse: bool,
@@ -383,9 +457,10 @@ impl Session {
         block_on(self.answer(request, files, report))
     }
 
-    /// Answers one request. `files` are the files of a `Load`, in its `names` order. Only a
-    /// load, the pool's GPU Grams and a layer's heads wait (for a GPU, in the browser);
-    /// everything else is answered at once.
+    /// Answers one request. `files` are the files of a `Load`, in its `names` order. Whatever
+    /// may run on a GPU waits for it (in the browser): a load, the pool's GPU Grams, a layer's
+    /// heads and the forward passes (the probes, a pattern, a verdict table); everything else is
+    /// answered at once.
     pub async fn answer(
         &mut self,
         request: Request,
@@ -399,6 +474,31 @@ impl Session {
             Request::GpuGrams { model, backend } => self.gpu_grams(model, backend, report).await,
             Request::FingerprintLayer { model, mode, layer, backend } => {
                 self.fingerprint_layer(model, mode, layer, backend).await
+            }
+            Request::Induction { model, sequence, prepend_bos, backend } => {
+                let held = held_in(&self.models, model)?;
+                let mut cpu = Backend::cpu();
+                let backend = backend_for(&mut self.backend, &mut cpu, backend).await;
+                Ok(Reply::Induction(held.induction(&sequence, prepend_bos, backend, &report).await))
+            }
+            Request::InductionShare { model, sequence, prepend_bos, share, shares, backend } => {
+                let held = held_in(&self.models, model)?;
+                let mut cpu = Backend::cpu();
+                let backend = backend_for(&mut self.backend, &mut cpu, backend).await;
+                let scored = held.induction_share(&sequence, prepend_bos, share, shares, backend, &report).await;
+                Ok(Reply::InductionShare(scored))
+            }
+            Request::Pattern { model, head, text, prepend_bos, backend } => {
+                let held = held_in(&self.models, model)?;
+                let mut cpu = Backend::cpu();
+                let backend = backend_for(&mut self.backend, &mut cpu, backend).await;
+                Ok(Reply::Pattern(held.pattern(head, &text, prepend_bos, backend).await?))
+            }
+            Request::Verdicts { model, head, suite, prepend_bos, backend } => {
+                let held = held_in(&self.models, model)?;
+                let mut cpu = Backend::cpu();
+                let backend = backend_for(&mut self.backend, &mut cpu, backend).await;
+                Ok(Reply::Verdicts(held.verdicts(head, &suite, prepend_bos, backend).await?))
             }
             other => self.answer_now(other, files, report),
         }
@@ -451,9 +551,13 @@ impl Session {
 
     fn answer_now(&mut self, request: Request, files: Vec<Box<dyn ByteSource>>, report: Reporter) -> Result<Reply> {
         match request {
-            Request::Load { .. } | Request::GpuGrams { .. } | Request::FingerprintLayer { .. } => {
-                Err(Error::Internal("a load, the GPU's Grams and a layer's heads are answered by `answer`".into()))
-            }
+            Request::Load { .. }
+            | Request::GpuGrams { .. }
+            | Request::FingerprintLayer { .. }
+            | Request::Induction { .. }
+            | Request::InductionShare { .. }
+            | Request::Pattern { .. }
+            | Request::Verdicts { .. } => Err(Error::Internal("what may run on a GPU is answered by `answer`".into())),
             Request::Hash { names } => {
                 if names.len() != files.len() {
                     return Err(Error::Worker(format!("{} file names for {} files", names.len(), files.len())));
@@ -477,12 +581,6 @@ impl Session {
                 }
                 Ok(Reply::Done)
             }
-            Request::Induction { model, sequence, prepend_bos } => {
-                Ok(Reply::Induction(self.held(model)?.induction(&sequence, prepend_bos, &report)))
-            }
-            Request::InductionShare { model, sequence, prepend_bos, share, shares } => Ok(Reply::InductionShare(
-                self.held(model)?.induction_share(&sequence, prepend_bos, share, shares, &report),
-            )),
             Request::SelfCopy { model, mode, head, top } => {
                 let (held, logits) = self.logits(model, mode, head)?;
                 let (raw, normalised) = (logits.diagonal(), logits.normalised_diagonal());
@@ -519,19 +617,6 @@ impl Session {
                     values: matrix.values,
                 })
             }
-            Request::Pattern { model, head, text, prepend_bos } => {
-                let held = self.held(model)?;
-                let head = held.head(head)?;
-                let ids = with_bos(held.bos(prepend_bos), &held.encode(&text)?);
-                let output = crate::forward::run(&held.stream()?, &ids)?;
-                let matrix = &output.patterns[head.layer][head.head];
-                let rows = (0..ids.len()).map(|q| (0..ids.len()).map(|k| matrix[(q, k)] as f64).collect()).collect();
-                Ok(Reply::Pattern(Pattern {
-                    tokens: ids.iter().map(|&i| held.tokenizer.token_text(i)).collect(),
-                    rows,
-                    marks: induction_cells(&ids),
-                }))
-            }
             Request::Open { model, names, role, link } => {
                 let (held, opening) = self.open(names, files, link, role)?;
                 let info = Box::new(held.info());
@@ -560,11 +645,6 @@ impl Session {
                 }
                 held.grams = Some(grams);
                 Ok(Reply::Done)
-            }
-            Request::Verdicts { model, head, suite, prepend_bos } => {
-                let held = self.held(model)?;
-                let bos = held.bos(prepend_bos);
-                Ok(Reply::Verdicts(verdict_table(&held.stream()?, &held.tokenizer, &suite, held.head(head)?, bos)?))
             }
         }
     }
@@ -685,7 +765,7 @@ impl Session {
 
         report(Progress::new(PROBE_STAGE, 0, held.config.layers as u64 + 1));
         let started = clock();
-        let induction = held.induction(&default_sequence(&held.config), prepend_bos, &report);
+        let induction = held.induction(&default_sequence(&held.config), prepend_bos, backend, &report).await;
         timings.push(timed("induction probe", started));
 
         let info = held.info();

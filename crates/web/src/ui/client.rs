@@ -26,7 +26,9 @@ pub async fn request(request: &Request, files: &ModelSource) -> Result<Reply, Fa
             pool::open(model, names, files.clone(), false, backend).await.map(|_| Reply::Loaded)
         }
         Request::Fingerprint { model, mode } => pool::fingerprint(model, mode).await,
-        Request::Induction { model, sequence, prepend_bos } => pool::induction(model, sequence, prepend_bos).await,
+        Request::Induction { model, sequence, prepend_bos, backend } => {
+            pool::induction(model, sequence, prepend_bos, backend).await
+        }
         Request::Forget { model } => pool::forget(model).await,
         request => workers::send_to(0, request, files, true, workers::generation()).await,
     }

@@ -125,11 +125,13 @@ fn Exercise(prompt: Prompt, question: Question, outcomes: RwSignal<BTreeMap<Stri
                 return None;
             }
             let head = head.get()?.ok()?;
+            let loaded = ctx.loaded.get()?;
             Some(Request::Verdicts {
-                model: ctx.loaded.get()?.id,
+                model: loaded.id,
                 head,
                 suite: one_prompt.clone(),
                 prepend_bos: ctx.prepend_bos.get(),
+                backend: loaded.probe_backend(),
             })
         },
         |reply| match reply {
@@ -291,11 +293,13 @@ fn Exercise(prompt: Prompt, question: Question, outcomes: RwSignal<BTreeMap<Stri
             if !attend || given.get().is_none() {
                 return None;
             }
+            let loaded = ctx.loaded.get()?;
             Some(Request::Pattern {
-                model: ctx.loaded.get()?.id,
+                model: loaded.id,
                 head: attention_head.get()?.ok()?,
                 text: pattern_text.clone(),
                 prepend_bos: ctx.prepend_bos.get(),
+                backend: loaded.probe_backend(),
             })
         },
         |reply| match reply {

@@ -411,11 +411,27 @@ fn ModelBar() -> impl IntoView {
                             let note = backend.note.clone().filter(|note| {
                                 l.backend_asked == BackendChoice::Gpu || note.starts_with("the GPU failed")
                             });
+                            // What ran the probe's forward pass, when a GPU was in play: the
+                            // GPU, or the CPU it fell back to (the reason is the tooltip).
+                            let probe = &l.random_run.backend;
+                            let probe_label = match (probe.name == "gpu", backend.name == "gpu") {
+                                _ if l.random_run.report.is_err() => None,
+                                (true, _) => Some("probe on WebGPU"),
+                                (false, true) => Some("probe on CPU"),
+                                (false, false) => None,
+                            };
+                            let probe_view = probe_label.map(|label| {
+                                view! {
+                                    <span class="fact" id="probe-backend" title=probe.note.clone().unwrap_or_default()>
+                                        {label}
+                                    </span>
+                                }
+                            });
                             let backend_view = view! {
                                 <span class="fact" id="model-backend" title=backend.note.clone().unwrap_or_default()>
                                     {
                                         // What the GPU did, when it did: the Grams and every
-                                        // layer's products (the probe runs on the CPU).
+                                        // layer's products (the probe says its own beside it).
                                         let work = if backend.name == "gpu" { "Grams and products" } else { "Computed" };
                                         match backend.bytes_moved_text() {
                                             Some(moved) => format!("{work} on {} ({moved})", backend.label()),
@@ -423,6 +439,7 @@ fn ModelBar() -> impl IntoView {
                                         }
                                     }
                                 </span>
+                                {probe_view}
                                 {note
                                     .map(|note| {
                                         view! {

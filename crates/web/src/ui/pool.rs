@@ -25,7 +25,7 @@ use headprint::analysis::circuits::{Grams, segment_rows};
 use headprint::analysis::{Mode, ModelFingerprint};
 use headprint::backend::{BackendChoice, BackendInfo};
 use headprint::model::ModelConfig;
-use headprint::worker::pool::{GramSum, LayerHeads, PartQueue, combine_induction};
+use headprint::worker::pool::{GramSum, LayerHeads, PartQueue, backend_found, combine_induction};
 use headprint::worker::protocol::{
     Analysis, GramsData, InductionRun, ModelId, ModelInfo, ProbeSequence, Progress, Reply, Request, Role, Timing,
 };
@@ -274,7 +274,7 @@ async fn heads(run: Run, pooled: &Pooled, mode: Mode) -> Result<ModelFingerprint
     let config = &pooled.config;
     let (layers, per_layer, model) = (config.layers, config.heads, run.model);
     // Grams made on a GPU: each worker runs its layers' products on its own device too.
-    let backend = if pooled.backend.name == "gpu" { BackendChoice::Gpu } else { BackendChoice::Cpu };
+    let backend = backend_found(&pooled.backend);
     let stage = fingerprint_stage(mode);
     let total = (layers * per_layer) as u64;
     let grid = Some((layers, per_layer));
@@ -320,21 +320,28 @@ pub async fn analyse(
     run.report(Progress::new(PROBE_STAGE, 0, info.config.layers as u64 + 1));
     let started = now();
     let probe_run = Run { workers: pooled.whole_model_workers, ..run };
-    let induction = probe(probe_run, default_sequence(&info.config), prepend_bos).await?;
+    let probe_backend = backend_found(&pooled.backend);
+    let induction = probe(probe_run, default_sequence(&info.config), prepend_bos, probe_backend).await?;
     timings.push(Timing { step: "induction probe".into(), ms: now() - started });
     Ok(Reply::Analysed(Box::new(Analysis { info, folded, induction, timings })))
 }
 
 /// An induction probe with its sequences shared out, one share to each worker (the lead's
-/// progress is the one shown), averaged in sequence order.
-async fn probe(run: Run, sequence: ProbeSequence, prepend_bos: bool) -> Result<InductionRun, Failure> {
+/// progress is the one shown), each on `backend` (a GPU: the worker's own device), averaged in
+/// sequence order.
+async fn probe(
+    run: Run,
+    sequence: ProbeSequence,
+    prepend_bos: bool,
+    backend: BackendChoice,
+) -> Result<InductionRun, Failure> {
     let shares = run.workers.min(sequence.count()).max(1);
     let collected = Rc::new(RefCell::new(vec![None; shares]));
     let model = run.model;
     on_every_worker(shares, |share| {
         let (collected, sequence) = (collected.clone(), sequence.clone());
         async move {
-            let ask = Request::InductionShare { model, sequence, prepend_bos, share, shares };
+            let ask = Request::InductionShare { model, sequence, prepend_bos, share, shares, backend };
             let Reply::InductionShare(scored) = run.send(share, ask, &ModelSource::default()).await? else {
                 return Err(unexpected("a share of the induction probe"));
             };
@@ -351,12 +358,17 @@ async fn probe(run: Run, sequence: ProbeSequence, prepend_bos: bool) -> Result<I
     ))
 }
 
-/// The induction probe on other sequences of a held model, across the pool.
-pub async fn induction(model: ModelId, sequence: ProbeSequence, prepend_bos: bool) -> Result<Reply, Failure> {
+/// The induction probe on other sequences of a held model, across the pool, on `backend`.
+pub async fn induction(
+    model: ModelId,
+    sequence: ProbeSequence,
+    prepend_bos: bool,
+    backend: BackendChoice,
+) -> Result<Reply, Failure> {
     let pooled = pooled(model)?;
     let workers = pooled.whole_model_workers;
     let run = Run { model, workers, generation: workers::generation(), shows_progress: true };
-    Ok(Reply::Induction(probe(run, sequence, prepend_bos).await?))
+    Ok(Reply::Induction(probe(run, sequence, prepend_bos, backend).await?))
 }
 
 fn pooled(model: ModelId) -> Result<Pooled, Failure> {

@@ -34,6 +34,7 @@ fn pattern_of(ctx: Ctx, text: impl Fn() -> String + 'static) -> ReadSignal<Optio
                 head: ctx.head.get(),
                 text: text(),
                 prepend_bos: ctx.prepend_bos.get(),
+                backend: l.probe_backend(),
             })
         },
         |reply| match reply {
@@ -129,6 +130,7 @@ pub fn Probes() -> impl IntoView {
                 head: ctx.head.get(),
                 suite: ctx.suite.get(),
                 prepend_bos: ctx.prepend_bos.get(),
+                backend: l.probe_backend(),
             })
         },
         |reply| match reply {

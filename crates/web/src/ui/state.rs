@@ -15,6 +15,7 @@ use headprint::figures::metric::Metric;
 use headprint::probes::Suite;
 use headprint::probes::induction::HeadScores;
 use headprint::weights::remote::{HUB_ENDPOINT, ModelLink};
+use headprint::worker::pool::backend_found;
 use headprint::worker::protocol::{
     Analysis, InductionRun, LinkSource, ModelInfo, ProbeSequence, Progress, Reply, Request, Timing,
 };
@@ -103,6 +104,12 @@ impl Loaded {
 
     pub fn head(&self, mode: Mode, id: HeadId) -> Option<&HeadFingerprint> {
         self.fingerprint(mode)?.head(id)
+    }
+
+    /// Where the probes' forward passes run: the backend choice as the load found it (the GPU
+    /// that computed the Grams, else the CPU), so the workers keep the device they opened.
+    pub fn probe_backend(&self) -> BackendChoice {
+        backend_found(&self.folded.backend)
     }
 
     pub fn run(&self, sequence: Sequence) -> Option<&InductionRun> {
@@ -552,16 +559,20 @@ pub async fn ensure_text_run(ctx: Ctx) {
             let len = headprint::worker::session::probe_len(&loaded.info.config);
             let count = headprint::probes::induction::DEFAULT_SEQUENCES;
             let sequence = ProbeSequence::TextWindow { text, seed: 0, len, count };
-            let request =
-                Request::Induction { model: loaded.id, sequence: sequence.clone(), prepend_bos: loaded.probe_bos };
+            let request = Request::Induction {
+                model: loaded.id,
+                sequence: sequence.clone(),
+                prepend_bos: loaded.probe_bos,
+                backend: loaded.probe_backend(),
+            };
             let describe = || sequence.describe(loaded.info.bos.as_ref().filter(|_| loaded.probe_bos));
             match client::request(&request, &ModelSource::default()).await {
                 Ok(Reply::Induction(run)) => run,
-                Ok(_) => InductionRun { sequence: describe(), report: Err("unexpected answer".into()) },
-                Err(e) => InductionRun { sequence: describe(), report: Err(e.to_string()) },
+                Ok(_) => InductionRun::failed(describe(), "unexpected answer".into()),
+                Err(e) => InductionRun::failed(describe(), e.to_string()),
             }
         }
-        Err(e) => InductionRun { sequence: "held-out text".into(), report: Err(e) },
+        Err(e) => InductionRun::failed("held-out text".into(), e),
     };
     ctx.busy.set(None);
     attach(ctx, loaded.id, |l| l.with(None, Some(run), None));
@@ -583,11 +594,16 @@ pub async fn ensure_bos(ctx: Ctx) {
     ctx.busy
         .set(Some(format!("Running the induction probe {} the BOS…", if prepend_bos { "with" } else { "without" })));
     let sequence = headprint::worker::session::default_sequence(&loaded.info.config);
-    let request = Request::Induction { model: loaded.id, sequence: sequence.clone(), prepend_bos };
+    let request = Request::Induction {
+        model: loaded.id,
+        sequence: sequence.clone(),
+        prepend_bos,
+        backend: loaded.probe_backend(),
+    };
     let run = match client::request(&request, &ModelSource::default()).await {
         Ok(Reply::Induction(run)) => run,
-        Ok(_) => InductionRun { sequence: sequence.describe(None), report: Err("unexpected answer".into()) },
-        Err(e) => InductionRun { sequence: sequence.describe(None), report: Err(e.to_string()) },
+        Ok(_) => InductionRun::failed(sequence.describe(None), "unexpected answer".into()),
+        Err(e) => InductionRun::failed(sequence.describe(None), e.to_string()),
     };
     ctx.busy.set(None);
     attach(ctx, loaded.id, |l| l.rerun(run, prepend_bos));
