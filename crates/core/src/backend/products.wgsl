@@ -193,10 +193,10 @@ fn product_tile(tile: vec3<u32>, local: vec2<u32>, index: u32) {
 }
 
 // The fold (products_layout.wgsl's `fold`) in f32 pairs: each f64 value as (high, low). A
-// product of two f32 values is exact as a pair (split into 12-bit halves, as above: WGSL does
-// not promise an FMA for Dekker's product), sums are TwoSums, so a folded value comes within
-// about 2^-46 of its column's scale of the f64 fold (`k` times that for the mean's sum at
-// worst). Every sum goes through `hidden`, for the same reason as in `multiply_add`.
+// product of two f32 values is a pair summed from the exact products of their 12-bit halves (as
+// above: WGSL does not promise an FMA for Dekker's product), sums are TwoSums, so a folded value
+// comes within about 2^-46 of its column's scale of the f64 fold (K times that for the mean's
+// sum at worst). Every sum goes through `hidden`, for the same reason as in `multiply_add`.
 
 /// `x + y` as the rounded sum and its exact error (TwoSum).
 fn two_sum(x: f32, y: f32, zero: u32) -> vec2<f32> {
