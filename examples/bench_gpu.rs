@@ -15,7 +15,7 @@
 use std::time::Instant;
 
 use headprint::analysis::circuits::{Grams, LayerProducts, Mode, SEGMENT_ROWS};
-use headprint::analysis::fingerprint::{HeadFingerprint, fingerprint_layer_on, layer_head_weights};
+use headprint::analysis::fingerprint::{HeadFingerprint, fingerprint_layer_on};
 use headprint::backend::gpu::Arithmetic;
 use headprint::backend::{Backend, BackendChoice, block_on};
 use headprint::model::{LoadParts, ModelStream, Weights};
@@ -125,11 +125,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let start = Instant::now();
             for l in 0..layers {
                 let layer = model.layer(l, LoadParts::Circuits)?;
-                let weights = layer_head_weights(c, &layer, &model.ln_final, Mode::Folded);
-                block_on(LayerProducts::new(c, &weights, &grams, &mut backend))?.map_err(|e| e.to_string())?;
+                block_on(LayerProducts::new(c, &layer, &model.ln_final, Mode::Folded, &grams, &mut backend))?
+                    .map_err(|e| e.to_string())?;
             }
             let products_s = start.elapsed().as_secs_f64();
-            eprintln!("{label}: layer products (read and fold included) in {products_s:.2} s");
+            eprintln!("{label}: layer products (read included) in {products_s:.2} s");
 
             let start = Instant::now();
             let mut heads = Vec::new();

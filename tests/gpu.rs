@@ -14,12 +14,12 @@ use headprint::Error;
 use headprint::analysis::circuits::Grams;
 use headprint::analysis::{Mode, fingerprint_stream_with};
 use headprint::backend::gpu::Arithmetic;
-use headprint::backend::{Backend, BackendChoice, Blocks, ColumnRun, Factor, block_on};
-use headprint::model::ModelStream;
+use headprint::backend::{Backend, BackendChoice, Blocks, ColumnRun, Factor, Fold, block_on, moved_between};
+use headprint::model::{ModelStream, Norm, NormKind};
 use headprint::weights::ModelFiles;
 use std::sync::Arc;
 
-use nalgebra::DMatrix;
+use nalgebra::{DMatrix, DVector};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -331,10 +331,10 @@ fn column_products_on(mut backend: Backend) {
     let wide = random_f64(rows, 300 * width);
     let (a, x) = (Arc::new(random_f64(rows, 33)), random_f64(33, 10 * width));
     let product = DMatrix::from_fn(rows, x.ncols(), |i, j| (0..33).map(|l| a[(i, l)] * x[(l, j)]).sum::<f64>());
-    let kept_wide = block_on(backend.keep(wide.clone(), width)).expect("kept");
+    let kept_wide = block_on(backend.keep(wide.clone(), width, None)).expect("kept");
     let (kept_product, kept_x) =
-        block_on(backend.multiply_keeping_both(&a, Factor::General, x.clone(), width)).expect("product");
-    let product_alone = block_on(backend.multiply_kept(&a, Factor::General, &x, width)).expect("product");
+        block_on(backend.multiply_keeping_both(&a, Factor::General, x.clone(), width, None)).expect("product");
+    let product_alone = block_on(backend.multiply_kept(&a, Factor::General, x.clone(), width, None)).expect("product");
     let blocks = |first, group| Blocks { first, group };
     let run =
         |left, left_blocks, right, right_blocks, count| ColumnRun { left, left_blocks, right, right_blocks, count };
@@ -368,7 +368,7 @@ fn column_products_on(mut backend: Backend) {
     // Values that are f32 already (weights used as stored) cross without their zero rests.
     let exact = DMatrix::from_fn(rows, 4 * width, |i, j| ((i * 31 + j * 17) % 23) as f64 / 8.0 - 1.0);
     let before = backend.bytes_moved();
-    let kept_exact = block_on(backend.keep(exact.clone(), width)).unwrap();
+    let kept_exact = block_on(backend.keep(exact.clone(), width, None)).unwrap();
     if let (Some((to_before, _)), Some((to_after, _))) = (before, backend.bytes_moved()) {
         assert_eq!(to_after - to_before, 4 * exact.len() as u64, "{name}: f32 values alone go over");
     }
@@ -382,9 +382,114 @@ fn column_products_on(mut backend: Backend) {
     let past_the_end = [run(&kept_product, blocks(9, 1), &kept_product, blocks(0, 1), 2)];
     assert!(matches!(block_on(backend.column_products(width, &past_the_end)), Err(Error::Internal(_))), "{name}");
     if backend.is_gpu() {
-        let on_the_cpu = block_on(Backend::cpu().keep(product.clone(), width)).unwrap();
+        let on_the_cpu = block_on(Backend::cpu().keep(product.clone(), width, None)).unwrap();
         let mixed = [run(&on_the_cpu, blocks(0, 1), &kept_product, blocks(0, 1), 1)];
         assert!(matches!(block_on(backend.column_products(width, &mixed)), Err(Error::Internal(_))), "{name}");
+    }
+}
+
+/// Relative tolerance of a GPU's norm fold (per entry, relative to the largest term of its
+/// column, see `fold_matches_the_hosts_on`): f32 pairs keep ~2^-46 of it, native f64 more.
+const FOLD_TOLERANCE: f64 = 1e-12;
+
+/// The norm's fold that a backend applies to X itself (on a GPU on the device, from X's f32
+/// values as stored) against the host's f64 fold: LayerNorm and RMSNorm, scaling then centring
+/// and the transposed order, X kept as folded, as a product's input, and kept beside its
+/// product; wider than one chunk on the device (2048 columns). Folded values cross as their
+/// f32 values, without rests.
+#[test]
+fn the_device_fold_matches_the_hosts_on_every_backend() {
+    for backend in every_backend() {
+        fold_matches_the_hosts_on(backend);
+    }
+}
+
+fn fold_matches_the_hosts_on(mut backend: Backend) {
+    let name = named(&backend);
+    let mut rng = ChaCha8Rng::seed_from_u64(16);
+    for (rows, columns, width) in [(45, 30, 5), (768, 2112, 64)] {
+        // Columns with a mean far from zero, as the centring must remove it; f32 values as stored.
+        let x = DMatrix::from_fn(rows, columns, |_, j| (rng.random_range(-1.0f32..1.0) + (j % 5) as f32) as f64);
+        let norm = Norm { weight: DVector::from_fn(rows, |_, _| rng.random_range(0.1f32..2.0)), bias: None };
+        let a = Arc::new(DMatrix::from_fn(33, rows, |_, _| rng.random_range(-1.0..1.0)));
+        let raw_bytes = {
+            let before = backend.bytes_moved();
+            block_on(backend.keep(x.clone(), width, None)).unwrap();
+            moved_between(before, backend.bytes_moved()).map(|(to, _)| to)
+        };
+        for kind in [NormKind::LayerNorm, NormKind::RmsNorm] {
+            for transposed in [false, true] {
+                let fold = Fold { norm: &norm, kind, transposed };
+                let what = format!("{name}: {rows} x {columns}, {kind:?}, transposed {transposed}");
+                let mut want = x.clone();
+                fold.apply(&mut want);
+                let before = backend.bytes_moved();
+                let kept = block_on(backend.keep(x.clone(), width, Some(fold))).expect("kept");
+                if let (Some(raw), Some((folded, _))) = (raw_bytes, moved_between(before, backend.bytes_moved())) {
+                    // X's values, and per chunk the norm's weight and the fold's shape (64 bytes).
+                    let extra = folded.checked_sub(raw).unwrap_or_else(|| panic!("{what}: {folded} < {raw} bytes"));
+                    assert!(extra > 0 && extra % (4 * rows as u64 + 64) == 0, "{what}: {folded} bytes, {raw} unfolded");
+                    assert!(rows < 100 || extra <= raw / 50, "{what}: {folded} bytes to the device, {raw} unfolded");
+                }
+                let got = block_on(backend.read_kept(&kept)).expect("read back");
+                assert_fold_close(&got, &want, &x, &norm, &what);
+                let (product, kept_x) =
+                    block_on(backend.multiply_keeping_both(&a, Factor::General, x.clone(), width, Some(fold)))
+                        .expect("product");
+                let got = block_on(backend.read_kept(&kept_x)).expect("read back");
+                assert_fold_close(&got, &want, &x, &norm, &format!("{what}, kept beside its product"));
+                let tolerance = kernel_tolerance(&backend);
+                let want_product = &*a * &want;
+                let got = block_on(backend.read_kept(&product)).expect("read back");
+                assert_product_close_f64(&got, &want_product, &a.transpose(), &want, tolerance, &what);
+                let alone = block_on(backend.multiply_kept(&a, Factor::General, x.clone(), width, Some(fold)))
+                    .expect("product");
+                let got = block_on(backend.read_kept(&alone)).expect("read back");
+                assert_product_close_f64(&got, &want_product, &a.transpose(), &want, tolerance, &what);
+            }
+        }
+    }
+}
+
+/// Each folded entry within [`FOLD_TOLERANCE`] of the host's, relative to the largest term its
+/// column's fold sums (`max |γ_i| · max |x_i|`).
+fn assert_fold_close(got: &DMatrix<f64>, want: &DMatrix<f64>, x: &DMatrix<f64>, norm: &Norm, what: &str) {
+    assert_eq!(got.shape(), want.shape(), "{what}: shape");
+    let largest_weight = norm.weight.iter().fold(0.0f64, |m, &w| m.max((w as f64).abs()));
+    let mut worst: f64 = 0.0;
+    for j in 0..got.ncols() {
+        let scale = largest_weight * x.column(j).amax();
+        for i in 0..got.nrows() {
+            let error = (got[(i, j)] - want[(i, j)]).abs() / scale;
+            worst = worst.max(error);
+            assert!(
+                error <= FOLD_TOLERANCE,
+                "{what}: ({i}, {j}) is {}, the host's {} ({error:e})",
+                got[(i, j)],
+                want[(i, j)]
+            );
+        }
+    }
+    eprintln!("{what}: worst relative error {worst:e}");
+}
+
+/// In folded mode a GPU uploads each layer's weights as stored and folds them on the device, so
+/// the heads' products move about the bytes of raw mode, not the folded values' rests besides
+/// (LayerNorm with an untied unembedding, and RMSNorm with grouped-query heads).
+#[test]
+fn folded_mode_uploads_what_raw_mode_uploads() {
+    for fixture_name in ["pythia", "llama"] {
+        let files = ModelFiles::from_path(&fixture(fixture_name)).unwrap();
+        let stream = ModelStream::open(&files).unwrap();
+        let heads = |mode| {
+            let fingerprint = fingerprint_stream_with(&stream, mode, &mut gpu()).unwrap();
+            let stage = fingerprint.backend.stages.iter().find(|s| s.stage == "heads").expect("a heads stage").clone();
+            (stage.bytes_to_device, stage.bytes_from_device)
+        };
+        let ((folded_to, folded_from), (raw_to, raw_from)) = (heads(Mode::Folded), heads(Mode::Raw));
+        eprintln!("{fixture_name}: heads' bytes to the device {folded_to} folded, {raw_to} raw");
+        assert!(10 * folded_to <= 11 * raw_to, "{fixture_name}: {folded_to} bytes up folded, {raw_to} raw");
+        assert_eq!(folded_from, raw_from, "{fixture_name}: the same bytes back");
     }
 }
 

@@ -11,7 +11,7 @@ use super::HeadId;
 use super::spectrum::Factored;
 use crate::Result;
 use crate::backend::cpu::{self, inner};
-use crate::backend::{Backend, BackendInfo, Blocks, ColumnRun, Factor, Kept, Sum, block_on};
+use crate::backend::{Backend, BackendInfo, Blocks, ColumnRun, Factor, Fold, Kept, Sum, block_on};
 use crate::model::{Layer, Model, ModelConfig, Norm, NormKind, Weights};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -564,19 +564,34 @@ impl GramFactor {
         Ok(GramFactor::Dense(Arc::new(f)))
     }
 
-    /// `F X`, kept on `backend` for products of its `block`-column blocks.
-    async fn apply(&self, backend: &mut Backend, x: &DMatrix<f64>, block: usize) -> crate::Result<Kept> {
+    /// `F X`, X first folded as `fold` says, kept on `backend` for products of its
+    /// `block`-column blocks.
+    async fn apply(
+        &self,
+        backend: &mut Backend,
+        x: DMatrix<f64>,
+        block: usize,
+        fold: Option<Fold<'_>>,
+    ) -> crate::Result<Kept> {
         match self {
-            GramFactor::Upper(upper) => backend.multiply_kept(upper, Factor::UpperTriangular, x, block).await,
-            GramFactor::Dense(f) => backend.multiply_kept(f, Factor::General, x, block).await,
+            GramFactor::Upper(upper) => backend.multiply_kept(upper, Factor::UpperTriangular, x, block, fold).await,
+            GramFactor::Dense(f) => backend.multiply_kept(f, Factor::General, x, block, fold).await,
         }
     }
 
-    /// [`GramFactor::apply`], with X kept beside `F X`.
-    async fn apply_keeping(&self, backend: &mut Backend, x: DMatrix<f64>, block: usize) -> crate::Result<(Kept, Kept)> {
+    /// [`GramFactor::apply`], with the folded X kept beside `F X`.
+    async fn apply_keeping(
+        &self,
+        backend: &mut Backend,
+        x: DMatrix<f64>,
+        block: usize,
+        fold: Option<Fold<'_>>,
+    ) -> crate::Result<(Kept, Kept)> {
         match self {
-            GramFactor::Upper(upper) => backend.multiply_keeping_both(upper, Factor::UpperTriangular, x, block).await,
-            GramFactor::Dense(f) => backend.multiply_keeping_both(f, Factor::General, x, block).await,
+            GramFactor::Upper(upper) => {
+                backend.multiply_keeping_both(upper, Factor::UpperTriangular, x, block, fold).await
+            }
+            GramFactor::Dense(f) => backend.multiply_keeping_both(f, Factor::General, x, block, fold).await,
         }
     }
 }
@@ -589,23 +604,16 @@ pub struct GramFactors {
     unembed: Option<GramFactor>,
 }
 
-/// The blocks (each `rows` high, or `rows` wide when `transposed`, then laid down transposed)
-/// next to each other, in order, copied straight into place.
-fn side_by_side<'a>(
-    rows: usize,
-    blocks: impl Iterator<Item = &'a DMatrix<f64>> + Clone,
-    transposed: bool,
-) -> DMatrix<f64> {
-    let width = |b: &DMatrix<f64>| if transposed { b.nrows() } else { b.ncols() };
-    let mut joined = DMatrix::zeros(rows, blocks.clone().map(width).sum());
+/// f32 matrices of the same height side by side, in f64.
+fn side_by_side(rows: usize, parts: &[&DMatrix<f32>]) -> DMatrix<f64> {
+    let mut joined = DMatrix::zeros(rows, parts.iter().map(|p| p.ncols()).sum());
     let mut at = 0;
-    for block in blocks {
-        let mut target = joined.columns_mut(at, width(block));
-        match transposed {
-            true => target.tr_copy_from(block),
-            false => target.copy_from(block),
+    for part in parts {
+        let mut target = joined.columns_mut(at, part.ncols());
+        for (to, &from) in target.iter_mut().zip(part.iter()) {
+            *to = from as f64;
         }
-        at += width(block);
+        at += part.ncols();
     }
     joined
 }
@@ -613,8 +621,9 @@ fn side_by_side<'a>(
 /// The vocabulary-Gram products of every head of one layer, as a few large products on the
 /// backend instead of one per head, through the Grams' factors ([`GramFactor`]): one
 /// `F_E [W_Q | W_K | W_V]` over all query heads and, once each, the key/value heads (grouped-query
-/// heads share them), `C W_V` untied, and `F_U Ô^T` (`F_E Ô^T` tied) for all heads. These stay
-/// where the backend computed them (a GPU's on the device); each head's small products are then
+/// heads share them), `C W_V` untied, and `F_U Ô^T` (`F_E Ô^T` tied) for all heads. The backend
+/// is handed the weights as stored and folds them itself in folded mode ([`Fold`]: a GPU on the
+/// device, so only the stored f32 values cross). These stay where the backend computed them (a GPU's on the device); each head's small products are then
 /// products of their d_head-wide column blocks ([`Backend::column_products`]), and only those
 /// are held here.
 pub struct LayerProducts {
@@ -623,23 +632,25 @@ pub struct LayerProducts {
 }
 
 impl LayerProducts {
-    /// `heads` are the layer's heads in order, all of them. The outer error is the backend's (a
-    /// GPU that failed: the caller falls back); the inner one says the Grams could not be
-    /// factored (not positive semi-definite), and then no token-space circuit can be read.
+    /// The products of every head of `layer`, folded with its ln1 (reading weights) and
+    /// `ln_final` (W_O as the unembedding sees it) in folded mode, as [`HeadWeights::new`] folds
+    /// them. The outer error is the backend's (a GPU that failed: the caller falls back); the
+    /// inner one says the Grams could not be factored (not positive semi-definite), and then no
+    /// token-space circuit can be read.
     pub async fn new(
         config: &ModelConfig,
-        heads: &[HeadWeights],
+        layer: &Layer,
+        ln_final: &Norm,
+        mode: Mode,
         grams: &Grams,
         backend: &mut Backend,
     ) -> crate::Result<std::result::Result<LayerProducts, String>> {
         let (d_model, d_head) = (config.d_model, config.d_head);
         let group = (config.heads / config.kv_heads.max(1)).max(1);
-        // The first head of each group carries its key/value head's weights.
-        let shared: Vec<&HeadWeights> = heads.iter().step_by(group).collect();
-        let (count, kv_count) = (heads.len(), shared.len());
-        let queries = heads.iter().map(|w| &w.w_q);
-        let keys = shared.iter().map(|w| &w.w_k);
-        let values = shared.iter().map(|w| &w.w_v);
+        let (count, kv_count) = (config.heads, config.heads.div_ceil(group));
+        let folded = mode == Mode::Folded;
+        let reading = folded.then_some(Fold { norm: &layer.ln1, kind: config.norm, transposed: false });
+        let writing = folded.then_some(Fold { norm: ln_final, kind: config.norm, transposed: true });
         let factors = match grams.factors() {
             Ok(factors) => factors,
             Err(reason) => return Ok(Err(reason)),
@@ -647,22 +658,23 @@ impl LayerProducts {
         let unembed = factors.unembed.as_ref().unwrap_or(&factors.embed);
         // Each stacked input is dropped as soon as its product is made: at Pythia-1B's width they
         // are 100 MB apiece, and the tab's workers count every one.
-        let qkv = side_by_side(d_model, queries.chain(keys).chain(values), false);
-        let factor_embed = factors.embed.apply(backend, &qkv, d_head).await?;
+        let attention = &layer.attention;
+        let qkv = side_by_side(d_model, &[&attention.w_q, &attention.w_k, &attention.w_v]);
         let v = (!grams.tied).then(|| qkv.columns((count + kv_count) * d_head, kv_count * d_head).into_owned());
-        drop(qkv);
+        let factor_embed = factors.embed.apply(backend, qkv, d_head, reading).await?;
         let cross_v = match v {
-            Some(v) => Some(backend.multiply_kept(&grams.cross, Factor::General, &v, d_head).await?),
+            Some(v) => Some(backend.multiply_kept(&grams.cross, Factor::General, v, d_head, reading).await?),
             None => None,
         };
-        let o = side_by_side(d_model, heads.iter().map(|w| &w.w_o_unembed), true);
+        // Ô^T = (W_O T)^T, d_model x (heads d_head): W_O's rows as columns, folded transposed.
+        let o = DMatrix::from_fn(d_model, attention.w_o.nrows(), |i, j| attention.w_o[(j, i)] as f64);
         // Untied, the OV circuit's `B A = Ô C W_V` reads Ô^T itself, kept beside `F_U Ô^T`.
         let (factor_o, o) = match cross_v {
             Some(_) => {
-                let (product, o) = unembed.apply_keeping(backend, o, d_head).await?;
+                let (product, o) = unembed.apply_keeping(backend, o, d_head, writing).await?;
                 (product, Some(o))
             }
-            None => (unembed.apply(backend, &o, d_head).await?, None),
+            None => (unembed.apply(backend, o, d_head, writing).await?, None),
         };
 
         let each = |first| Blocks { first, group: 1 };

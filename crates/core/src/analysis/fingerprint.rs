@@ -163,17 +163,21 @@ pub fn layer_head_weights(config: &ModelConfig, layer: &Layer, ln_final: &Norm, 
     map_each(&heads, |&h| HeadWeights::new(config, layer, ln_final, h, mode))
 }
 
-/// Every head of one layer from its heads' weights: the layer's Gram products as a few large
-/// products on `backend` ([`LayerProducts`]), then each head's four spectra (threaded on
-/// native). Fails only when the backend does (a GPU: the caller falls back to the CPU).
+/// Every head of one layer: the layer's Gram products as a few large products on `backend`
+/// ([`LayerProducts`], from the weights as stored), then each head's four spectra from its
+/// weights folded in `mode` (threaded on native). Fails only when the backend does (a GPU: the
+/// caller falls back to the CPU).
 async fn fingerprint_layer_heads(
     config: &ModelConfig,
-    weights: &[HeadWeights],
+    layer: &Layer,
+    ln_final: &Norm,
+    mode: Mode,
     grams: &Grams,
     index: usize,
     backend: &mut Backend,
 ) -> Result<Vec<HeadFingerprint>> {
-    let products = LayerProducts::new(config, weights, grams, backend).await?;
+    let weights = &layer_head_weights(config, layer, ln_final, mode);
+    let products = LayerProducts::new(config, layer, ln_final, mode, grams, backend).await?;
     let ids: Vec<HeadId> = (0..config.heads).map(|h| HeadId::new(index, h)).collect();
     Ok(map_each(&ids, |&id| {
         let w = &weights[id.head];
@@ -190,8 +194,15 @@ pub fn fingerprint_model(model: &Model, mode: Mode) -> Result<ModelFingerprint> 
     let backend = &mut Backend::cpu();
     let mut heads = Vec::with_capacity(model.config.layers * model.config.heads);
     for (l, layer) in model.layers.iter().enumerate() {
-        let weights = layer_head_weights(&model.config, layer, &model.ln_final, mode);
-        heads.extend(block_on(fingerprint_layer_heads(&model.config, &weights, &grams, l, backend))?);
+        heads.extend(block_on(fingerprint_layer_heads(
+            &model.config,
+            layer,
+            &model.ln_final,
+            mode,
+            &grams,
+            l,
+            backend,
+        ))?);
     }
     let backend = grams.backend.clone();
     Ok(ModelFingerprint { model: ModelSummary::of(model), mode: mode.name().into(), backend, heads })
@@ -291,9 +302,8 @@ pub async fn fingerprint_layer_on(
     layer: usize,
     backend: &mut Backend,
 ) -> Result<Vec<HeadFingerprint>> {
-    // The layer's own weights go once its heads' are made: only the latter are needed after.
-    let weights = layer_head_weights(&model.config, &*model.layer(layer, LoadParts::Circuits)?, &model.ln_final, mode);
-    fingerprint_layer_heads(&model.config, &weights, grams, layer, backend).await
+    let weights = model.layer(layer, LoadParts::Circuits)?;
+    fingerprint_layer_heads(&model.config, &weights, &model.ln_final, mode, grams, layer, backend).await
 }
 
 /// A model's fingerprint from its heads in order (the layer-by-layer path and the tab's pool

@@ -34,7 +34,7 @@ mod forward;
 
 pub use forward::Pieces;
 
-use super::ColumnRun;
+use super::{ColumnRun, Fold};
 use crate::parallel::each_chunk;
 
 const KERNELS: &str = concat!(include_str!("products_layout.wgsl"), include_str!("products.wgsl"));
@@ -61,6 +61,8 @@ impl Arithmetic {
 }
 /// Output tile of one workgroup (TILE in products.wgsl).
 const TILE: usize = 64;
+/// Columns one workgroup of the `fold` kernel folds (its workgroup size).
+const FOLD_COLUMNS: usize = 64;
 /// Columns of X per dispatch in [`Gpu::multiply`]: 4096 x 2048 outputs of a 4096-deep product
 /// is ~34 GFLOP, a fraction of a second on a laptop GPU, well inside a watchdog's patience.
 const WIDE_COLUMNS: usize = 2048;
@@ -73,6 +75,8 @@ pub struct Gpu {
     queue: wgpu::Queue,
     gemm: wgpu::ComputePipeline,
     syrk: wgpu::ComputePipeline,
+    /// A norm's fold of a kept matrix's columns, in place (`fold` in products_layout.wgsl).
+    fold: wgpu::ComputePipeline,
     adapter: String,
     arithmetic: Arithmetic,
     /// The device's limit on one storage binding (and on one buffer), in bytes.
@@ -102,6 +106,8 @@ enum Role {
     CLow,
     Shape,
     Zero,
+    /// A norm's weight, for the fold.
+    Norm,
     ReadBack,
     /// A block of the forward pass's logits.
     Logits,
@@ -119,6 +125,7 @@ impl Role {
             Role::CLow => "c low",
             Role::Shape => "shape",
             Role::Zero => "zero",
+            Role::Norm => "norm",
             Role::ReadBack => "read back",
             Role::Logits => "logits",
         }
@@ -264,7 +271,7 @@ impl Gpu {
                 cache: None,
             })
         };
-        let (gemm, syrk) = (pipeline("gemm"), pipeline("syrk"));
+        let (gemm, syrk, fold) = (pipeline("gemm"), pipeline("syrk"), pipeline("fold"));
         if let Some(error) = invalid.pop().await {
             return Err(format!("{name}: the kernels do not compile: {}", one_line(&error.to_string())));
         }
@@ -276,6 +283,7 @@ impl Gpu {
             queue,
             gemm,
             syrk,
+            fold,
             failure,
             scratch: Mutex::default(),
             resident: Mutex::default(),
@@ -431,14 +439,29 @@ impl Gpu {
     /// says how, and why this keeps about 2^-36 of every term): [`Gpu::multiply_kept`], read
     /// back whole.
     pub async fn multiply(&self, a: &Arc<DMatrix<f64>>, x: &DMatrix<f64>) -> Result<DMatrix<f64>, String> {
-        let (kept, _) = self.multiply_kept(a, x, 1, false).await?;
+        let (kept, _) = self.multiply_kept(a, x, 1, false, None).await?;
+        self.read_kept(&kept).await
+    }
+
+    /// A matrix kept on the device, read back in f64.
+    pub async fn read_kept(&self, kept: &DeviceMatrix) -> Result<DMatrix<f64>, String> {
         let mut c = DMatrix::zeros(kept.rows, kept.cols);
         let m = kept.rows;
         if m > 0 {
             for chunk in &kept.chunks {
                 let columns = &mut c.as_mut_slice()[chunk.first * m..(chunk.first + chunk.columns) * m];
-                let low = chunk.low.as_ref().ok_or("a product kept without its low parts")?;
-                self.read_into(columns, (&chunk.high, low)).await?;
+                match &chunk.low {
+                    Some(low) => self.read_into(columns, (&chunk.high, low)).await?,
+                    None => {
+                        let size = 4 * columns.len() as u64;
+                        self.read_back(&[(&chunk.high, size)], |values| {
+                            for (entry, &value) in columns.iter_mut().zip(values) {
+                                *entry = value as f64;
+                            }
+                        })
+                        .await?
+                    }
+                }
             }
         }
         Ok(c)
@@ -446,16 +469,18 @@ impl Gpu {
 
     /// `A X` of f64 matrices (A m x k, X k x n), left on the device for
     /// [`Gpu::column_products`]; its columns are used in blocks of `block`, which no chunk splits.
-    /// With `keep_x`, X stays on the device too, as [`Gpu::keep`] would leave it (uploaded once
-    /// for both). A stays on the device for the next product with it (the analysis multiplies
-    /// every layer by the same few); X's columns go a chunk at a time, as many as the binding
-    /// limit and [`WIDE_COLUMNS`] allow.
+    /// X is first folded as `fold` says (on the device: see [`Gpu::put_columns`]). With `keep_x`,
+    /// X stays on the device too, as [`Gpu::keep`] would leave it (uploaded once for both). A
+    /// stays on the device for the next product with it (the analysis multiplies every layer by
+    /// the same few); X's columns go a chunk at a time, as many as the binding limit and
+    /// [`WIDE_COLUMNS`] allow.
     pub async fn multiply_kept(
         &self,
         a: &Arc<DMatrix<f64>>,
         x: &DMatrix<f64>,
         block: usize,
         keep_x: bool,
+        fold: Option<Fold<'_>>,
     ) -> Result<(DeviceMatrix, Option<DeviceMatrix>), String> {
         let (m, k) = a.shape();
         if x.nrows() != k {
@@ -477,12 +502,9 @@ impl Gpu {
             let x_columns = &x.as_slice()[start * k..(start + width) * k];
             let b = match (keep_x, &left) {
                 (true, _) => {
-                    let (value, rest) = split_wide(x_columns);
-                    self.chunk(start, width, k, wgpu::BufferUsages::COPY_DST, rest.is_some()).map(|x_chunk| {
-                        self.write(&x_chunk.high, &value);
-                        if let (Some(low), Some(rest)) = (&x_chunk.low, &rest) {
-                            self.write(low, rest);
-                        }
+                    let crossing = Crossing::of(x_columns, k, fold);
+                    self.chunk(start, width, k, wgpu::BufferUsages::COPY_DST, crossing.has_rests()).map(|x_chunk| {
+                        self.put_columns(crossing, k, &x_chunk.high, x_chunk.low.as_ref());
                         let operand =
                             Operand { value: x_chunk.high.clone(), rest: x_chunk.low.clone(), len: k * width };
                         kept_x.chunks.push(x_chunk);
@@ -490,8 +512,15 @@ impl Gpu {
                     })
                 }
                 (false, Some(_)) => {
-                    let (value, rest) = split_wide(x_columns);
-                    self.upload(Side::B, &value, rest.as_deref()).map(Some)
+                    let crossing = Crossing::of(x_columns, k, fold);
+                    let bytes = 4 * x_columns.len() as u64;
+                    self.fits(Role::B.label(), bytes).map(|()| {
+                        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
+                        let value = self.scratch(Role::B, bytes, usage);
+                        let rest = crossing.has_rests().then(|| self.scratch(Role::BRest, bytes, usage));
+                        self.put_columns(crossing, k, &value, rest.as_ref());
+                        Some(Operand { value, rest, len: x_columns.len() })
+                    })
                 }
                 (false, None) => Ok(None),
             };
@@ -509,27 +538,82 @@ impl Gpu {
         Ok((kept, keep_x.then_some(kept_x)))
     }
 
-    /// X (f64) on the device as two f32 parts, as [`Gpu::multiply_kept`] leaves a product: for
-    /// [`Gpu::column_products`] with blocks of `block` columns.
-    pub async fn keep(&self, x: &DMatrix<f64>, block: usize) -> Result<DeviceMatrix, String> {
+    /// X (f64), first folded as `fold` says, on the device as two f32 parts, as
+    /// [`Gpu::multiply_kept`] leaves a product: for [`Gpu::column_products`] with blocks of
+    /// `block` columns.
+    pub async fn keep(&self, x: &DMatrix<f64>, block: usize, fold: Option<Fold<'_>>) -> Result<DeviceMatrix, String> {
         let (rows, n) = x.shape();
         let mut kept = DeviceMatrix { rows, cols: n, chunks: Vec::new() };
         let columns = self.chunk_columns(rows, block);
         for start in (0..n).step_by(columns) {
             let width = columns.min(n - start);
             let scope = Scopes::push(&self.device);
-            let (value, rest) = split_wide(&x.as_slice()[start * rows..(start + width) * rows]);
-            let chunk = self.chunk(start, width, rows, wgpu::BufferUsages::COPY_DST, rest.is_some());
+            let crossing = Crossing::of(&x.as_slice()[start * rows..(start + width) * rows], rows, fold);
+            let chunk = self.chunk(start, width, rows, wgpu::BufferUsages::COPY_DST, crossing.has_rests());
             if let Ok(chunk) = &chunk {
-                self.write(&chunk.high, &value);
-                if let (Some(low), Some(rest)) = (&chunk.low, &rest) {
-                    self.write(low, rest);
-                }
+                self.put_columns(crossing, rows, &chunk.high, chunk.low.as_ref());
             }
             scope.pop(self).await?;
             kept.chunks.push(chunk?);
         }
         Ok(kept)
+    }
+
+    /// Columns of X (`rows` each) written into `high` and `low` as the products read them: the
+    /// f32 values and their rests as split on the host or, to be folded, the f32 values as
+    /// stored and the norm's weight, folded in place by the `fold` kernel (which writes the
+    /// rests). So a folded X costs the bytes of the raw one. `low` is there whenever
+    /// [`Crossing::has_rests`] says so.
+    fn put_columns(&self, crossing: Crossing, rows: usize, high: &wgpu::Buffer, low: Option<&wgpu::Buffer>) {
+        match crossing {
+            Crossing::Split(value, rest) => {
+                self.write(high, &value);
+                if let (Some(low), Some(rest)) = (low, &rest) {
+                    self.write(low, rest);
+                }
+            }
+            Crossing::ToFold(value, fold) => {
+                // (Always there: a folded X has rests.)
+                let Some(low) = low else { return };
+                self.write(high, &value);
+                let weight = fold.norm.weight.as_slice();
+                let norm = self.scratch(
+                    Role::Norm,
+                    4 * weight.len() as u64,
+                    wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                );
+                self.write(&norm, weight);
+                let columns = value.len() / rows.max(1);
+                let centre = fold.kind == crate::model::NormKind::LayerNorm;
+                // products_layout.wgsl's Shape: k, n and the fold's kind (`fold_kind`).
+                let mut uniform = [0u32; 16];
+                (uniform[0], uniform[2]) = (rows as u32, columns as u32);
+                uniform[13] = centre as u32 | (fold.transposed as u32) << 1;
+                let shape = self.scratch(Role::Shape, 64, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
+                self.write(&shape, &uniform);
+                let zero = self.scratch(Role::Zero, 4, wgpu::BufferUsages::STORAGE);
+                let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: None,
+                    layout: &self.fold.get_bind_group_layout(0),
+                    entries: &[
+                        wgpu::BindGroupEntry { binding: 0, resource: binding(&norm, rows) },
+                        wgpu::BindGroupEntry { binding: 2, resource: binding(high, value.len()) },
+                        wgpu::BindGroupEntry { binding: 3, resource: binding(low, value.len()) },
+                        wgpu::BindGroupEntry { binding: 4, resource: shape.as_entire_binding() },
+                        wgpu::BindGroupEntry { binding: 5, resource: zero.as_entire_binding() },
+                    ],
+                });
+                let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+                {
+                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+                    pass.set_pipeline(&self.fold);
+                    pass.set_bind_group(0, &bind_group, &[]);
+                    pass.dispatch_workgroups(columns.div_ceil(FOLD_COLUMNS) as u32, 1, 1);
+                }
+                // Submitted now: the product's dispatch rewrites the shape uniform after it.
+                self.queue.submit([encoder.finish()]);
+            }
+        }
     }
 
     /// Columns per chunk of a matrix kept on the device: whole blocks of `block` columns, as many
@@ -1075,6 +1159,37 @@ fn split(values: &[f64]) -> (Vec<f32>, Vec<f32>) {
         }
     });
     (value, rest)
+}
+
+/// Columns of X on their way to the device.
+enum Crossing<'a> {
+    /// f32 values and, unless they are all f32 already, their rests.
+    Split(Vec<f32>, Option<Vec<f32>>),
+    /// f32 values (X as stored), to be folded on the device.
+    ToFold(Vec<f32>, Fold<'a>),
+}
+
+impl<'a> Crossing<'a> {
+    /// `rows`-high columns of X, folded as `fold` says: on the device when their values are
+    /// f32 (weights as stored), else on the host before they are split.
+    fn of(columns: &[f64], rows: usize, fold: Option<Fold<'a>>) -> Crossing<'a> {
+        let (value, rest) = split_wide(columns);
+        match (fold, rest) {
+            (None, rest) => Crossing::Split(value, rest),
+            (Some(fold), None) => Crossing::ToFold(value, fold),
+            (Some(fold), Some(_)) => {
+                let mut x = DMatrix::from_column_slice(rows, columns.len() / rows.max(1), columns);
+                fold.apply(&mut x);
+                let (value, rest) = split_wide(x.as_slice());
+                Crossing::Split(value, rest)
+            }
+        }
+    }
+
+    /// Whether the values on the device will have rests (a folded X always does).
+    fn has_rests(&self) -> bool {
+        matches!(self, Crossing::ToFold(..) | Crossing::Split(_, Some(_)))
+    }
 }
 
 /// [`split`], without the rests when they are all zero (values that are f32 already, such as

@@ -25,7 +25,7 @@ pub mod gpu;
 mod wasm_gemm;
 
 use crate::forward::{self, ForwardOutput, HeadOutputs};
-use crate::model::Weights;
+use crate::model::{Norm, NormKind, Weights};
 use crate::{Error, Result};
 
 /// Which backend the user asked for.
@@ -143,6 +143,38 @@ pub enum Factor {
     General,
     /// Zero below the diagonal: the CPU skips those zeros (a GPU multiplies them anyway).
     UpperTriangular,
+}
+
+/// A norm folded into X before a product with it (TransformerLens's `fold_ln`): X's rows scaled
+/// by the norm's weight and, for LayerNorm, each column centred over its rows; `transposed`
+/// centres first, then scales (the fold as a weight writing into the folded unembedding meets
+/// it). The CPU folds X on the host in f64 ([`fold_reading`](crate::analysis::circuits::fold_reading)).
+/// A GPU takes X as stored (f32 values, whose rests are zero) and folds it on the device, so the
+/// folded values' f32 rests, as many bytes again, never cross.
+#[derive(Debug, Clone, Copy)]
+pub struct Fold<'a> {
+    pub norm: &'a Norm,
+    pub kind: NormKind,
+    pub transposed: bool,
+}
+
+impl Fold<'_> {
+    /// The fold applied to `x` on the host, in f64.
+    pub fn apply(&self, x: &mut DMatrix<f64>) {
+        use crate::analysis::circuits::{fold_reading, fold_reading_transposed};
+        match self.transposed {
+            false => fold_reading(self.norm, self.kind, x),
+            true => fold_reading_transposed(self.norm, self.kind, x),
+        }
+    }
+}
+
+/// X folded on the host when a fold is asked for (the CPU's way).
+fn folded(mut x: DMatrix<f64>, fold: Option<Fold<'_>>) -> DMatrix<f64> {
+    if let Some(fold) = fold {
+        fold.apply(&mut x);
+    }
+    x
 }
 
 /// A matrix left where its backend holds it ([`Backend::multiply_kept`], [`Backend::keep`]), for
@@ -457,28 +489,30 @@ impl Backend {
         }
     }
 
-    /// `A X` of f64 matrices, as [`Backend::multiply`], left where the backend computed it (on a
-    /// GPU, on the device) for [`Backend::column_products`] with blocks of `block` columns.
+    /// `A X` of f64 matrices, as [`Backend::multiply`], X first folded as `fold` says, left where
+    /// the backend computed it (on a GPU, on the device) for [`Backend::column_products`] with
+    /// blocks of `block` columns.
     #[cfg_attr(not(feature = "gpu"), allow(unused_variables))]
     pub async fn multiply_kept(
         &mut self,
         a: &Arc<DMatrix<f64>>,
         form: Factor,
-        x: &DMatrix<f64>,
+        x: DMatrix<f64>,
         block: usize,
+        fold: Option<Fold<'_>>,
     ) -> Result<Kept> {
         match &self.kind {
-            Kind::Cpu => Ok(Kept { kind: KeptKind::Cpu(cpu_product(a, form, x)) }),
+            Kind::Cpu => Ok(Kept { kind: KeptKind::Cpu(cpu_product(a, form, &folded(x, fold))) }),
             #[cfg(feature = "gpu")]
             Kind::Gpu(gpu) => {
-                let (product, _) = gpu.multiply_kept(a, x, block, false).await.map_err(Error::Gpu)?;
+                let (product, _) = gpu.multiply_kept(a, &x, block, false, fold).await.map_err(Error::Gpu)?;
                 Ok(Kept { kind: KeptKind::Gpu(product) })
             }
         }
     }
 
-    /// [`Backend::multiply_kept`], and X kept beside `A X` as [`Backend::keep`] would keep it (a
-    /// GPU uploads X once for both).
+    /// [`Backend::multiply_kept`], and the folded X kept beside `A X` as [`Backend::keep`] would
+    /// keep it (a GPU uploads X once for both).
     #[cfg_attr(not(feature = "gpu"), allow(unused_variables))]
     pub async fn multiply_keeping_both(
         &mut self,
@@ -486,31 +520,45 @@ impl Backend {
         form: Factor,
         x: DMatrix<f64>,
         block: usize,
+        fold: Option<Fold<'_>>,
     ) -> Result<(Kept, Kept)> {
         match &self.kind {
             Kind::Cpu => {
+                let x = folded(x, fold);
                 let product = cpu_product(a, form, &x);
                 Ok((Kept { kind: KeptKind::Cpu(product) }, Kept { kind: KeptKind::Cpu(x) }))
             }
             #[cfg(feature = "gpu")]
             Kind::Gpu(gpu) => {
-                let (product, x) = gpu.multiply_kept(a, &x, block, true).await.map_err(Error::Gpu)?;
+                let (product, x) = gpu.multiply_kept(a, &x, block, true, fold).await.map_err(Error::Gpu)?;
                 let x = x.ok_or_else(|| Error::Internal("a product that was to keep X did not".into()))?;
                 Ok((Kept { kind: KeptKind::Gpu(product) }, Kept { kind: KeptKind::Gpu(x) }))
             }
         }
     }
 
-    /// `x` kept on this backend (a GPU uploads it), for [`Backend::column_products`] with blocks
-    /// of `block` columns.
+    /// `x`, first folded as `fold` says, kept on this backend (a GPU uploads it), for
+    /// [`Backend::column_products`] with blocks of `block` columns.
     #[cfg_attr(not(feature = "gpu"), allow(unused_variables))]
-    pub async fn keep(&mut self, x: DMatrix<f64>, block: usize) -> Result<Kept> {
+    pub async fn keep(&mut self, x: DMatrix<f64>, block: usize, fold: Option<Fold<'_>>) -> Result<Kept> {
         let kind = match &self.kind {
-            Kind::Cpu => KeptKind::Cpu(x),
+            Kind::Cpu => KeptKind::Cpu(folded(x, fold)),
             #[cfg(feature = "gpu")]
-            Kind::Gpu(gpu) => KeptKind::Gpu(gpu.keep(&x, block).await.map_err(Error::Gpu)?),
+            Kind::Gpu(gpu) => KeptKind::Gpu(gpu.keep(&x, block, fold).await.map_err(Error::Gpu)?),
         };
         Ok(Kept { kind })
+    }
+
+    /// A kept matrix in f64, as the backend holds it (a GPU reads it back): what its column
+    /// products read.
+    pub async fn read_kept(&self, kept: &Kept) -> Result<DMatrix<f64>> {
+        match (&self.kind, &kept.kind) {
+            (Kind::Cpu, KeptKind::Cpu(x)) => Ok(x.clone()),
+            #[cfg(feature = "gpu")]
+            (Kind::Gpu(gpu), KeptKind::Gpu(x)) => gpu.read_kept(x).await.map_err(Error::Gpu),
+            #[cfg(feature = "gpu")]
+            _ => Err(another_backends_matrix()),
+        }
     }
 
     /// The products `L_p^T R_p` of `width`-column blocks of kept matrices, every run's in order

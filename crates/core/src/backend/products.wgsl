@@ -191,3 +191,74 @@ fn product_tile(tile: vec3<u32>, local: vec2<u32>, index: u32) {
     store_column(offsets.c, i, j0 + local.y + 32u, high2, low2, comp2, zero.x);
     store_column(offsets.c, i, j0 + local.y + 48u, high3, low3, comp3, zero.x);
 }
+
+// The fold (products_layout.wgsl's `fold`) in f32 pairs: each f64 value as (high, low). A
+// product of two f32 values is a pair summed from the exact products of their 12-bit halves (as
+// above: WGSL does not promise an FMA for Dekker's product), sums are TwoSums, so a folded value
+// comes within about 2^-46 of its column's scale of the f64 fold (K times that for the mean's
+// sum at worst). Every sum goes through `hidden`, for the same reason as in `multiply_add`.
+
+/// `x + y` as the rounded sum and its exact error (TwoSum).
+fn two_sum(x: f32, y: f32, zero: u32) -> vec2<f32> {
+    let s = hidden(x + y, zero);
+    let b = hidden(s - x, zero);
+    return vec2<f32>(s, (x - (s - b)) + (y - b));
+}
+
+/// `x * y` as a pair: the four products of their 12-bit halves are exact in f32; their sum is
+/// kept to about 2^-47.
+fn two_product(x: f32, y: f32, zero: u32) -> vec2<f32> {
+    let xh = high_part(x);
+    let yh = high_part(y);
+    let xl = x - xh;
+    let yl = y - yh;
+    let first = two_sum(xh * yh, xh * yl, zero);
+    let second = two_sum(first.x, xl * yh, zero);
+    return two_sum(second.x, (first.y + second.y) + xl * yl, zero);
+}
+
+/// The sum of two pairs, renormalised (within about 2^-47 of the larger).
+fn add_pairs(x: vec2<f32>, y: vec2<f32>, zero: u32) -> vec2<f32> {
+    let s = two_sum(x.x, y.x, zero);
+    return two_sum(s.x, s.y + (x.y + y.y), zero);
+}
+
+/// A pair divided by `n`: the rounded quotient, then what it left (exact: the quotient times
+/// `n` is within a few units of the high part) divided again.
+fn divide_pair(x: vec2<f32>, n: f32, zero: u32) -> vec2<f32> {
+    let q = hidden(x.x / n, zero);
+    let back = two_product(q, n, zero);
+    let left = hidden(x.x - back.x, zero) - back.y + x.y;
+    return two_sum(q, left / n, zero);
+}
+
+fn fold_column(j: u32) {
+    let zero = opaque_zero[0];
+    let base = j * shape.k;
+    let transposed = (shape.fold_kind & 2u) != 0u;
+    var mean = vec2<f32>();
+    if ((shape.fold_kind & 1u) != 0u) {
+        var sum = vec2<f32>();
+        for (var i = 0u; i < shape.k; i++) {
+            var term = vec2<f32>(c_high[base + i], 0.0);
+            if (!transposed) {
+                term = two_product(term.x, a[i], zero);
+            }
+            sum = add_pairs(sum, term, zero);
+        }
+        mean = divide_pair(sum, f32(shape.k), zero);
+    }
+    for (var i = 0u; i < shape.k; i++) {
+        let w = c_high[base + i];
+        var v: vec2<f32>;
+        if (transposed) {
+            let centred = add_pairs(vec2<f32>(w, 0.0), -mean, zero);
+            let scaled = two_product(centred.x, a[i], zero);
+            v = two_sum(scaled.x, scaled.y + centred.y * a[i], zero);
+        } else {
+            v = add_pairs(two_product(w, a[i], zero), -mean, zero);
+        }
+        c_high[base + i] = v.x;
+        c_low[base + i] = v.y;
+    }
+}

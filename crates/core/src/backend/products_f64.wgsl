@@ -102,3 +102,35 @@ fn product_tile(tile: vec3<u32>, local: vec2<u32>, index: u32) {
     store_column(offsets.c, i, j0 + local.y + 32u, sum2);
     store_column(offsets.c, i, j0 + local.y + 48u, sum3);
 }
+
+// The fold (products_layout.wgsl's `fold`) in f64, as the host computes it; written as two f32
+// parts like the products.
+fn fold_column(j: u32) {
+    // Used, so the binding belongs to the kernel's layout (its value is never needed).
+    _ = opaque_zero[0];
+    let base = j * shape.k;
+    let transposed = (shape.fold_kind & 2u) != 0u;
+    var mean = f64(0.0);
+    if ((shape.fold_kind & 1u) != 0u) {
+        var sum = f64(0.0);
+        for (var i = 0u; i < shape.k; i++) {
+            var term = f64(c_high[base + i]);
+            if (!transposed) {
+                term *= f64(a[i]);
+            }
+            sum += term;
+        }
+        mean = sum / f64(shape.k);
+    }
+    for (var i = 0u; i < shape.k; i++) {
+        let w = f64(c_high[base + i]);
+        let gamma = f64(a[i]);
+        var v = w * gamma - mean;
+        if (transposed) {
+            v = (w - mean) * gamma;
+        }
+        let high = f32(v);
+        c_high[base + i] = high;
+        c_low[base + i] = f32(v - f64(high));
+    }
+}

@@ -1,7 +1,8 @@
 // What both product kernels share (products.wgsl, the f32-pair arithmetic every adapter runs,
 // and products_f64.wgsl, native f64 where the adapter offers it): the shape uniform, the
 // bindings, the tile sizes and the two entry points. The host prepends this file to either
-// kernel, which defines `product_tile`, so one bind group layout and one dispatch serve both.
+// kernel, which defines `product_tile` and `fold_column`, so one bind group layout and one
+// dispatch serve both.
 
 struct Shape {
     k: u32,
@@ -25,7 +26,9 @@ struct Shape {
     b_skip: u32,
     b_group: u32,
     c_first: u32,
-    pad1: u32,
+    // The `fold` kernel's norm: bit 1 centres each column (LayerNorm), bit 2 centres before
+    // scaling (the transposed fold) instead of after.
+    fold_kind: u32,
     pad2: u32,
     pad3: u32,
 }
@@ -71,4 +74,19 @@ fn syrk(@builtin(workgroup_id) tile: vec3<u32>, @builtin(local_invocation_id) lo
         return;
     }
     product_tile(vec3<u32>(tile.xy, 0u), local.xy, index);
+}
+
+// A norm folded into a matrix kept on the device, in place (TransformerLens's `fold_ln`, as
+// circuits.rs's `fold_reading` computes it on the host in f64): column j of C, K values as
+// stored (f32, in `c_high`), becomes the f64 values
+//   w_i * gamma_i - mean_i(w * gamma)       (LayerNorm; RMSNorm: w_i * gamma_i)
+//   (w_i - mean_i(w)) * gamma_i             (bit 2 of `shape.fold_kind`: the transposed fold)
+// as two f32 parts (`c_high`, `c_low`), for the products to read as a wide input. `a` holds the
+// norm's weight gamma (K values). So only the weights as stored cross to the device, not the
+// folded values' rests. One invocation a column: N columns.
+@compute @workgroup_size(64)
+fn fold(@builtin(global_invocation_id) id: vec3<u32>) {
+    if (id.x < shape.n) {
+        fold_column(id.x);
+    }
 }

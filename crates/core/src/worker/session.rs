@@ -312,8 +312,9 @@ struct Sizes {
     layer: u64,
     /// One layer's fingerprints, at the most of three moments: its attention read (f32) while
     /// its largest matrix converts (12 bytes an element); the attention beside its heads' f64
-    /// weights (W_O twice: as stored and as the unembedding sees it); those weights beside the
-    /// layer products' largest stacked input and its product (`LayerProducts::new`, f64).
+    /// weights (W_O twice: as stored and as the unembedding sees it); the attention and those
+    /// weights beside the layer products' largest stacked input and its product
+    /// (`LayerProducts::new`, f64, stacked from the attention as stored).
     attention: u64,
 }
 
@@ -339,7 +340,7 @@ impl Sizes {
             layer: 4 * (attention + mlp) + 12 * largest,
             attention: (4 * attention + 12 * largest_attention)
                 .max(4 * attention + head_weights)
-                .max(head_weights + 2 * stacked),
+                .max(4 * attention + head_weights + 2 * stacked),
         }
     }
 }
