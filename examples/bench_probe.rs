@@ -45,9 +45,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut backend = Backend::select(choice)?;
             let before = backend.bytes_moved();
             let start = Instant::now();
-            let report = block_on(backend.with_fallback(async |backend| {
-                induction_probe(&model, &copies, bos, backend).await
-            }))?;
+            let report =
+                block_on(backend.with_fallback(async |backend| induction_probe(&model, &copies, bos, backend).await))?;
             let seconds = start.elapsed().as_secs_f64();
             let info = backend.info();
             let moved = moved_between(before, backend.bytes_moved());

@@ -327,15 +327,17 @@ pub async fn analyse(
 }
 
 /// An induction probe with its sequences shared out, one share to each worker (the lead's
-/// progress is the one shown), each on `backend` (a GPU: the worker's own device), averaged in
-/// sequence order.
+/// progress is the one shown), averaged in sequence order. On a GPU the lead runs them all: its
+/// device takes every sequence in one batch, and each other worker would upload the whole model
+/// again to a device of its own.
 async fn probe(
     run: Run,
     sequence: ProbeSequence,
     prepend_bos: bool,
     backend: BackendChoice,
 ) -> Result<InductionRun, Failure> {
-    let shares = run.workers.min(sequence.count()).max(1);
+    let workers = if backend == BackendChoice::Gpu { 1 } else { run.workers };
+    let shares = workers.min(sequence.count()).max(1);
     let collected = Rc::new(RefCell::new(vec![None; shares]));
     let model = run.model;
     on_every_worker(shares, |share| {
