@@ -659,15 +659,16 @@ fn forward_difference(got: &DMatrix<f32>, want: &DMatrix<f32>, floor: f32, what:
 /// The forward pass on the GPU against the CPU's on every fixture (all four families: learned
 /// and rotary positions, partial rotary, grouped-query attention, parallel residuals, every
 /// activation) and the demo: three sequences of different lengths together, keeping full,
-/// projected and no per-head outputs; once whole and once in small pieces (a group of
+/// projected and no per-head outputs, and the first again keeping only some cells of each
+/// pattern and each position's top token; once whole and once in small pieces (a group of
 /// patterns and a block of the vocabulary at a time), so the pieces must join up.
 #[test]
 fn the_forward_pass_on_the_gpu_matches_the_cpu_on_every_fixture_and_the_demo() {
     use headprint::backend::gpu::{Gpu, Pieces};
-    use headprint::forward::{self, HeadOutputs};
+    use headprint::forward::{self, HeadOutputs, Keep, Logits, Patterns};
     let gpu = pollster::block_on(Gpu::open(true)).expect("a GPU adapter (lavapipe without one)");
     let mut rng = ChaCha8Rng::seed_from_u64(26);
-    let (mut compared, mut worst, mut worst_output) = (0, 0.0f32, 0.0f32);
+    let (mut compared, mut worst, mut worst_output, mut near_ties) = (0, 0.0f32, 0.0f32, 0);
     for path in fixtures() {
         let name = path.file_name().unwrap().to_string_lossy().to_string();
         let files = ModelFiles::from_path(&path).unwrap();
@@ -680,7 +681,12 @@ fn the_forward_pass_on_the_gpu_matches_the_cpu_on_every_fixture_and_the_demo() {
             .collect();
         let directions = DMatrix::from_fn(config.d_model, 3, |i, j| ((i * 7 + j * 3) % 11) as f32 / 11.0 - 0.5);
         let keeps = [HeadOutputs::Full, HeadOutputs::None, HeadOutputs::Projected(&directions)];
-        let runs: Vec<(&[usize], HeadOutputs)> = tokens.iter().map(|t| t.as_slice()).zip(keeps).collect();
+        let mut runs: Vec<(&[usize], Keep)> = tokens.iter().map(|t| t.as_slice()).zip(keeps.map(Keep::from)).collect();
+        // Cells on the diagonal, below it and above it (masked: zero).
+        let cells: Vec<(usize, usize)> =
+            (0..longest).flat_map(|q| [(q, q), (q, q / 2), (q, (q + 1).min(longest - 1))]).collect();
+        let some = Keep { patterns: Patterns::Cells(&cells), logits: Logits::TopToken, ..keeps[2].into() };
+        runs.push((&tokens[0], some));
         let mut cpu_steps = Vec::new();
         let want = forward::run_batch(&stream, &runs, &mut |done, total| cpu_steps.push((done, total))).unwrap();
         let mut fixture_worst = 0.0f32;
@@ -692,7 +698,37 @@ fn the_forward_pass_on_the_gpu_matches_the_cpu_on_every_fixture_and_the_demo() {
             )
             .unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(steps, cpu_steps, "{name}: progress");
-            for (s, (got, want)) in got.iter().zip(&want).enumerate() {
+            let (got_some, want_some, whole) = (&got[3], &want[3], &want[0]);
+            let what = format!("{name} ({pieces:?}) cells and top tokens");
+            assert!(got_some.patterns.is_empty() && got_some.logits.is_empty(), "{what}: kept whole");
+            assert_eq!(got_some.pattern_cells.len(), config.layers, "{what}");
+            for (l, (g, w)) in
+                got_some.pattern_cells.iter().flatten().zip(want_some.pattern_cells.iter().flatten()).enumerate()
+            {
+                let difference = g.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+                assert!(
+                    g.len() == cells.len() && difference <= PATTERN_TOLERANCE,
+                    "{what}: cells of head {l}: {difference:e}"
+                );
+            }
+            // The CPU's top tokens, each the last of the highest of its whole logits; the GPU's
+            // the same, except where the two highest are closer than the GPU's rounding.
+            assert_eq!(got_some.top_tokens.len(), longest, "{what}");
+            for (t, (&g, &w)) in got_some.top_tokens.iter().zip(&want_some.top_tokens).enumerate() {
+                let row = whole.logits.row(t);
+                assert_eq!(
+                    w,
+                    (0..row.len()).max_by(|&a, &b| row[a].total_cmp(&row[b])).unwrap(),
+                    "{what}: CPU top at {t}"
+                );
+                let runner_up = (0..row.len()).filter(|&v| v != w).map(|v| row[v]).fold(f32::MIN, f32::max);
+                if row[w] - runner_up > OUTPUT_TOLERANCE * whole.logits.amax().max(1e-3) {
+                    assert_eq!(g, w, "{what}: top token at {t}");
+                } else {
+                    near_ties += 1;
+                }
+            }
+            for (s, (got, want)) in got.iter().zip(&want).take(3).enumerate() {
                 let what = format!("{name} ({pieces:?}) sequence {s}");
                 assert_eq!(got.patterns.len(), config.layers, "{what}");
                 for (l, (got_layer, want_layer)) in got.patterns.iter().zip(&want.patterns).enumerate() {
@@ -722,7 +758,8 @@ fn the_forward_pass_on_the_gpu_matches_the_cpu_on_every_fixture_and_the_demo() {
         worst = worst.max(fixture_worst);
     }
     eprintln!(
-        "{}: {compared} patterns compared; worst difference {worst:e}, of logits and head outputs {worst_output:e}",
+        "{}: {compared} patterns compared; worst difference {worst:e}, of logits and head outputs {worst_output:e}; \
+         {near_ties} top tokens within rounding of the next not compared",
         gpu.adapter()
     );
     assert!(compared > 200, "only {compared} patterns compared");

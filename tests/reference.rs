@@ -333,11 +333,11 @@ fn forward_keeps_head_outputs_on_request() {
         let tokens = ids(&expected(name)["forward"]["tokens"]);
         let plain = forward::run(&model, &tokens).unwrap();
         assert!(plain.head_outputs.is_empty());
-        let full = run_with(&model, &tokens, HeadOutputs::Full).unwrap();
+        let full = run_with(&model, &tokens, HeadOutputs::Full.into()).unwrap();
         assert_eq!(full.head_outputs.len(), model.config.layers);
         assert_eq!(full.logits, plain.logits, "keeping outputs changes nothing else");
         let directions = nalgebra::DMatrix::from_fn(model.config.d_model, 3, |i, j| ((i * 7 + j * 3) % 5) as f32 - 2.0);
-        let projected = run_with(&model, &tokens, HeadOutputs::Projected(&directions)).unwrap();
+        let projected = run_with(&model, &tokens, HeadOutputs::Projected(&directions).into()).unwrap();
         for (whole, part) in full.head_outputs.iter().flatten().zip(projected.head_outputs.iter().flatten()) {
             assert_eq!(whole.shape(), (tokens.len(), model.config.d_model));
             let expected_part = whole * &directions;
@@ -349,7 +349,7 @@ fn forward_keeps_head_outputs_on_request() {
     for name in FAMILIES {
         let model = load(name, LoadParts::Everything);
         let sequence = &expected(name)["induction"]["sequences"][0];
-        let output = run_with(&model, &ids(&sequence["tokens"]), HeadOutputs::None).unwrap();
+        let output = run_with(&model, &ids(&sequence["tokens"]), HeadOutputs::None.into()).unwrap();
         for (t, (got, want)) in output.final_scale.iter().zip(floats(&sequence["final_scale"])).enumerate() {
             assert_close(*got as f64, want, 1.0, &format!("{name} final scale at {t}"));
         }

@@ -225,9 +225,46 @@ fn streaming_across_several_blocks_of_vocabulary_rows_gives_the_same_grams_and_f
     }
 }
 
+/// A run that keeps only some cells of each pattern and each position's top token gets exactly
+/// those of the same run kept whole (the top token the last of the highest logits), batched
+/// beside it, on every family.
+#[test]
+fn a_run_keeping_cells_and_top_tokens_gets_those_of_the_whole_run() {
+    use headprint::forward::{self, HeadOutputs, Keep, Logits, Patterns};
+    for name in FAMILIES {
+        let files = files(name);
+        let stream = ModelStream::open(&files).unwrap();
+        let vocab = stream.config.vocab;
+        let tokens: Vec<usize> = (0..11).map(|i| (i * 5 + 2) % vocab).collect();
+        let cells: Vec<(usize, usize)> =
+            (0..tokens.len()).flat_map(|q| [(q, q), (q, q / 3), (q, tokens.len() - 1)]).collect();
+        let some =
+            Keep { head_outputs: HeadOutputs::None, patterns: Patterns::Cells(&cells), logits: Logits::TopToken };
+        let runs: Vec<(&[usize], Keep)> = vec![(&tokens, HeadOutputs::None.into()), (&tokens, some)];
+        let outputs = forward::run_batch(&stream, &runs, &mut |_, _| {}).unwrap();
+        let (whole, kept) = (&outputs[0], &outputs[1]);
+        assert!(kept.patterns.is_empty() && kept.logits.is_empty(), "{name}: nothing kept whole");
+        for (layer, (cells_kept, patterns)) in kept.pattern_cells.iter().zip(&whole.patterns).enumerate() {
+            for (head, (values, pattern)) in cells_kept.iter().zip(patterns).enumerate() {
+                let want: Vec<f32> = cells.iter().map(|&(q, k)| pattern[(q, k)]).collect();
+                assert_eq!(values, &want, "{name} L{layer}H{head}");
+            }
+        }
+        assert_eq!(kept.pattern_cells.len(), stream.config.layers, "{name}");
+        let top: Vec<usize> = (0..tokens.len())
+            .map(|t| {
+                let row = whole.logits.row(t);
+                (0..vocab).max_by(|&a, &b| row[a].total_cmp(&row[b])).unwrap()
+            })
+            .collect();
+        assert_eq!(kept.top_tokens, top, "{name}: top tokens");
+        assert_eq!(kept.final_scale, whole.final_scale, "{name}: final scales");
+    }
+}
+
 #[test]
 fn a_streamed_batched_forward_pass_is_each_sequence_run_alone_on_the_loaded_model() {
-    use headprint::forward::{self, HeadOutputs};
+    use headprint::forward::{self, HeadOutputs, Keep};
     for name in FAMILIES {
         let files = files(name);
         let model = Model::load(&files, LoadParts::Everything).unwrap();
@@ -236,14 +273,14 @@ fn a_streamed_batched_forward_pass_is_each_sequence_run_alone_on_the_loaded_mode
         let sequences: Vec<Vec<usize>> =
             vec![(0..9).map(|i| (i * 7 + 3) % vocab).collect(), (0..5).map(|i| (i * 11 + 1) % vocab).collect()];
         let directions = nalgebra::DMatrix::from_fn(model.config.d_model, 3, |i, j| ((i + 2 * j) % 5) as f32 - 2.0);
-        let runs: Vec<(&[usize], HeadOutputs)> =
-            sequences.iter().map(|s| (s.as_slice(), HeadOutputs::Projected(&directions))).collect();
+        let runs: Vec<(&[usize], Keep)> =
+            sequences.iter().map(|s| (s.as_slice(), HeadOutputs::Projected(&directions).into())).collect();
         let mut layers_done = Vec::new();
         let batched = forward::run_batch(&stream, &runs, &mut |done, _| layers_done.push(done)).unwrap();
         let steps = model.config.layers + 1;
         assert_eq!(layers_done, (1..=steps).collect::<Vec<_>>(), "{name}: a step per layer, then the unembedding");
         for (tokens, streamed) in sequences.iter().zip(&batched) {
-            let alone = forward::run_with(&model, tokens, HeadOutputs::Projected(&directions)).unwrap();
+            let alone = forward::run_with(&model, tokens, HeadOutputs::Projected(&directions).into()).unwrap();
             // The same layers and the same per-sequence products: patterns, head outputs and
             // norm scales are bit for bit those of the sequence run alone on the loaded model.
             assert_eq!(streamed.patterns, alone.patterns, "{name}: patterns");
@@ -260,13 +297,13 @@ fn a_streamed_batched_forward_pass_is_each_sequence_run_alone_on_the_loaded_mode
 
 #[test]
 fn runs_are_batched_so_that_their_outputs_fit_the_budget_together() {
-    use headprint::forward::{self, HeadOutputs};
+    use headprint::forward::{self, HeadOutputs, Keep};
     let files = files("llama32");
     let stream = ModelStream::open(&files).unwrap();
     let vocab = stream.config.vocab;
     let sequences: Vec<Vec<usize>> =
         [9usize, 5, 12, 3, 7, 10].iter().map(|&n| (0..n).map(|i| (i * 7 + n) % vocab).collect()).collect();
-    let runs: Vec<(&[usize], HeadOutputs)> = sequences.iter().map(|s| (s.as_slice(), HeadOutputs::None)).collect();
+    let runs: Vec<(&[usize], Keep)> = sequences.iter().map(|s| (s.as_slice(), HeadOutputs::None.into())).collect();
     let bytes: Vec<u64> = runs.iter().map(|(t, k)| forward::kept_bytes(&stream, t.len(), *k)).collect();
     // Patterns (layers × heads × n², f32) and logits (n × vocab, f32), counted independently.
     let config = &stream.config;

@@ -9,10 +9,17 @@ use crate::model::{Activation, Layer, LoadParts, Mlp, ModelConfig, Norm, NormKin
 use crate::{Error, Result};
 
 pub struct ForwardOutput {
-    /// `patterns[layer][head]` is query x key, causal, rows summing to 1.
+    /// `patterns[layer][head]` is query x key, causal, rows summing to 1 (empty when the run
+    /// keeps only some of their cells, [`Patterns::Cells`]).
     pub patterns: Vec<Vec<DMatrix<f32>>>,
-    /// position x vocab.
+    /// `pattern_cells[layer][head][i]`: the attention weight at the run's i-th (query, key) cell,
+    /// when it keeps only those ([`Patterns::Cells`]); else empty.
+    pub pattern_cells: Vec<Vec<Vec<f32>>>,
+    /// position x vocab (0 x 0 when the run keeps only the top tokens, [`Logits::TopToken`]).
     pub logits: DMatrix<f32>,
+    /// Each position's top token, when the run keeps only those ([`Logits::TopToken`]): the
+    /// highest logit, the last of equal ones (as `Iterator::max_by` picks); else empty.
+    pub top_tokens: Vec<usize>,
     /// `head_outputs[layer][head]`: what each head writes to the residual stream (`z W_O` for
     /// that head, no bias; TransformerLens's `cache.stack_head_results`), position x d_model, or
     /// that times the projection asked for. Empty unless asked for (see [`HeadOutputs`]).
@@ -32,28 +39,69 @@ pub enum HeadOutputs<'a> {
     Projected(&'a DMatrix<f32>),
 }
 
+/// What a forward pass keeps of one run. A probe that reads a few cells of each pattern and each
+/// position's top token asks for only those: its sequences then fit one pass together (a
+/// streamed model is read once) and a GPU sends back kilobytes instead of every pattern.
+#[derive(Clone, Copy)]
+pub struct Keep<'a> {
+    pub head_outputs: HeadOutputs<'a>,
+    pub patterns: Patterns<'a>,
+    pub logits: Logits,
+}
+
+/// What a run keeps of each head's attention pattern.
+#[derive(Clone, Copy)]
+pub enum Patterns<'a> {
+    Whole,
+    /// Only these (query, key) cells of each head's pattern, in this order.
+    Cells(&'a [(usize, usize)]),
+}
+
+/// What a run keeps of the logits.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Logits {
+    Whole,
+    /// Only each position's top token.
+    TopToken,
+}
+
+impl<'a> From<HeadOutputs<'a>> for Keep<'a> {
+    /// Whole patterns and logits, and the head outputs asked for.
+    fn from(head_outputs: HeadOutputs<'a>) -> Self {
+        Keep { head_outputs, patterns: Patterns::Whole, logits: Logits::Whole }
+    }
+}
+
 /// The most one forward pass may hold in what it keeps (every head's attention pattern, per-head
 /// outputs when asked, and the logits), over all the sequences it runs together: well inside a
 /// browser worker's 4 GB of wasm memory beside the model. A rotary model has no context limit, so a long prompt on a model with many heads would
 /// otherwise ask for gigabytes (16 385 tokens on 16 × 8 heads: 137 GB of patterns).
 pub const KEPT_BYTES_LIMIT: u64 = 1 << 30;
 
-/// Bytes a forward pass over `len` tokens keeps: f32 patterns (len × len per head), when asked
-/// per-head outputs (len × their width per head), and the logits (len × vocabulary).
-/// Saturates instead of overflowing.
-pub fn kept_bytes(model: &(impl Weights + ?Sized), len: usize, keep: HeadOutputs) -> u64 {
+/// Bytes a forward pass over `len` tokens keeps: f32 patterns per head (len × len, or the cells
+/// asked for, beside one layer's whole patterns, which the pass computes before it takes the
+/// cells), when asked per-head outputs (len × their width per head), and the logits (len ×
+/// vocabulary, or a top token per position). Saturates instead of overflowing.
+pub fn kept_bytes(model: &(impl Weights + ?Sized), len: usize, keep: Keep) -> u64 {
     let config = model.config();
     let heads = (config.layers as u64).saturating_mul(config.heads as u64);
     let len = len as u64;
-    let per_head_output = match keep {
+    let per_head_output = match keep.head_outputs {
         HeadOutputs::None => 0,
         HeadOutputs::Full => config.d_model as u64,
         HeadOutputs::Projected(directions) => directions.ncols() as u64,
     };
-    let logits = len.saturating_mul(config.vocab as u64);
+    let (pattern, one_layer) = match keep.patterns {
+        Patterns::Whole => (len.saturating_mul(len), 0),
+        Patterns::Cells(cells) => (cells.len() as u64, (config.heads as u64).saturating_mul(len).saturating_mul(len)),
+    };
+    let logits = match keep.logits {
+        Logits::Whole => len.saturating_mul(config.vocab as u64),
+        Logits::TopToken => len.saturating_mul(2),
+    };
     heads
-        .saturating_mul(len)
-        .saturating_mul(len.saturating_add(per_head_output))
+        .saturating_mul(pattern.saturating_add(len.saturating_mul(per_head_output)))
+        .saturating_add(one_layer)
         .saturating_add(logits)
         .saturating_mul(4)
 }
@@ -62,16 +110,12 @@ pub fn kept_bytes(model: &(impl Weights + ?Sized), len: usize, keep: HeadOutputs
 /// fits alone gets a range of its own at worst). A caller runs each range with [`run_batch`]
 /// and reduces its outputs before the next, so a probe of many sequences or a suite of many
 /// prompts stays within the budget; a streamed model is read once per range.
-pub fn batches(model: &(impl Weights + ?Sized), runs: &[(&[usize], HeadOutputs)]) -> Vec<Range<usize>> {
+pub fn batches(model: &(impl Weights + ?Sized), runs: &[(&[usize], Keep)]) -> Vec<Range<usize>> {
     batches_within(model, runs, KEPT_BYTES_LIMIT)
 }
 
 /// [`batches`] for a budget of `limit` bytes.
-pub fn batches_within(
-    model: &(impl Weights + ?Sized),
-    runs: &[(&[usize], HeadOutputs)],
-    limit: u64,
-) -> Vec<Range<usize>> {
+pub fn batches_within(model: &(impl Weights + ?Sized), runs: &[(&[usize], Keep)], limit: u64) -> Vec<Range<usize>> {
     let mut ranges = Vec::new();
     let (mut start, mut bytes) = (0, 0u64);
     for (i, (tokens, keep)) in runs.iter().enumerate() {
@@ -89,7 +133,7 @@ pub fn batches_within(
 }
 
 /// Refuses a run whose kept outputs would pass [`KEPT_BYTES_LIMIT`], before allocating them.
-fn check_kept(model: &(impl Weights + ?Sized), len: usize, keep: HeadOutputs) -> Result<()> {
+fn check_kept(model: &(impl Weights + ?Sized), len: usize, keep: Keep) -> Result<()> {
     let bytes = kept_bytes(model, len, keep);
     if bytes <= KEPT_BYTES_LIMIT {
         return Ok(());
@@ -100,7 +144,7 @@ fn check_kept(model: &(impl Weights + ?Sized), len: usize, keep: HeadOutputs) ->
         model.config().layers,
         model.config().heads,
         bytes as f64 / 1e9,
-        if matches!(keep, HeadOutputs::None) { "" } else { ", head outputs" },
+        if matches!(keep.head_outputs, HeadOutputs::None) { "" } else { ", head outputs" },
         KEPT_BYTES_LIMIT as f64 / 1e9,
     )))
 }
@@ -123,11 +167,11 @@ pub fn check_tokens(model: &(impl Weights + ?Sized), tokens: &[usize]) -> Result
 }
 
 pub fn run(model: &(impl Weights + ?Sized), tokens: &[usize]) -> Result<ForwardOutput> {
-    run_with(model, tokens, HeadOutputs::None)
+    run_with(model, tokens, HeadOutputs::None.into())
 }
 
-/// The forward pass, keeping per-head outputs as asked.
-pub fn run_with(model: &(impl Weights + ?Sized), tokens: &[usize], keep: HeadOutputs) -> Result<ForwardOutput> {
+/// The forward pass, keeping what `keep` asks for.
+pub fn run_with(model: &(impl Weights + ?Sized), tokens: &[usize], keep: Keep) -> Result<ForwardOutput> {
     let outputs = run_batch(model, &[(tokens, keep)], &mut |_, _| {})?;
     outputs.into_iter().next().ok_or_else(|| Error::Internal("the forward pass gave no output".into()))
 }
@@ -139,7 +183,7 @@ pub fn run_with(model: &(impl Weights + ?Sized), tokens: &[usize], keep: HeadOut
 /// a step per layer, and the last once the unembedding (all of W_U for a streamed model) is read.
 pub fn run_batch(
     model: &(impl Weights + ?Sized),
-    runs: &[(&[usize], HeadOutputs)],
+    runs: &[(&[usize], Keep)],
     each_layer: &mut dyn FnMut(usize, usize),
 ) -> Result<Vec<ForwardOutput>> {
     check_runs(model, runs)?;
@@ -148,23 +192,16 @@ pub fn run_batch(
     for (tokens, _) in runs {
         residuals.push(first_residual(model, tokens)?);
     }
-    let mut outputs: Vec<ForwardOutput> = runs
-        .iter()
-        .map(|_| ForwardOutput {
-            patterns: Vec::with_capacity(config.layers),
-            logits: DMatrix::zeros(0, 0),
-            head_outputs: Vec::new(),
-            final_scale: Vec::new(),
-        })
-        .collect();
+    let mut outputs: Vec<ForwardOutput> = runs.iter().map(|_| ForwardOutput::empty(config.layers)).collect();
     for l in 0..config.layers {
         let layer = model.layer(l, LoadParts::Everything)?;
         let mlp = layer.mlp.as_ref().ok_or(Error::MissingMlp)?;
         for ((residual, output), (_, keep)) in residuals.iter_mut().zip(&mut outputs).zip(runs) {
             let normed = normalise(residual, &layer.ln1, config.norm, config.norm_eps);
-            let (attention_out, layer_patterns, layer_head_outputs) = attend(config, &layer, &normed, *keep);
-            output.patterns.push(layer_patterns);
-            if !matches!(keep, HeadOutputs::None) {
+            let (attention_out, layer_patterns, layer_head_outputs) =
+                attend(config, &layer, &normed, keep.head_outputs);
+            output.keep_patterns(keep.patterns, layer_patterns);
+            if !matches!(keep.head_outputs, HeadOutputs::None) {
                 output.head_outputs.push(layer_head_outputs);
             }
             let ln2 = |residual: &DMatrix<f32>| normalise(residual, &layer.ln2, config.norm, config.norm_eps);
@@ -179,26 +216,103 @@ pub fn run_batch(
         }
         each_layer(l + 1, config.layers + 1);
     }
-    // One pass over the unembedding for every sequence.
+    // One pass over the unembedding for every sequence that keeps its logits, and one for every
+    // sequence that keeps only its top tokens.
     let normed: Vec<DMatrix<f32>> =
         residuals.iter().map(|r| normalise(r, model.ln_final(), config.norm, config.norm_eps)).collect();
-    let logits = model.unembed(&normed)?;
-    for ((output, residual), mut logits) in outputs.iter_mut().zip(&residuals).zip(logits) {
+    let wants = |kind: Logits| -> Vec<usize> { (0..runs.len()).filter(|&r| runs[r].1.logits == kind).collect() };
+    let (whole, top) = (wants(Logits::Whole), wants(Logits::TopToken));
+    let logits = model.unembed(&whole.iter().map(|&r| normed[r].clone()).collect::<Vec<_>>())?;
+    for (&r, mut logits) in whole.iter().zip(logits) {
         if let Some(b_u) = model.unembedding_bias() {
             add_row_bias(&mut logits, b_u);
         }
+        outputs[r].logits = logits;
+    }
+    let tops = top_tokens(model, &top.iter().map(|&r| &normed[r]).collect::<Vec<_>>())?;
+    for (&r, tokens) in top.iter().zip(tops) {
+        outputs[r].top_tokens = tokens;
+    }
+    for (output, residual) in outputs.iter_mut().zip(&residuals) {
         output.final_scale = norm_scales(residual, config.norm, config.norm_eps);
-        output.logits = logits;
     }
     each_layer(config.layers + 1, config.layers + 1);
     Ok(outputs)
 }
 
+impl ForwardOutput {
+    /// Nothing yet, for a model of `layers` layers.
+    pub(crate) fn empty(layers: usize) -> ForwardOutput {
+        ForwardOutput {
+            patterns: Vec::with_capacity(layers),
+            pattern_cells: Vec::new(),
+            logits: DMatrix::zeros(0, 0),
+            top_tokens: Vec::new(),
+            head_outputs: Vec::new(),
+            final_scale: Vec::new(),
+        }
+    }
+
+    /// Keeps a layer's patterns (one per head) as `patterns` asks: whole, or only some cells.
+    pub(crate) fn keep_patterns(&mut self, patterns: Patterns, layer: Vec<DMatrix<f32>>) {
+        match patterns {
+            Patterns::Whole => self.patterns.push(layer),
+            Patterns::Cells(cells) => self.pattern_cells.push(
+                layer.iter().map(|pattern| cells.iter().map(|&(query, key)| pattern[(query, key)]).collect()).collect(),
+            ),
+        }
+    }
+}
+
+/// Each position's top token (the highest logit with the unembedding bias, the last of equal
+/// ones) for each of several sequences' final-normed residuals: W_U read a block of tokens at a
+/// time, once for all of them, and no sequence's logits held whole.
+fn top_tokens(model: &(impl Weights + ?Sized), normed: &[&DMatrix<f32>]) -> Result<Vec<Vec<usize>>> {
+    let vocab = model.config().vocab;
+    let mut best: Vec<Vec<Option<(f32, usize)>>> = normed.iter().map(|n| vec![None; n.nrows()]).collect();
+    if normed.is_empty() {
+        return Ok(Vec::new());
+    }
+    for start in (0..vocab).step_by(crate::model::VOCAB_BLOCK) {
+        let block = model.unembedding_rows(start..(start + crate::model::VOCAB_BLOCK).min(vocab))?.transpose();
+        for (normed, best) in normed.iter().zip(&mut best) {
+            let mut logits = *normed * &block;
+            if let Some(b_u) = model.unembedding_bias() {
+                add_row_bias(&mut logits, &b_u.rows(start, block.ncols()).into_owned());
+            }
+            for (t, best) in best.iter_mut().enumerate() {
+                for (c, &value) in logits.row(t).iter().enumerate() {
+                    offer(best, value, start + c);
+                }
+            }
+        }
+    }
+    Ok(best.into_iter().map(|rows| rows.into_iter().map(|b| b.map_or(0, |(_, token)| token)).collect()).collect())
+}
+
+/// Keeps `(value, token)` as the best so far if it is at least as high (in `f32::total_cmp`'s
+/// order): tokens come in increasing order, so the last of equal logits wins, as
+/// `Iterator::max_by` picks it.
+pub(crate) fn offer(best: &mut Option<(f32, usize)>, value: f32, token: usize) {
+    if best.is_none_or(|(high, _)| value.total_cmp(&high).is_ge()) {
+        *best = Some((value, token));
+    }
+}
+
 /// Refuses runs a forward pass must not take (see [`run_batch`]): a bad token, or outputs over
 /// [`KEPT_BYTES_LIMIT`] alone or together. Every backend checks the same before computing.
-pub(crate) fn check_runs(model: &(impl Weights + ?Sized), runs: &[(&[usize], HeadOutputs)]) -> Result<()> {
+pub(crate) fn check_runs(model: &(impl Weights + ?Sized), runs: &[(&[usize], Keep)]) -> Result<()> {
     for (tokens, keep) in runs {
         check_tokens(model, tokens)?;
+        if let Patterns::Cells(cells) = keep.patterns
+            && let Some(&(query, key)) =
+                cells.iter().find(|&&(query, key)| query >= tokens.len() || key >= tokens.len())
+        {
+            return Err(Error::Internal(format!(
+                "a pattern cell ({query}, {key}) outside a run of {} tokens",
+                tokens.len()
+            )));
+        }
         check_kept(model, tokens.len(), *keep)?;
     }
     let together =

@@ -111,6 +111,10 @@ enum Role {
     ReadBack,
     /// A block of the forward pass's logits.
     Logits,
+    /// Each row's highest logit of a block, and its column.
+    Highest,
+    /// The pattern cells a forward pass keeps, gathered.
+    Gathered,
 }
 
 impl Role {
@@ -128,6 +132,8 @@ impl Role {
             Role::Norm => "norm",
             Role::ReadBack => "read back",
             Role::Logits => "logits",
+            Role::Highest => "highest logits",
+            Role::Gathered => "gathered cells",
         }
     }
 }

@@ -24,7 +24,7 @@ pub mod gpu;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod wasm_gemm;
 
-use crate::forward::{self, ForwardOutput, HeadOutputs};
+use crate::forward::{self, ForwardOutput, Keep};
 use crate::model::{Norm, NormKind, Weights};
 use crate::{Error, Result};
 
@@ -632,7 +632,7 @@ impl Backend {
     pub async fn forward(
         &mut self,
         model: &(impl Weights + ?Sized),
-        runs: &[(&[usize], HeadOutputs<'_>)],
+        runs: &[(&[usize], Keep<'_>)],
         each_layer: &mut dyn FnMut(usize, usize),
     ) -> Result<Vec<ForwardOutput>> {
         match &self.kind {

@@ -13,7 +13,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::Backend;
-use crate::forward::{self, ForwardOutput, HeadOutputs};
+use crate::forward::{self, ForwardOutput, HeadOutputs, Keep, Logits, Patterns};
 use crate::model::{NormKind, Weights};
 use crate::tokens::with_bos;
 use crate::{Error, Result};
@@ -235,8 +235,20 @@ pub async fn score_sequences(
     each_layer: &mut dyn FnMut(usize, usize),
 ) -> Result<Vec<SequenceScores>> {
     let prepared: Vec<Prepared> = copies.iter().map(|copy| prepare(model, copy, bos)).collect::<Result<_>>()?;
-    let runs: Vec<(&[usize], HeadOutputs)> =
-        prepared.iter().map(|p| (p.tokens.as_slice(), HeadOutputs::Projected(&p.directions))).collect();
+    // Each sequence keeps only what its scores read: three cells of each pattern per query of
+    // the second copy, each position's top token, and the heads' outputs along the candidates'
+    // directions. All of a probe's sequences then fit one pass together.
+    let runs: Vec<(&[usize], Keep)> = prepared
+        .iter()
+        .map(|p| {
+            let keep = Keep {
+                head_outputs: HeadOutputs::Projected(&p.directions),
+                patterns: Patterns::Cells(&p.cells),
+                logits: Logits::TopToken,
+            };
+            (p.tokens.as_slice(), keep)
+        })
+        .collect();
     // Usually one batch; more only when the outputs would not fit the forward pass's budget
     // together (each batch's are scored and dropped before the next is run).
     let batches = forward::batches(model, &runs);
@@ -313,7 +325,14 @@ struct Prepared {
     second_copy: usize,
     candidates: Vec<usize>,
     directions: DMatrix<f32>,
+    /// The pattern cells the scores read, [`SCORED_KEYS`] for each query of the second copy.
+    cells: Vec<(usize, usize)>,
 }
+
+/// The keys each second-copy query `t` is scored on (the first copy's `t' = t - n`): the
+/// token after its earlier occurrence (induction), the token before it (previous token) and
+/// its earlier occurrence (duplicate token).
+const SCORED_KEYS: [fn(usize, usize) -> usize; 3] = [|t, n| t + 1 - n, |t, _| t - 1, |t, n| t - n];
 
 /// The first copy repeated once, after `bos` when given.
 fn prepare(model: &(impl Weights + ?Sized), copy: &FirstCopy, bos: Option<usize>) -> Result<Prepared> {
@@ -329,7 +348,8 @@ fn prepare(model: &(impl Weights + ?Sized), copy: &FirstCopy, bos: Option<usize>
     candidates.sort_unstable();
     candidates.dedup();
     let directions = unembedding_directions(model, &candidates)?;
-    Ok(Prepared { tokens, n, second_copy, candidates, directions })
+    let cells = (second_copy..second_copy + n).flat_map(|t| SCORED_KEYS.map(|key| (t, key(t, n)))).collect();
+    Ok(Prepared { tokens, n, second_copy, candidates, directions, cells })
 }
 
 /// Scores every head on one sequence's forward pass.
@@ -337,7 +357,7 @@ fn score(copy: &FirstCopy, prepared: &Prepared, output: &ForwardOutput) -> Seque
     let Prepared { tokens, n, second_copy, candidates, .. } = prepared;
     let (n, second_copy) = (*n, *second_copy);
     let copy_ranks = copy_ranks(output, tokens, candidates, second_copy);
-    let mut heads = attention_scores(output, n, second_copy);
+    let mut heads = attention_scores(output, n);
     for (scores, ranks) in heads.iter_mut().zip(&copy_ranks) {
         scores.copy_fidelity = ranks.iter().filter(|&&r| r == 1).count() as f64 / ranks.len() as f64;
     }
@@ -394,21 +414,21 @@ fn copy_ranks(output: &ForwardOutput, tokens: &[usize], candidates: &[usize], se
         .collect()
 }
 
-/// Per head, means over the n second-copy query positions (copy fidelity left at 0).
-fn attention_scores(output: &ForwardOutput, n: usize, second_copy: usize) -> Vec<HeadScores> {
-    let queries = second_copy..second_copy + n;
-    let mean = |pattern: &DMatrix<f32>, key_of: &dyn Fn(usize) -> usize| {
-        queries.clone().map(|t| pattern[(t, key_of(t))] as f64).sum::<f64>() / n as f64
-    };
+/// Per head, means over the n second-copy query positions of its kept cells (copy fidelity
+/// left at 0).
+fn attention_scores(output: &ForwardOutput, n: usize) -> Vec<HeadScores> {
     let mut scores = Vec::new();
-    for (layer, heads) in output.patterns.iter().enumerate() {
-        for (head, pattern) in heads.iter().enumerate() {
+    for (layer, heads) in output.pattern_cells.iter().enumerate() {
+        for (head, cells) in heads.iter().enumerate() {
+            let mean = |key: usize| {
+                cells.iter().skip(key).step_by(SCORED_KEYS.len()).map(|&w| w as f64).sum::<f64>() / n as f64
+            };
             scores.push(HeadScores {
                 layer,
                 head,
-                induction_score: mean(pattern, &|t| t + 1 - n),
-                previous_token_score: mean(pattern, &|t| t - 1),
-                duplicate_token_score: mean(pattern, &|t| t - n),
+                induction_score: mean(0),
+                previous_token_score: mean(1),
+                duplicate_token_score: mean(2),
                 copy_fidelity: 0.0,
                 spread: None,
             });
@@ -421,14 +441,7 @@ fn attention_scores(output: &ForwardOutput, n: usize, second_copy: usize) -> Vec
 /// next token.
 fn prefix_copy_accuracy(output: &ForwardOutput, tokens: &[usize], second_copy: usize) -> f64 {
     let positions = second_copy..tokens.len() - 1;
-    let hits = positions
-        .clone()
-        .filter(|&t| {
-            let row = output.logits.row(t);
-            let argmax = (0..row.len()).max_by(|&a, &b| row[a].total_cmp(&row[b])).unwrap_or(0);
-            argmax == tokens[t + 1]
-        })
-        .count();
+    let hits = positions.clone().filter(|&t| output.top_tokens[t] == tokens[t + 1]).count();
     hits as f64 / positions.len() as f64
 }
 

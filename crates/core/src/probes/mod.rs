@@ -25,7 +25,7 @@ pub async fn attention_patterns(
     tokens: &[usize],
     backend: &mut Backend,
 ) -> Result<Vec<Vec<DMatrix<f32>>>> {
-    let outputs = backend.forward(model, &[(tokens, HeadOutputs::None)], &mut |_, _| {}).await?;
+    let outputs = backend.forward(model, &[(tokens, HeadOutputs::None.into())], &mut |_, _| {}).await?;
     let output = outputs.into_iter().next().ok_or_else(|| Error::Internal("the forward pass gave no output".into()))?;
     Ok(output.patterns)
 }

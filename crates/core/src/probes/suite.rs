@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::HeadId;
 use crate::backend::Backend;
-use crate::forward::{self, HeadOutputs};
+use crate::forward::{self, HeadOutputs, Keep};
 use crate::model::Weights;
 use crate::probes::induction::induction_cells;
 use crate::probes::question::Question;
@@ -279,8 +279,8 @@ pub async fn verdict_table(
             Ok((ids, query))
         })
         .collect::<Result<_>>()?;
-    let runs: Vec<(&[usize], HeadOutputs)> =
-        prepared.iter().map(|(ids, _)| (ids.as_slice(), HeadOutputs::None)).collect();
+    let runs: Vec<(&[usize], Keep)> =
+        prepared.iter().map(|(ids, _)| (ids.as_slice(), HeadOutputs::None.into())).collect();
     // Only the query's row of one head is kept from each pass; a batch's outputs are dropped
     // before the next batch runs.
     let mut rows: Vec<Vec<f64>> = Vec::with_capacity(runs.len());

@@ -17,7 +17,7 @@ use crate::analysis::fingerprint::{fingerprint_layer, fingerprint_layer_on, fing
 use crate::analysis::ov_logits::{MatrixTokens, bottom_k, top_k};
 use crate::analysis::{HeadId, Mode, ModelFingerprint, OvTokenLogits};
 use crate::backend::{Backend, BackendChoice, block_on, moved_between};
-use crate::model::{ModelConfig, ModelStream, Weights};
+use crate::model::{ModelConfig, ModelStream, VOCAB_BLOCK, Weights};
 use crate::probes::induction::{
     DEFAULT_SEQUENCES, SequenceScores, induction_cells, random_first_copies, score_sequences, text_window_first_copies,
 };
@@ -261,9 +261,8 @@ const BASE_BYTES: u64 = 64 << 20;
 ///   vocabulary rows;
 /// - a layer's fingerprints (the pool hands the lead layers too): see [`Sizes`]'s `attention`;
 /// - the probe: one layer with its MLP (the forward pass) in f32, plus converting its largest
-///   matrix: the decoded f32, the matrix and its transpose (12 bytes an element), and the
-///   induction probe's sequences (BOS + 2 x 50 tokens): every head's pattern and every
-///   position's logits (positions x vocabulary, f32).
+///   matrix: the decoded f32, the matrix and its transpose (12 bytes an element), and what the
+///   induction probe's sequences hold (see `probe_bytes`).
 pub fn estimated_peak_bytes(config: &ModelConfig, tied: bool, tokenizer_json: u64) -> u64 {
     let sizes = Sizes::of(config, tied);
     let probe = probe_bytes(config, DEFAULT_SEQUENCES);
@@ -282,12 +281,17 @@ pub fn estimated_helper_bytes(config: &ModelConfig, tied: bool, tokenizer_json: 
     BASE_BYTES + sizes.grams + sizes.factors + stages + 8 * tokenizer_json
 }
 
-/// What the forward pass keeps of `sequences` induction sequences (BOS + 2 x 50 tokens) until
-/// they are scored: every head's pattern and every position's logits (f32).
+/// What the forward pass holds of `sequences` induction sequences (BOS + 2 x 50 tokens) until
+/// they are scored (f32): what each keeps (three cells of every head's pattern per second-copy
+/// query, every head's output along the first copy's at most 50 tokens, a top token per
+/// position), and, one sequence at a time, the largest of what passes through: a layer's whole
+/// patterns, or its logits for a block of the vocabulary.
 fn probe_bytes(config: &ModelConfig, sequences: usize) -> u64 {
-    let positions = (2 * INDUCTION_LEN + 1) as u64;
-    let [layers, heads, vocab] = [config.layers, config.heads, config.vocab].map(|v| v as u64);
-    sequences as u64 * 4 * (layers * heads * positions * positions + positions * vocab)
+    let (positions, n) = ((2 * INDUCTION_LEN + 1) as u64, INDUCTION_LEN as u64);
+    let [layers, heads] = [config.layers, config.heads].map(|v| v as u64);
+    let kept = layers * heads * (3 * n + positions * n) + 2 * positions;
+    let passing = (heads * positions * positions).max(positions * VOCAB_BLOCK as u64);
+    4 * (sequences as u64 * kept + passing)
 }
 
 /// How many workers the pool uses for a model: up to `hardware` (at least 2), as many as fit

@@ -12,7 +12,7 @@
 use nalgebra::DMatrix;
 
 use super::{Gpu, Scopes};
-use crate::forward::{self, ForwardOutput, HeadOutputs};
+use crate::forward::{self, ForwardOutput, HeadOutputs, Keep, Logits, Patterns};
 use crate::model::{Activation, Layer, LoadParts, ModelConfig, Norm, NormKind, Positions, Weights};
 use crate::{Error, Result};
 
@@ -46,7 +46,12 @@ pub(super) struct ForwardKernels {
     rotary: wgpu::ComputePipeline,
     attend: wgpu::ComputePipeline,
     activate: wgpu::ComputePipeline,
+    gather: wgpu::ComputePipeline,
+    highest: wgpu::ComputePipeline,
 }
+
+/// A sequence to run, and what to keep of it.
+type Run<'a> = (&'a [usize], Keep<'a>);
 
 /// The eight numbers each kernel reads its settings from (forward.wgsl's `Settings`).
 type Settings = [u32; 8];
@@ -124,7 +129,7 @@ impl Gpu {
     pub async fn forward(
         &self,
         model: &(impl Weights + ?Sized),
-        runs: &[(&[usize], HeadOutputs<'_>)],
+        runs: &[(&[usize], Keep<'_>)],
         each_layer: &mut dyn FnMut(usize, usize),
     ) -> Result<Vec<ForwardOutput>> {
         self.forward_in(Pieces::default(), model, runs, each_layer).await
@@ -137,7 +142,7 @@ impl Gpu {
         &self,
         pieces: Pieces,
         model: &(impl Weights + ?Sized),
-        runs: &[(&[usize], HeadOutputs<'_>)],
+        runs: &[(&[usize], Keep<'_>)],
         each_layer: &mut dyn FnMut(usize, usize),
     ) -> Result<Vec<ForwardOutput>> {
         forward::check_runs(model, runs)?;
@@ -151,33 +156,25 @@ impl Gpu {
         let kernels = self.forward_kernels().await.map_err(Error::Gpu)?;
         let (placed, groups) = self.place(config, runs, pieces.pattern_bytes).map_err(Error::Gpu)?;
         let rows = placed.last().map_or(0, |p| p.first_row + p.len);
-        let mut outputs: Vec<ForwardOutput> = runs
-            .iter()
-            .map(|_| ForwardOutput {
-                patterns: Vec::with_capacity(config.layers),
-                logits: DMatrix::zeros(0, 0),
-                head_outputs: Vec::new(),
-                final_scale: Vec::new(),
-            })
-            .collect();
+        let mut outputs: Vec<ForwardOutput> = runs.iter().map(|_| ForwardOutput::empty(config.layers)).collect();
         let mut residual = DMatrix::<f32>::zeros(rows, config.d_model);
         for ((tokens, _), at) in runs.iter().zip(&placed) {
             residual.rows_mut(at.first_row, at.len).copy_from(&forward::first_residual(model, tokens)?);
         }
         let device = self.activations(config, &placed, &groups, &residual).map_err(Error::Gpu)?;
         drop(residual);
-        let keeps_heads = runs.iter().any(|(_, keep)| !matches!(keep, HeadOutputs::None));
+        let keeps_heads = runs.iter().any(|(_, keep)| !matches!(keep.head_outputs, HeadOutputs::None));
         for l in 0..config.layers {
             let layer = model.layer(l, LoadParts::Everything)?;
             let weights = self.upload_layer(&layer)?;
-            self.run_layer(kernels, config, rows, &device, &weights, &groups, &placed, &mut outputs).await?;
+            self.run_layer(kernels, config, rows, &device, &weights, (&groups, &placed, runs), &mut outputs).await?;
             if keeps_heads {
                 let mixed = self.read_matrix(&device.mixed, rows, config.heads * config.d_head).await?;
                 keep_head_outputs(config, &layer, runs, &placed, &mixed, &mut outputs);
             }
             each_layer(l + 1, config.layers + 1);
         }
-        self.unembed(kernels, model, rows, &device, &placed, pieces.vocab_rows, &mut outputs).await?;
+        self.unembed(kernels, model, rows, &device, (&placed, runs), pieces.vocab_rows, &mut outputs).await?;
         each_layer(config.layers + 1, config.layers + 1);
         Ok(outputs)
     }
@@ -208,6 +205,8 @@ impl Gpu {
             rotary: pipeline("rotary"),
             attend: pipeline("attend"),
             activate: pipeline("activate"),
+            gather: pipeline("gather"),
+            highest: pipeline("highest"),
         };
         if let Some(error) = invalid.pop().await {
             return Err(format!(
@@ -224,7 +223,7 @@ impl Gpu {
     fn place(
         &self,
         config: &ModelConfig,
-        runs: &[(&[usize], HeadOutputs<'_>)],
+        runs: &[(&[usize], Keep<'_>)],
         pattern_bytes: u64,
     ) -> std::result::Result<(Vec<Placed>, Vec<PatternGroup>), String> {
         let limit = (pattern_bytes.min(self.max_binding) / 4) as usize;
@@ -346,8 +345,7 @@ impl Gpu {
         rows: usize,
         device: &Activations,
         weights: &LayerOnDevice,
-        groups: &[PatternGroup],
-        placed: &[Placed],
+        (groups, placed, runs): (&[PatternGroup], &[Placed], &[Run<'_>]),
         outputs: &mut [ForwardOutput],
     ) -> Result<()> {
         let (d_model, d_head) = (config.d_model, config.d_head);
@@ -402,28 +400,17 @@ impl Gpu {
                 ],
                 groups: (count.min(SPAN) as u32, config.heads as u32, count.div_ceil(SPAN) as u32),
             };
-            self.submit(vec![attend]).await?;
-            let values = self
-                .read_back(&[(&device.patterns, 4 * group.values as u64)], |patterns| {
-                    placed[group.runs.clone()]
-                        .iter()
-                        .map(|at| {
-                            let square = at.len * at.len;
-                            let first = at.pattern_at - group.first_value;
-                            (0..config.heads)
-                                .map(|h| {
-                                    let start = first + h * square;
-                                    DMatrix::from_column_slice(at.len, at.len, &patterns[start..start + square])
-                                })
-                                .collect::<Vec<_>>()
-                        })
-                        .collect::<Vec<_>>()
-                })
-                .await
-                .map_err(Error::Gpu)?;
-            for (output, patterns) in outputs[group.runs.clone()].iter_mut().zip(values) {
-                output.patterns.push(patterns);
-            }
+            self.read_patterns(
+                kernels,
+                device,
+                group,
+                attend,
+                &placed[group.runs.clone()],
+                &runs[group.runs.clone()],
+                config.heads,
+                &mut outputs[group.runs.clone()],
+            )
+            .await?;
         }
 
         let mut after = Vec::new();
@@ -481,7 +468,9 @@ impl Gpu {
     }
 
     /// The final norm, then the logits a block of the vocabulary at a time (W_U read and
-    /// uploaded once per block for every sequence), the unembedding bias added on the host.
+    /// uploaded once per block for every sequence, the unembedding bias added on the device):
+    /// each block read back where a sequence keeps its logits, and only each row's highest
+    /// entry where it keeps its top tokens.
     #[allow(clippy::too_many_arguments)]
     async fn unembed(
         &self,
@@ -489,7 +478,7 @@ impl Gpu {
         model: &(impl Weights + ?Sized),
         rows: usize,
         device: &Activations,
-        placed: &[Placed],
+        (placed, runs): (&[Placed], &[Run<'_>]),
         vocab_rows: usize,
         outputs: &mut [ForwardOutput],
     ) -> Result<()> {
@@ -498,42 +487,174 @@ impl Gpu {
         self.submit(vec![self.norm(kernels, config, rows, device, &ln_final)]).await?;
         let scales = self.read_matrix(&device.scales, rows, 1).await?;
         let vocab = config.vocab;
-        for (output, at) in outputs.iter_mut().zip(placed) {
+        let keeps = |kind: Logits| runs.iter().any(|(_, keep)| keep.logits == kind);
+        let (whole, top) = (keeps(Logits::Whole), keeps(Logits::TopToken));
+        for ((output, at), (_, keep)) in outputs.iter_mut().zip(placed).zip(runs) {
             output.final_scale = scales.as_slice()[at.first_row..at.first_row + at.len].to_vec();
-            output.logits = DMatrix::zeros(at.len, vocab);
+            if keep.logits == Logits::Whole {
+                output.logits = DMatrix::zeros(at.len, vocab);
+            }
         }
+        let mut best: Vec<Vec<Option<(f32, usize)>>> = placed.iter().map(|at| vec![None; at.len]).collect();
         let per_row = 4 * rows.max(config.d_model) as u64;
         let block = vocab_rows.min((self.max_binding / per_row) as usize).max(1);
-        let logits = self.scratch(
-            super::Role::Logits,
-            4 * (rows * block) as u64,
-            wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-        );
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC;
+        let logits = self.scratch(super::Role::Logits, 4 * (rows * block) as u64, usage);
+        let highest = self.scratch(super::Role::Highest, 8 * rows as u64, usage);
+        let bias =
+            model.unembedding_bias().map(|b| self.upload_matrix("unembedding bias", b.as_slice())).transpose()?;
         for start in (0..vocab).step_by(block) {
             let end = (start + block).min(vocab);
             let unembedding = model.unembedding_rows(start..end)?;
             let uploaded = self.upload_matrix("unembedding rows", unembedding.as_slice())?;
             let width = end - start;
-            let product =
-                gemm(kernels, (rows, width, config.d_model), &device.normed, &uploaded, None, &logits, Product::Set);
-            self.submit(vec![Dispatch { settings: with_transposed(product.settings), ..product }]).await?;
-            self.read_back(&[(&logits, 4 * (rows * width) as u64)], |values| {
-                for (output, at) in outputs.iter_mut().zip(placed) {
-                    for (column, v) in (start..end).enumerate() {
-                        let from = at.first_row + rows * column;
-                        output.logits.column_mut(v).copy_from_slice(&values[from..from + at.len]);
+            let product = gemm(
+                kernels,
+                (rows, width, config.d_model),
+                &device.normed,
+                &uploaded,
+                bias.as_ref(),
+                &logits,
+                Product::Set,
+            );
+            let mut settings = product.settings;
+            settings[3] |= 4;
+            settings[4] = start as u32;
+            let mut dispatches = vec![Dispatch { settings, ..product }];
+            if top {
+                dispatches.push(Dispatch {
+                    pipeline: &kernels.highest,
+                    settings: [rows, width, 0, 0, 0, 0, 0, 0].map(|v| v as u32),
+                    buffers: vec![(1, &logits), (4, &highest)],
+                    groups: (rows.min(SPAN) as u32, rows.div_ceil(SPAN) as u32, 1),
+                });
+            }
+            self.submit(dispatches).await?;
+            if whole {
+                self.read_back(&[(&logits, 4 * (rows * width) as u64)], |values| {
+                    for ((output, at), (_, keep)) in outputs.iter_mut().zip(placed).zip(runs) {
+                        if keep.logits != Logits::Whole {
+                            continue;
+                        }
+                        for (column, v) in (start..end).enumerate() {
+                            let from = at.first_row + rows * column;
+                            output.logits.column_mut(v).copy_from_slice(&values[from..from + at.len]);
+                        }
                     }
-                }
-            })
-            .await
-            .map_err(Error::Gpu)?;
+                })
+                .await
+                .map_err(Error::Gpu)?;
+            }
+            if top {
+                self.read_back(&[(&highest, 8 * rows as u64)], |values| {
+                    for (best, at) in best.iter_mut().zip(placed) {
+                        for (t, best) in best.iter_mut().enumerate() {
+                            let row = at.first_row + t;
+                            forward::offer(best, values[2 * row], start + values[2 * row + 1] as usize);
+                        }
+                    }
+                })
+                .await
+                .map_err(Error::Gpu)?;
+            }
         }
-        if let Some(b_u) = model.unembedding_bias() {
-            for output in outputs.iter_mut() {
-                forward::add_row_bias(&mut output.logits, b_u);
+        for ((output, best), (_, keep)) in outputs.iter_mut().zip(best).zip(runs) {
+            if keep.logits == Logits::TopToken {
+                output.top_tokens = best.into_iter().map(|b| b.map_or(0, |(_, token)| token)).collect();
             }
         }
         Ok(())
+    }
+
+    /// Runs a group's attention and reads back what its sequences keep of the patterns: the
+    /// group's whole patterns where one keeps them whole, else only the cells asked for,
+    /// gathered on the device.
+    #[allow(clippy::too_many_arguments)]
+    async fn read_patterns(
+        &self,
+        kernels: &ForwardKernels,
+        device: &Activations,
+        group: &PatternGroup,
+        attend: Dispatch<'_>,
+        placed: &[Placed],
+        runs: &[(&[usize], Keep<'_>)],
+        heads: usize,
+        outputs: &mut [ForwardOutput],
+    ) -> Result<()> {
+        // Where head h's cell (query, key) of a sequence lies among the group's patterns.
+        let at_cell = |at: &Placed, h: usize, (query, key): (usize, usize)| {
+            at.pattern_at - group.first_value + h * at.len * at.len + key * at.len + query
+        };
+        if runs.iter().any(|(_, keep)| matches!(keep.patterns, Patterns::Whole)) {
+            self.submit(vec![attend]).await?;
+            let layer = self
+                .read_back(&[(&device.patterns, 4 * group.values as u64)], |patterns| {
+                    placed
+                        .iter()
+                        .map(|at| {
+                            let square = at.len * at.len;
+                            (0..heads)
+                                .map(|h| {
+                                    let start = at_cell(at, h, (0, 0));
+                                    DMatrix::from_column_slice(at.len, at.len, &patterns[start..start + square])
+                                })
+                                .collect::<Vec<_>>()
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .await
+                .map_err(Error::Gpu)?;
+            for ((output, (_, keep)), patterns) in outputs.iter_mut().zip(runs).zip(layer) {
+                output.keep_patterns(keep.patterns, patterns);
+            }
+            return Ok(());
+        }
+        let mut indices = Vec::new();
+        for (at, (_, keep)) in placed.iter().zip(runs) {
+            if let Patterns::Cells(cells) = keep.patterns {
+                for h in 0..heads {
+                    indices.extend(cells.iter().map(|&cell| at_cell(at, h, cell) as u32));
+                }
+            }
+        }
+        let index_buffer = self.upload_indices(&indices)?;
+        let gathered = self.scratch(
+            super::Role::Gathered,
+            4 * indices.len() as u64,
+            wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        );
+        let gather = Dispatch {
+            pipeline: &kernels.gather,
+            settings: [indices.len(), 0, 0, 0, 0, 0, 0, 0].map(|v| v as u32),
+            buffers: vec![(1, &device.patterns), (4, &gathered), (6, &index_buffer)],
+            groups: threads(indices.len()),
+        };
+        self.submit(vec![attend, gather]).await?;
+        self.read_back(&[(&gathered, 4 * indices.len() as u64)], |values| {
+            let mut values = values.iter().copied();
+            for (output, (_, keep)) in outputs.iter_mut().zip(runs) {
+                if let Patterns::Cells(cells) = keep.patterns {
+                    output
+                        .pattern_cells
+                        .push((0..heads).map(|_| values.by_ref().take(cells.len()).collect()).collect());
+                }
+            }
+        })
+        .await
+        .map_err(Error::Gpu)
+    }
+
+    /// `indices` in a new storage buffer.
+    fn upload_indices(&self, indices: &[u32]) -> Result<wgpu::Buffer> {
+        self.fits("pattern cells", 4 * indices.len() as u64).map_err(Error::Gpu)?;
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("pattern cells"),
+            size: 4 * indices.len().max(1) as u64,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        self.write(&buffer, indices);
+        Ok(buffer)
     }
 
     fn upload_norm(&self, norm: &Norm) -> Result<NormOnDevice> {
@@ -661,12 +782,6 @@ fn gemm<'a>(
     }
 }
 
-/// A gemm's settings with y read as stored transposed (n x k).
-fn with_transposed(mut settings: Settings) -> Settings {
-    settings[3] |= 4;
-    settings
-}
-
 /// Groups of 64 threads for `count` threads, spread over y beyond [`SPAN`] groups.
 fn threads(count: usize) -> (u32, u32, u32) {
     let groups = count.div_ceil(64);
@@ -717,20 +832,20 @@ fn rotary_table(positions: &Positions, longest: usize) -> Vec<f32> {
 fn keep_head_outputs(
     config: &ModelConfig,
     layer: &Layer,
-    runs: &[(&[usize], HeadOutputs<'_>)],
+    runs: &[(&[usize], Keep<'_>)],
     placed: &[Placed],
     mixed: &DMatrix<f32>,
     outputs: &mut [ForwardOutput],
 ) {
     let d_head = config.d_head;
     for (((_, keep), at), output) in runs.iter().zip(placed).zip(outputs.iter_mut()) {
-        if matches!(keep, HeadOutputs::None) {
+        if matches!(keep.head_outputs, HeadOutputs::None) {
             continue;
         }
         let heads = (0..config.heads)
             .filter_map(|h| {
                 let z = mixed.view((at.first_row, h * d_head), (at.len, d_head)).into_owned();
-                forward::head_output(&z, &layer.attention.w_o, h, *keep)
+                forward::head_output(&z, &layer.attention.w_o, h, keep.head_outputs)
             })
             .collect();
         output.head_outputs.push(heads);

@@ -33,8 +33,8 @@ fn linear(group: vec3<u32>) -> u32 {
 
 // ---- gemm: out = X Y (+ bias w) (+ out when accumulating) ----
 // X: m x k at x[i + m * kk]; Y: k x n at y[kk + k * j], or stored transposed (n x k, at
-// y[j + n * kk]) when flags & 4; w: the bias (n), added when flags & 1; out: m x n, added to when
-// flags & 2. A 64 x 64 tile of out per group, 4 x 4 entries per thread.
+// y[j + n * kk]) when flags & 4; w: the bias, column j's at w[p.a + j], added when flags & 1;
+// out: m x n, added to when flags & 2. A 64 x 64 tile of out per group, 4 x 4 entries per thread.
 
 const TILE: u32 = 64u;
 const DEPTH: u32 = 16u;
@@ -102,7 +102,7 @@ fn gemm(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_id) l
             if (i < p.m && j < p.n) {
                 var value = sum[r * 4u + c];
                 if ((p.flags & 1u) != 0u) {
-                    value += w[j];
+                    value += w[p.a + j];
                 }
                 let at = i + p.m * j;
                 if ((p.flags & 2u) != 0u) {
@@ -331,5 +331,67 @@ fn activate(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroup
         out[e] = out[e] * act(p.a, x[e]);
     } else {
         out[e] = act(p.a, out[e]);
+    }
+}
+
+// ---- gather: out[i] = x[rows_of[i]] for the p.m cells asked for ----
+
+@compute @workgroup_size(64)
+fn gather(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let e = id.x + 64u * groups.x * id.y;
+    if (e < p.m) {
+        out[e] = x[rows_of[e]];
+    }
+}
+
+// ---- highest: each row's highest entry of x (p.m rows x p.n columns) and its column ----
+// out[2 * row] the entry, out[2 * row + 1] its column (exact in f32 below 2^24); in the order of
+// Rust's f32::total_cmp, the last of equal entries. One group per row.
+
+var<workgroup> top_key: array<i32, 256>;
+var<workgroup> top_column: array<u32, 256>;
+
+// f32::total_cmp's order as an i32's.
+fn order_key(v: f32) -> i32 {
+    let bits = bitcast<i32>(v);
+    return bits ^ i32(u32(bits >> 31u) >> 1u);
+}
+
+@compute @workgroup_size(256)
+fn highest(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_index) local: u32) {
+    let row = linear(group);
+    if (row >= p.m) {
+        return;
+    }
+    // A thread's own columns, in increasing order: a later equal one replaces the best.
+    var key = 0;
+    var column = local;
+    if (local < p.n) {
+        key = order_key(x[row + p.m * local]);
+    }
+    for (var c = local + REDUCE; c < p.n; c += REDUCE) {
+        let k = order_key(x[row + p.m * c]);
+        if (k >= key) {
+            key = k;
+            column = c;
+        }
+    }
+    top_key[local] = key;
+    top_column[local] = column;
+    workgroupBarrier();
+    // Slot i holds the best of threads i, i + half, ...: valid when i < n.
+    for (var half = REDUCE / 2u; half > 0u; half /= 2u) {
+        if (local < half && local + half < p.n) {
+            let other = top_key[local + half];
+            if (other > top_key[local] || (other == top_key[local] && top_column[local + half] > top_column[local])) {
+                top_key[local] = other;
+                top_column[local] = top_column[local + half];
+            }
+        }
+        workgroupBarrier();
+    }
+    if (local == 0u) {
+        out[2u * row] = x[row + p.m * top_column[0]];
+        out[2u * row + 1u] = f32(top_column[0]);
     }
 }
