@@ -6,20 +6,23 @@
 #      by side, stage by stage (Grams, layer products, the whole per-layer stage), with FLOP
 #      counts, FLOP/s and how far the backends' fingerprints are apart, one JSON line per model;
 #   3. the CLI end to end on Llama-3-8B with --backend gpu, as a user runs it: wall time, peak
-#      RSS and the backend the JSON records.
+#      RSS and the backend the JSON records;
+#   4. examples/bench_probe on Llama-3.2-1B: the induction probe (8 sequences of 2 x 256 + 1
+#      tokens) on the GPU, then with first copies of 64 tokens on the GPU and the CPU side by
+#      side, with FLOP counts, bytes moved and how far the scores are apart.
 # It prints the GPU, driver and CPU first, and stops at once if wgpu finds no hardware adapter.
 #
 # Usage: scripts/bench_gpu_hardware.sh [BIN_DIR]
-#   BIN_DIR holds prebuilt `headprint` and `bench_gpu` binaries (for a machine without Rust);
-#   without it both are built here. BIG_MODELS (default /tmp/headprint-big) and PYTHON (a
+#   BIN_DIR holds prebuilt `headprint`, `bench_gpu` and `bench_probe` binaries (for a machine
+#   without Rust); without it they are built here. BIG_MODELS (default /tmp/headprint-big) and PYTHON (a
 #   python3 with numpy) can be set; SOFTWARE_GPU=1 runs on a software adapter (a dry run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -n "${1:-}" ]; then
-  headprint=$1/headprint bench=$1/bench_gpu
+  headprint=$1/headprint bench=$1/bench_gpu probe=$1/bench_probe
 else
-  cargo build --release --bin headprint --example bench_gpu
-  headprint=target/release/headprint bench=target/release/examples/bench_gpu
+  cargo build --release --bin headprint --example bench_gpu --example bench_probe
+  headprint=target/release/headprint bench=target/release/examples/bench_gpu probe=target/release/examples/bench_probe
 fi
 dir=${BIG_MODELS:-/tmp/headprint-big}
 python=${PYTHON:-python3}
@@ -58,3 +61,8 @@ print(json.dumps({"cli": "fingerprint --backend gpu", "model": model, "wall_s": 
                   "peak_rss_gb": round(peak_gb, 3), "backend": backend, "exit": run.returncode,
                   "stderr": run.stderr.strip()[-500:]}))
 EOF
+
+# The induction probe: the study's size on the GPU (the issue's target), then a quarter of it on
+# both backends side by side (the CPU alone would take minutes at full size).
+"$probe" --copy=256 --backends=gpu "$dir/llama-3.2-1b"
+"$probe" --copy=64 --backends=gpu,cpu "$dir/llama-3.2-1b"

@@ -40,8 +40,8 @@ pub enum HeadOutputs<'a> {
 }
 
 /// What a forward pass keeps of one run. A probe that reads a few cells of each pattern and each
-/// position's top token asks for only those: its sequences then fit one pass together (a
-/// streamed model is read once) and a GPU sends back kilobytes instead of every pattern.
+/// position's top token asks for only those: more of its sequences then fit one pass (a streamed
+/// model is read once a pass) and a GPU sends back those cells instead of every pattern.
 #[derive(Clone, Copy)]
 pub struct Keep<'a> {
     pub head_outputs: HeadOutputs<'a>,

@@ -237,7 +237,7 @@ pub async fn score_sequences(
     let prepared: Vec<Prepared> = copies.iter().map(|copy| prepare(model, copy, bos)).collect::<Result<_>>()?;
     // Each sequence keeps only what its scores read: three cells of each pattern per query of
     // the second copy, each position's top token, and the heads' outputs along the candidates'
-    // directions. All of a probe's sequences then fit one pass together.
+    // directions, so that more of a probe's sequences fit one pass.
     let runs: Vec<(&[usize], Keep)> = prepared
         .iter()
         .map(|p| {
