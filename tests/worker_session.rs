@@ -351,13 +351,7 @@ fn a_failed_load_keeps_the_held_model_and_bad_requests_get_messages() {
     assert!(error.contains("broken.safetensors"), "{error}");
     assert_eq!(session.models_held(), 1);
     // The first model still answers.
-    let pattern = Request::Pattern {
-        model: 1,
-        head: HeadId::new(0, 0),
-        text: "abc".into(),
-        prepend_bos: true,
-        backend: BackendChoice::Cpu,
-    };
+    let pattern = first_heads_pattern();
     assert!(matches!(ask(&mut session, pattern, vec![]), Ok(Reply::Pattern(_))));
     // A head the model does not have, and a model the worker does not hold.
     let missing_head = Request::Pattern {
@@ -725,13 +719,7 @@ fn a_model_over_the_workers_budget_is_refused_in_one_line_before_its_weights_are
     assert!(read < 4 << 20, "{read} bytes read before refusing");
     // The model shown stays, and answers.
     assert_eq!(session.models_held(), 1);
-    let pattern = Request::Pattern {
-        model: 1,
-        head: HeadId::new(0, 0),
-        text: "abc".into(),
-        prepend_bos: true,
-        backend: BackendChoice::Cpu,
-    };
+    let pattern = first_heads_pattern();
     assert!(matches!(ask(&mut session, pattern, vec![]), Ok(Reply::Pattern(_))));
 }
 
@@ -828,4 +816,15 @@ fn the_pool_uses_every_core_that_its_memory_budget_allows() {
     // No room for a helper, or a lead past the pool's budget (its own check refuses it): the lead alone.
     assert_eq!(pool_workers(8, POOL_BUDGET_BYTES - MB, 2 * MB), 1);
     assert_eq!(pool_workers(8, POOL_BUDGET_BYTES + MB, MB), 1);
+}
+
+/// The held model 1's L0H0 pattern on "abc", on the CPU.
+fn first_heads_pattern() -> Request {
+    Request::Pattern {
+        model: 1,
+        head: HeadId::new(0, 0),
+        text: "abc".into(),
+        prepend_bos: true,
+        backend: BackendChoice::Cpu,
+    }
 }

@@ -9,7 +9,7 @@ use headprint::backend::{Backend, block_on};
 use headprint::compare::{BEHAVIOURAL_SCORES, SPECTRAL_FEATURES, spearman};
 use headprint::figures::output::{Figure, Format};
 use headprint::figures::{copying, scatter, self_copy, spectrum, swap, verdicts};
-use headprint::forward::{self, HeadOutputs, Keep};
+use headprint::forward::{self, HeadOutputs, Keep, Logits};
 use headprint::probes::induction::induction_cells;
 use headprint::probes::verdict_table;
 use headprint::tokens::with_bos;
@@ -144,8 +144,10 @@ pub fn run(args: Args) -> Result<()> {
                 .map(|prompt| Ok(with_bos(bos, &tokenizer.encode(&prompt.text)?)))
                 .collect::<Result<_>>()?;
             // Every prompt through each layer in one pass: a streamed model is read once.
-            let runs: Vec<(&[usize], Keep)> =
-                encoded.iter().map(|ids| (ids.as_slice(), HeadOutputs::None.into())).collect();
+            let runs: Vec<(&[usize], Keep)> = encoded
+                .iter()
+                .map(|ids| (ids.as_slice(), Keep { logits: Logits::None, ..HeadOutputs::None.into() }))
+                .collect();
             let mut prompts = Vec::new();
             for range in forward::batches(model, &runs) {
                 let outputs = block_on(backend.forward(model, &runs[range.clone()], &mut |_, _| {}))?;

@@ -15,7 +15,7 @@ pub struct ForwardOutput {
     /// `pattern_cells[layer][head][i]`: the attention weight at the run's i-th (query, key) cell,
     /// when it keeps only those ([`Patterns::Cells`]); else empty.
     pub pattern_cells: Vec<Vec<Vec<f32>>>,
-    /// position x vocab (0 x 0 when the run keeps only the top tokens, [`Logits::TopToken`]).
+    /// position x vocab (0 x 0 when the run keeps only the top tokens or no logits, [`Logits`]).
     pub logits: DMatrix<f32>,
     /// Each position's top token, when the run keeps only those ([`Logits::TopToken`]): the
     /// highest logit, the last of equal ones (as `Iterator::max_by` picks); else empty.
@@ -63,6 +63,8 @@ pub enum Logits {
     Whole,
     /// Only each position's top token.
     TopToken,
+    /// None: the pass stops at the final norm (W_U is not read for it).
+    None,
 }
 
 impl<'a> From<HeadOutputs<'a>> for Keep<'a> {
@@ -83,6 +85,13 @@ pub const KEPT_BYTES_LIMIT: u64 = 1 << 30;
 /// cells), when asked per-head outputs (len × their width per head), and the logits (len ×
 /// vocabulary, or a top token per position). Saturates instead of overflowing.
 pub fn kept_bytes(model: &(impl Weights + ?Sized), len: usize, keep: Keep) -> u64 {
+    let (held, passing) = held_and_passing(model, len, keep);
+    held.saturating_add(passing)
+}
+
+/// [`kept_bytes`] in two parts: what stays until the pass ends, and what passes through one
+/// run at a time (a layer's whole patterns, for a run that keeps only some cells).
+fn held_and_passing(model: &(impl Weights + ?Sized), len: usize, keep: Keep) -> (u64, u64) {
     let config = model.config();
     let heads = (config.layers as u64).saturating_mul(config.heads as u64);
     let len = len as u64;
@@ -98,12 +107,20 @@ pub fn kept_bytes(model: &(impl Weights + ?Sized), len: usize, keep: Keep) -> u6
     let logits = match keep.logits {
         Logits::Whole => len.saturating_mul(config.vocab as u64),
         Logits::TopToken => len.saturating_mul(2),
+        Logits::None => 0,
     };
-    heads
-        .saturating_mul(pattern.saturating_add(len.saturating_mul(per_head_output)))
-        .saturating_add(one_layer)
-        .saturating_add(logits)
-        .saturating_mul(4)
+    let held = heads.saturating_mul(pattern.saturating_add(len.saturating_mul(per_head_output))).saturating_add(logits);
+    (held.saturating_mul(4), one_layer.saturating_mul(4))
+}
+
+/// Bytes runs keep together: what each holds, and the largest of what passes through them one
+/// at a time.
+fn together_bytes(model: &(impl Weights + ?Sized), runs: &[(&[usize], Keep)]) -> u64 {
+    let (held, passing) = runs.iter().fold((0u64, 0u64), |(held, passing), (tokens, keep)| {
+        let (h, p) = held_and_passing(model, tokens.len(), *keep);
+        (held.saturating_add(h), passing.max(p))
+    });
+    held.saturating_add(passing)
 }
 
 /// Consecutive ranges of `runs` whose outputs fit [`KEPT_BYTES_LIMIT`] together (a run that
@@ -117,14 +134,12 @@ pub fn batches(model: &(impl Weights + ?Sized), runs: &[(&[usize], Keep)]) -> Ve
 /// [`batches`] for a budget of `limit` bytes.
 pub fn batches_within(model: &(impl Weights + ?Sized), runs: &[(&[usize], Keep)], limit: u64) -> Vec<Range<usize>> {
     let mut ranges = Vec::new();
-    let (mut start, mut bytes) = (0, 0u64);
-    for (i, (tokens, keep)) in runs.iter().enumerate() {
-        let run = kept_bytes(model, tokens.len(), *keep);
-        if i > start && bytes.saturating_add(run) > limit {
+    let mut start = 0;
+    for i in 0..runs.len() {
+        if i > start && together_bytes(model, &runs[start..=i]) > limit {
             ranges.push(start..i);
-            (start, bytes) = (i, 0);
+            start = i;
         }
-        bytes = bytes.saturating_add(run);
     }
     if start < runs.len() {
         ranges.push(start..runs.len());
@@ -222,7 +237,11 @@ pub fn run_batch(
         residuals.iter().map(|r| normalise(r, model.ln_final(), config.norm, config.norm_eps)).collect();
     let wants = |kind: Logits| -> Vec<usize> { (0..runs.len()).filter(|&r| runs[r].1.logits == kind).collect() };
     let (whole, top) = (wants(Logits::Whole), wants(Logits::TopToken));
-    let logits = model.unembed(&whole.iter().map(|&r| normed[r].clone()).collect::<Vec<_>>())?;
+    // (A streamed model's `unembed` reads all of W_U whatever it is given: not for nothing.)
+    let logits = match whole.is_empty() {
+        true => Vec::new(),
+        false => model.unembed(&whole.iter().map(|&r| normed[r].clone()).collect::<Vec<_>>())?,
+    };
     for (&r, mut logits) in whole.iter().zip(logits) {
         if let Some(b_u) = model.unembedding_bias() {
             add_row_bias(&mut logits, b_u);
@@ -315,8 +334,7 @@ pub(crate) fn check_runs(model: &(impl Weights + ?Sized), runs: &[(&[usize], Kee
         }
         check_kept(model, tokens.len(), *keep)?;
     }
-    let together =
-        runs.iter().fold(0u64, |sum, (tokens, keep)| sum.saturating_add(kept_bytes(model, tokens.len(), *keep)));
+    let together = together_bytes(model, runs);
     if runs.len() > 1 && together > KEPT_BYTES_LIMIT {
         return Err(Error::Internal(format!(
             "{} runs would keep {:.1} GB together, over the {:.1} GB a pass may use: split them with `forward::batches`",

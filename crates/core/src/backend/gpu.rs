@@ -267,16 +267,7 @@ impl Gpu {
         };
         // SAFETY: checks other than `checked()` come only through `open_with`'s own contract.
         let module = unsafe { device.create_shader_module_trusted(descriptor, checks) };
-        let pipeline = |entry: &str| {
-            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(entry),
-                layout: None,
-                module: &module,
-                entry_point: Some(entry),
-                compilation_options: Default::default(),
-                cache: None,
-            })
-        };
+        let pipeline = |entry: &str| compute_pipeline(&device, &module, entry);
         let (gemm, syrk, fold) = (pipeline("gemm"), pipeline("syrk"), pipeline("fold"));
         if let Some(error) = invalid.pop().await {
             return Err(format!("{name}: the kernels do not compile: {}", one_line(&error.to_string())));
@@ -509,23 +500,25 @@ impl Gpu {
             let b = match (keep_x, &left) {
                 (true, _) => {
                     let crossing = Crossing::of(x_columns, k, fold);
-                    self.chunk(start, width, k, wgpu::BufferUsages::COPY_DST, crossing.has_rests()).map(|x_chunk| {
-                        self.put_columns(crossing, k, &x_chunk.high, x_chunk.low.as_ref());
-                        let operand =
-                            Operand { value: x_chunk.high.clone(), rest: x_chunk.low.clone(), len: k * width };
-                        kept_x.chunks.push(x_chunk);
-                        Some(operand)
-                    })
+                    self.chunk(start, width, k, wgpu::BufferUsages::COPY_DST, crossing.has_rests()).and_then(
+                        |x_chunk| {
+                            self.put_columns(crossing, k, &x_chunk.high, x_chunk.low.as_ref())?;
+                            let operand =
+                                Operand { value: x_chunk.high.clone(), rest: x_chunk.low.clone(), len: k * width };
+                            kept_x.chunks.push(x_chunk);
+                            Ok(Some(operand))
+                        },
+                    )
                 }
                 (false, Some(_)) => {
                     let crossing = Crossing::of(x_columns, k, fold);
                     let bytes = 4 * x_columns.len() as u64;
-                    self.fits(Role::B.label(), bytes).map(|()| {
+                    self.fits(Role::B.label(), bytes).and_then(|()| {
                         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
                         let value = self.scratch(Role::B, bytes, usage);
                         let rest = crossing.has_rests().then(|| self.scratch(Role::BRest, bytes, usage));
-                        self.put_columns(crossing, k, &value, rest.as_ref());
-                        Some(Operand { value, rest, len: x_columns.len() })
+                        self.put_columns(crossing, k, &value, rest.as_ref())?;
+                        Ok(Some(Operand { value, rest, len: x_columns.len() }))
                     })
                 }
                 (false, None) => Ok(None),
@@ -556,10 +549,12 @@ impl Gpu {
             let scope = Scopes::push(&self.device);
             let crossing = Crossing::of(&x.as_slice()[start * rows..(start + width) * rows], rows, fold);
             let chunk = self.chunk(start, width, rows, wgpu::BufferUsages::COPY_DST, crossing.has_rests());
-            if let Ok(chunk) = &chunk {
-                self.put_columns(crossing, rows, &chunk.high, chunk.low.as_ref());
-            }
+            let put = match &chunk {
+                Ok(chunk) => self.put_columns(crossing, rows, &chunk.high, chunk.low.as_ref()),
+                Err(_) => Ok(()),
+            };
             scope.pop(self).await?;
+            put?;
             kept.chunks.push(chunk?);
         }
         Ok(kept)
@@ -570,7 +565,13 @@ impl Gpu {
     /// stored and the norm's weight, folded in place by the `fold` kernel (which writes the
     /// rests). So a folded X costs the bytes of the raw one. `low` is there whenever
     /// [`Crossing::has_rests`] says so.
-    fn put_columns(&self, crossing: Crossing, rows: usize, high: &wgpu::Buffer, low: Option<&wgpu::Buffer>) {
+    fn put_columns(
+        &self,
+        crossing: Crossing,
+        rows: usize,
+        high: &wgpu::Buffer,
+        low: Option<&wgpu::Buffer>,
+    ) -> Result<(), String> {
         match crossing {
             Crossing::Split(value, rest) => {
                 self.write(high, &value);
@@ -579,8 +580,8 @@ impl Gpu {
                 }
             }
             Crossing::ToFold(value, fold) => {
-                // (Always there: a folded X has rests.)
-                let Some(low) = low else { return };
+                // The caller made room for rests, as `Crossing::has_rests` says a folded X has.
+                let Some(low) = low else { return Err("a folded matrix without room for its low parts".into()) };
                 self.write(high, &value);
                 let weight = fold.norm.weight.as_slice();
                 let norm = self.scratch(
@@ -620,6 +621,7 @@ impl Gpu {
                 self.queue.submit([encoder.finish()]);
             }
         }
+        Ok(())
     }
 
     /// Columns per chunk of a matrix kept on the device: whole blocks of `block` columns, as many
@@ -1028,6 +1030,18 @@ impl Gpu {
             None => Ok(()),
         }
     }
+}
+
+/// The kernel `entry` of `module`, its bindings' layout taken from the kernel itself.
+fn compute_pipeline(device: &wgpu::Device, module: &wgpu::ShaderModule, entry: &str) -> wgpu::ComputePipeline {
+    device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(entry),
+        layout: None,
+        module,
+        entry_point: Some(entry),
+        compilation_options: Default::default(),
+        cache: None,
+    })
 }
 
 /// The first `len` f32 values of `buffer` as a binding.

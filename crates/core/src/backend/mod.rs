@@ -63,7 +63,8 @@ pub struct BackendInfo {
     /// Why the GPU was not used although one was asked for or tried, in one line.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub note: Option<String>,
-    /// How a GPU computed: "f64" (native) or "f32 pairs" (each f64 as two f32 parts).
+    /// How a GPU computed: "f64" (native) or "f32 pairs" (each f64 as two f32 parts) for the
+    /// fingerprint's products, "f32" for a forward pass.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub arithmetic: Option<String>,
     /// Bytes written to the GPU in the work reported (a GPU's only: the CPU moves nothing).
@@ -360,6 +361,13 @@ impl Backend {
             #[cfg(feature = "gpu")]
             Kind::Gpu(gpu) => Some(gpu.bytes_moved()),
         }
+    }
+
+    /// [`Backend::info`] for work that ran the forward pass, which a GPU computes in f32.
+    pub fn forward_info(&self) -> BackendInfo {
+        let info = self.info();
+        let arithmetic = info.arithmetic.as_ref().map(|_| "f32".to_string());
+        BackendInfo { arithmetic, ..info }
     }
 
     pub fn info(&self) -> BackendInfo {

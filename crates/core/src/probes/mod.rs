@@ -13,7 +13,7 @@ pub use suite::{Suite, Verdict, VerdictRow, verdict_table};
 use nalgebra::DMatrix;
 
 use crate::backend::Backend;
-use crate::forward::HeadOutputs;
+use crate::forward::{HeadOutputs, Keep, Logits};
 use crate::model::Weights;
 use crate::{Error, Result};
 
@@ -25,7 +25,8 @@ pub async fn attention_patterns(
     tokens: &[usize],
     backend: &mut Backend,
 ) -> Result<Vec<Vec<DMatrix<f32>>>> {
-    let outputs = backend.forward(model, &[(tokens, HeadOutputs::None.into())], &mut |_, _| {}).await?;
+    let keep = Keep { logits: Logits::None, ..HeadOutputs::None.into() };
+    let outputs = backend.forward(model, &[(tokens, keep)], &mut |_, _| {}).await?;
     let output = outputs.into_iter().next().ok_or_else(|| Error::Internal("the forward pass gave no output".into()))?;
     Ok(output.patterns)
 }

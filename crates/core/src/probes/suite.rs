@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::HeadId;
 use crate::backend::Backend;
-use crate::forward::{self, HeadOutputs, Keep};
+use crate::forward::{self, HeadOutputs, Keep, Logits, Patterns};
 use crate::model::Weights;
 use crate::probes::induction::induction_cells;
 use crate::probes::question::Question;
@@ -279,17 +279,26 @@ pub async fn verdict_table(
             Ok((ids, query))
         })
         .collect::<Result<_>>()?;
-    let runs: Vec<(&[usize], Keep)> =
-        prepared.iter().map(|(ids, _)| (ids.as_slice(), HeadOutputs::None.into())).collect();
-    // Only the query's row of one head is kept from each pass; a batch's outputs are dropped
-    // before the next batch runs.
+    // Each pass keeps only the query's row of each pattern (and no logits), of which one head's
+    // is read; a batch's outputs are dropped before the next batch runs.
+    let query_rows: Vec<Vec<(usize, usize)>> =
+        prepared.iter().map(|(ids, query)| (0..ids.len()).map(|k| (*query, k)).collect()).collect();
+    let runs: Vec<(&[usize], Keep)> = prepared
+        .iter()
+        .zip(&query_rows)
+        .map(|((ids, _), cells)| {
+            let keep = Keep { patterns: Patterns::Cells(cells), logits: Logits::None, ..HeadOutputs::None.into() };
+            (ids.as_slice(), keep)
+        })
+        .collect();
     let mut rows: Vec<Vec<f64>> = Vec::with_capacity(runs.len());
     for range in forward::batches(model, &runs) {
         let outputs = backend.forward(model, &runs[range.clone()], &mut |_, _| {}).await?;
-        rows.extend(prepared[range].iter().zip(&outputs).map(|((ids, query), output)| {
-            let pattern = &output.patterns[head.layer][head.head];
-            (0..ids.len()).map(|k| f64::from(pattern[(*query, k)])).collect()
-        }));
+        rows.extend(
+            outputs
+                .iter()
+                .map(|output| output.pattern_cells[head.layer][head.head].iter().map(|&w| f64::from(w)).collect()),
+        );
     }
     suite
         .prompts

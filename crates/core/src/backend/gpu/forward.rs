@@ -1,10 +1,11 @@
 //! The forward pass on the GPU: the same steps as [`crate::forward::run_batch`], in f32 kernels
 //! (forward.wgsl). Every sequence of a batch is stacked into one matrix of rows, so each layer's
 //! products are one dispatch for all of them; the residual stream stays on the device from the
-//! embedding to the final norm. What crosses back is what the caller keeps: each head's
-//! attention pattern, the logits, the final norm's scales, and the heads' mixed values where
-//! per-head outputs are asked for (their small products with W_O are the CPU's, as in
-//! [`crate::forward::head_output`]).
+//! embedding to the final norm. What crosses back is what each run keeps ([`Keep`]): each
+//! head's whole pattern or only the cells asked for (gathered on the device), the logits or
+//! only each row's highest (found on the device, block by block), the final norm's scales, and
+//! the heads' mixed values where per-head outputs are asked for (their small products with W_O
+//! are the CPU's, as in [`crate::forward::head_output`]).
 //!
 //! The host still gathers the embedding rows and reads each layer's weights (from the files,
 //! for a streamed model); each layer's weights are uploaded once, as f32.
@@ -189,16 +190,7 @@ impl Gpu {
             label: Some("forward.wgsl"),
             source: wgpu::ShaderSource::Wgsl(KERNELS.into()),
         });
-        let pipeline = |entry: &str| {
-            self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(entry),
-                layout: None,
-                module: &module,
-                entry_point: Some(entry),
-                compilation_options: Default::default(),
-                cache: None,
-            })
-        };
+        let pipeline = |entry: &str| super::compute_pipeline(&self.device, &module, entry);
         let kernels = ForwardKernels {
             gemm: pipeline("gemm"),
             norm: pipeline("norm"),
@@ -313,7 +305,7 @@ impl Gpu {
     /// A layer's weights, uploaded as f32 in nalgebra's column-major order.
     fn upload_layer(&self, layer: &Layer) -> Result<LayerOnDevice> {
         let mlp = layer.mlp.as_ref().ok_or(Error::MissingMlp)?;
-        let upload = |label: &str, values: &[f32]| self.upload_matrix(label, values);
+        let upload = |label: &str, values: &[f32]| self.upload_buffer(label, values);
         let norm = |norm: &Norm| self.upload_norm(norm);
         let attention = &layer.attention;
         Ok(LayerOnDevice {
@@ -495,6 +487,9 @@ impl Gpu {
                 output.logits = DMatrix::zeros(at.len, vocab);
             }
         }
+        if !whole && !top {
+            return Ok(());
+        }
         let mut best: Vec<Vec<Option<(f32, usize)>>> = placed.iter().map(|at| vec![None; at.len]).collect();
         let per_row = 4 * rows.max(config.d_model) as u64;
         let block = vocab_rows.min((self.max_binding / per_row) as usize).max(1);
@@ -502,11 +497,11 @@ impl Gpu {
         let logits = self.scratch(super::Role::Logits, 4 * (rows * block) as u64, usage);
         let highest = self.scratch(super::Role::Highest, 8 * rows as u64, usage);
         let bias =
-            model.unembedding_bias().map(|b| self.upload_matrix("unembedding bias", b.as_slice())).transpose()?;
+            model.unembedding_bias().map(|b| self.upload_buffer("unembedding bias", b.as_slice())).transpose()?;
         for start in (0..vocab).step_by(block) {
             let end = (start + block).min(vocab);
             let unembedding = model.unembedding_rows(start..end)?;
-            let uploaded = self.upload_matrix("unembedding rows", unembedding.as_slice())?;
+            let uploaded = self.upload_buffer("unembedding rows", unembedding.as_slice())?;
             let width = end - start;
             let product = gemm(
                 kernels,
@@ -617,7 +612,7 @@ impl Gpu {
                 }
             }
         }
-        let index_buffer = self.upload_indices(&indices)?;
+        let index_buffer = self.upload_buffer("pattern cells", &indices)?;
         let gathered = self.scratch(
             super::Role::Gathered,
             4 * indices.len() as u64,
@@ -644,32 +639,20 @@ impl Gpu {
         .map_err(Error::Gpu)
     }
 
-    /// `indices` in a new storage buffer.
-    fn upload_indices(&self, indices: &[u32]) -> Result<wgpu::Buffer> {
-        self.fits("pattern cells", 4 * indices.len() as u64).map_err(Error::Gpu)?;
-        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("pattern cells"),
-            size: 4 * indices.len().max(1) as u64,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        self.write(&buffer, indices);
-        Ok(buffer)
-    }
-
     fn upload_norm(&self, norm: &Norm) -> Result<NormOnDevice> {
         Ok(NormOnDevice {
-            weight: self.upload_matrix("norm weight", norm.weight.as_slice())?,
-            bias: norm.bias.as_ref().map(|b| self.upload_matrix("norm bias", b.as_slice())).transpose()?,
+            weight: self.upload_buffer("norm weight", norm.weight.as_slice())?,
+            bias: norm.bias.as_ref().map(|b| self.upload_buffer("norm bias", b.as_slice())).transpose()?,
         })
     }
 
     /// `values` in a new storage buffer.
-    fn upload_matrix(&self, label: &str, values: &[f32]) -> Result<wgpu::Buffer> {
-        self.fits(label, 4 * values.len() as u64).map_err(Error::Gpu)?;
+    fn upload_buffer<T: bytemuck::Pod>(&self, label: &str, values: &[T]) -> Result<wgpu::Buffer> {
+        let bytes = std::mem::size_of_val(values) as u64;
+        self.fits(label, bytes).map_err(Error::Gpu)?;
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
-            size: 4 * values.len().max(1) as u64,
+            size: bytes.max(4),
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });

@@ -122,13 +122,18 @@ fn gemm(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_id) l
 const REDUCE: u32 = 256u;
 var<workgroup> partial: array<f32, 256>;
 
-// The sum of every thread's `value` in the group, for all of them.
-fn group_sum(local: u32, value: f32) -> f32 {
+// The sum (or, `largest`, the maximum) of every thread's `value` in a group of `threads`, for
+// all of them.
+fn group_reduce(local: u32, value: f32, threads: u32, largest: bool) -> f32 {
     partial[local] = value;
     workgroupBarrier();
-    for (var half = REDUCE / 2u; half > 0u; half /= 2u) {
+    for (var half = threads / 2u; half > 0u; half /= 2u) {
         if (local < half) {
-            partial[local] += partial[local + half];
+            if (largest) {
+                partial[local] = max(partial[local], partial[local + half]);
+            } else {
+                partial[local] += partial[local + half];
+            }
         }
         workgroupBarrier();
     }
@@ -150,14 +155,14 @@ fn norm(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_index
         for (var j = local; j < p.n; j += REDUCE) {
             part += x[row + p.m * j];
         }
-        mean = group_sum(local, part) / width;
+        mean = group_reduce(local, part, REDUCE, false) / width;
     }
     var squares = 0.0;
     for (var j = local; j < p.n; j += REDUCE) {
         let centred = x[row + p.m * j] - mean;
         squares += centred * centred;
     }
-    let scale = sqrt(group_sum(local, squares) / width + bitcast<f32>(p.a));
+    let scale = sqrt(group_reduce(local, squares, REDUCE, false) / width + bitcast<f32>(p.a));
     for (var j = local; j < p.n; j += REDUCE) {
         var value = (x[row + p.m * j] - mean) / scale * y[j];
         if ((p.flags & 2u) != 0u) {
@@ -241,16 +246,7 @@ fn attend(
         out[pattern + key * len + t] = score;
         largest = max(largest, score);
     }
-    partial[local] = largest;
-    workgroupBarrier();
-    for (var half = KEYS / 2u; half > 0u; half /= 2u) {
-        if (local < half) {
-            partial[local] = max(partial[local], partial[local + half]);
-        }
-        workgroupBarrier();
-    }
-    let top = partial[0];
-    workgroupBarrier();
+    let top = group_reduce(local, largest, KEYS, true);
 
     var part = 0.0;
     for (var key = local; key <= t; key += KEYS) {
@@ -258,15 +254,7 @@ fn attend(
         out[pattern + key * len + t] = weight;
         part += weight;
     }
-    partial[local] = part;
-    workgroupBarrier();
-    for (var half = KEYS / 2u; half > 0u; half /= 2u) {
-        if (local < half) {
-            partial[local] += partial[local + half];
-        }
-        workgroupBarrier();
-    }
-    let total = partial[0];
+    let total = group_reduce(local, part, KEYS, false);
     for (var key = local; key < len; key += KEYS) {
         var weight = 0.0;
         if (key <= t) {
