@@ -195,7 +195,8 @@ pub fn run_with(model: &(impl Weights + ?Sized), tokens: &[usize], keep: Keep) -
 /// from the files when the model is streamed) and run on every sequence before the next layer,
 /// so a streamed model is read once however many sequences there are. Each sequence's numbers
 /// are exactly those of running it alone. `each_layer(done, layers + 1)` follows the progress:
-/// a step per layer, and the last once the unembedding (all of W_U for a streamed model) is read.
+/// a step per layer, and the last once the unembedding is done (W_U read, for a streamed model,
+/// where a run keeps logits or top tokens). What each run keeps is its [`Keep`].
 pub fn run_batch(
     model: &(impl Weights + ?Sized),
     runs: &[(&[usize], Keep)],
@@ -237,7 +238,7 @@ pub fn run_batch(
         residuals.iter().map(|r| normalise(r, model.ln_final(), config.norm, config.norm_eps)).collect();
     let wants = |kind: Logits| -> Vec<usize> { (0..runs.len()).filter(|&r| runs[r].1.logits == kind).collect() };
     let (whole, top) = (wants(Logits::Whole), wants(Logits::TopToken));
-    // (A streamed model's `unembed` reads all of W_U whatever it is given: not for nothing.)
+    // A streamed model's `unembed` reads all of W_U even for no sequence.
     let logits = match whole.is_empty() {
         true => Vec::new(),
         false => model.unembed(&whole.iter().map(|&r| normed[r].clone()).collect::<Vec<_>>())?,
@@ -287,11 +288,11 @@ impl ForwardOutput {
 /// ones) for each of several sequences' final-normed residuals: W_U read a block of tokens at a
 /// time, once for all of them, and no sequence's logits held whole.
 fn top_tokens(model: &(impl Weights + ?Sized), normed: &[&DMatrix<f32>]) -> Result<Vec<Vec<usize>>> {
-    let vocab = model.config().vocab;
-    let mut best: Vec<Vec<Option<(f32, usize)>>> = normed.iter().map(|n| vec![None; n.nrows()]).collect();
     if normed.is_empty() {
         return Ok(Vec::new());
     }
+    let vocab = model.config().vocab;
+    let mut best: Vec<Vec<Option<(f32, usize)>>> = normed.iter().map(|n| vec![None; n.nrows()]).collect();
     for start in (0..vocab).step_by(crate::model::VOCAB_BLOCK) {
         let block = model.unembedding_rows(start..(start + crate::model::VOCAB_BLOCK).min(vocab))?.transpose();
         for (normed, best) in normed.iter().zip(&mut best) {
