@@ -262,6 +262,48 @@ fn a_run_keeping_cells_and_top_tokens_gets_those_of_the_whole_run() {
     }
 }
 
+/// Heads' ranks kept pair by pair during the pass are exactly the ranks the kept projections
+/// give once divided by the final norm's scale (`x / s >= p / s`), on every family: with a
+/// direction that is another's copy (equal contributions) and one that is another's times
+/// (1 - 1e-7) (contributions an ulp or so apart, which the division may round together).
+#[test]
+fn ranks_kept_during_the_pass_are_those_of_the_kept_projections() {
+    use headprint::forward::{self, HeadOutputs, Keep};
+    for name in FAMILIES {
+        let files = files(name);
+        let stream = ModelStream::open(&files).unwrap();
+        let (vocab, d_model) = (stream.config.vocab, stream.config.d_model);
+        let tokens: Vec<usize> = (0..13).map(|i| (i * 7 + 5) % vocab).collect();
+        let mut directions = nalgebra::DMatrix::from_fn(d_model, 6, |i, j| ((i * 5 + j * 3) % 7) as f32 - 3.0);
+        let first = directions.column(0).into_owned();
+        directions.column_mut(1).copy_from(&first);
+        directions.column_mut(2).copy_from(&(&first * (1.0 - 1e-7)));
+        let pairs: Vec<(usize, usize)> = (0..tokens.len()).flat_map(|t| [(t, 0), (t, 2), (t, t % 6)]).collect();
+        let ranked = Keep::from(HeadOutputs::Ranked { directions: &directions, pairs: &pairs });
+        let runs: Vec<(&[usize], Keep)> =
+            vec![(&tokens, HeadOutputs::Projected(&directions).into()), (&tokens, ranked)];
+        let outputs = forward::run_batch(&stream, &runs, &mut |_, _| {}).unwrap();
+        let (projected, kept) = (&outputs[0], &outputs[1]);
+        assert!(kept.head_outputs.is_empty(), "{name}: no projections kept");
+        let scale = &projected.final_scale;
+        let want: Vec<Vec<usize>> = projected
+            .head_outputs
+            .iter()
+            .flatten()
+            .map(|p| {
+                let value = |t: usize, j: usize| p[(t, j)] / scale[t];
+                pairs
+                    .iter()
+                    .map(|&(t, c)| 1 + (0..6).filter(|&j| j != c && value(t, j) >= value(t, c)).count())
+                    .collect()
+            })
+            .collect();
+        let got: Vec<Vec<usize>> = kept.head_ranks.iter().flatten().cloned().collect();
+        assert_eq!(got, want, "{name}");
+        assert!(want.iter().flatten().any(|&r| r > 1), "{name}: some pair is outranked");
+    }
+}
+
 #[test]
 fn a_streamed_batched_forward_pass_is_each_sequence_run_alone_on_the_loaded_model() {
     use headprint::forward::{self, HeadOutputs, Keep};
@@ -415,7 +457,7 @@ fn the_worker_pool_gives_the_bits_of_one_worker_whichever_worker_computes_which_
     }
     let Reply::Opened { info, tied, segments, lead_bytes, helper_bytes } = &opened[0] else { panic!("the lead opens") };
     assert_eq!((*segments, *tied), (3, false));
-    assert!(helper_bytes < lead_bytes, "a helper holds less than the lead ({helper_bytes} vs {lead_bytes})");
+    assert!(helper_bytes <= lead_bytes, "a helper holds no more than the lead ({helper_bytes} vs {lead_bytes})");
     assert_eq!(serde_json::to_string(info).unwrap(), serde_json::to_string(&analysis.info).unwrap());
     let config = &info.config;
     let mut sum = GramSum::new(config.d_model, false, *segments);

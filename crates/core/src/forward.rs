@@ -24,6 +24,11 @@ pub struct ForwardOutput {
     /// that head, no bias; TransformerLens's `cache.stack_head_results`), position x d_model, or
     /// that times the projection asked for. Empty unless asked for (see [`HeadOutputs`]).
     pub head_outputs: Vec<Vec<DMatrix<f32>>>,
+    /// `head_ranks[layer][head][i]`: where the run's i-th (position, direction) pair ranks its
+    /// direction among all, by the head's contribution there ([`HeadOutputs::Ranked`]); else empty.
+    pub head_ranks: Vec<Vec<Vec<usize>>>,
+    /// Each head's standings until the final norm's scales are known (then `head_ranks`).
+    standings: Vec<Vec<Vec<(usize, Standing)>>>,
     /// The final norm's divisor at each position: `sqrt(var + eps)` (LayerNorm) or
     /// `sqrt(mean square + eps)` (RMSNorm), TransformerLens's `ln_final.hook_scale`.
     pub final_scale: Vec<f32>,
@@ -37,6 +42,51 @@ pub enum HeadOutputs<'a> {
     None,
     Full,
     Projected(&'a DMatrix<f32>),
+    /// Only, for each (position t, direction j) pair, the rank of direction j among all the
+    /// directions by the head's contribution at t (its output along each, divided by the final
+    /// norm's scale at t): 1 + how many others are at least as high. (Copy fidelity's ranks,
+    /// without keeping position x directions per head until the pass ends.)
+    Ranked {
+        directions: &'a DMatrix<f32>,
+        pairs: &'a [(usize, usize)],
+    },
+}
+
+/// What decides a pair's rank before the final norm's scale `s` is known: the chosen
+/// direction's value `p`, how many others are already at least as high (`x >= p` gives
+/// `x / s >= p / s` for any `s > 0`), and the others so close below that dividing by `s` could
+/// round them up to it.
+#[derive(Clone, Debug)]
+pub(crate) struct Standing {
+    value: f32,
+    above: usize,
+    close: Vec<f32>,
+}
+
+impl Standing {
+    fn of(row: impl Iterator<Item = f32>, chosen: usize, value: f32) -> Standing {
+        // Below this, x / s < p / s for every s a norm gives: apart by more than the rounding
+        // of two divisions (2^-22 of p) and the smallest normal f32 scaled by s.
+        let margin = value.abs() * (1.0 / (1u32 << 20) as f32) + 1e-30;
+        let mut standing = Standing { value, above: 0, close: Vec::new() };
+        for (j, x) in row.enumerate() {
+            if j == chosen {
+                continue;
+            }
+            if x >= value {
+                standing.above += 1;
+            } else if x >= value - margin {
+                standing.close.push(x);
+            }
+        }
+        standing
+    }
+
+    /// The rank once the scale is known, as `x / scale >= value / scale` counts it.
+    fn rank(&self, scale: f32) -> usize {
+        let value = self.value / scale;
+        1 + self.above + self.close.iter().filter(|&&x| x / scale >= value).count()
+    }
 }
 
 /// What a forward pass keeps of one run. A probe that reads a few cells of each pattern and each
@@ -99,6 +149,9 @@ fn held_and_passing(model: &(impl Weights + ?Sized), len: usize, keep: Keep) -> 
         HeadOutputs::None => 0,
         HeadOutputs::Full => config.d_model as u64,
         HeadOutputs::Projected(directions) => directions.ncols() as u64,
+        // A standing per pair (about 12 words, with room for a close value), spread over the
+        // positions.
+        HeadOutputs::Ranked { pairs, .. } => (12 * pairs.len() as u64).div_ceil(len.max(1)),
     };
     let (pattern, one_layer) = match keep.patterns {
         Patterns::Whole => (len.saturating_mul(len), 0),
@@ -217,9 +270,7 @@ pub fn run_batch(
             let (attention_out, layer_patterns, layer_head_outputs) =
                 attend(config, &layer, &normed, keep.head_outputs);
             output.keep_patterns(keep.patterns, layer_patterns);
-            if !matches!(keep.head_outputs, HeadOutputs::None) {
-                output.head_outputs.push(layer_head_outputs);
-            }
+            output.keep_head_outputs(layer_head_outputs);
             let ln2 = |residual: &DMatrix<f32>| normalise(residual, &layer.ln2, config.norm, config.norm_eps);
             if config.parallel_residual {
                 let mlp_out = feed_forward(mlp, config.activation, &ln2(residual));
@@ -254,7 +305,7 @@ pub fn run_batch(
         outputs[r].top_tokens = tokens;
     }
     for (output, residual) in outputs.iter_mut().zip(&residuals) {
-        output.final_scale = norm_scales(residual, config.norm, config.norm_eps);
+        output.finish(norm_scales(residual, config.norm, config.norm_eps));
     }
     each_layer(config.layers + 1, config.layers + 1);
     Ok(outputs)
@@ -269,8 +320,42 @@ impl ForwardOutput {
             logits: DMatrix::zeros(0, 0),
             top_tokens: Vec::new(),
             head_outputs: Vec::new(),
+            head_ranks: Vec::new(),
+            standings: Vec::new(),
             final_scale: Vec::new(),
         }
+    }
+
+    /// Keeps a layer's head outputs (one per head, as [`head_output`] made them), if any.
+    pub(crate) fn keep_head_outputs(&mut self, layer: Vec<HeadKept>) {
+        let (mut outputs, mut standings) = (Vec::new(), Vec::new());
+        for kept in layer {
+            match kept {
+                HeadKept::Output(output) => outputs.push(output),
+                HeadKept::Standings(pairs) => standings.push(pairs),
+            }
+        }
+        if !outputs.is_empty() {
+            self.head_outputs.push(outputs);
+        }
+        if !standings.is_empty() {
+            self.standings.push(standings);
+        }
+    }
+
+    /// Sets the final norm's scales, and with them each head's ranks.
+    pub(crate) fn finish(&mut self, final_scale: Vec<f32>) {
+        let standings = std::mem::take(&mut self.standings);
+        self.head_ranks = standings
+            .iter()
+            .map(|heads| {
+                heads
+                    .iter()
+                    .map(|pairs| pairs.iter().map(|(t, standing)| standing.rank(final_scale[*t])).collect())
+                    .collect()
+            })
+            .collect();
+        self.final_scale = final_scale;
     }
 
     /// Keeps a layer's patterns (one per head) as `patterns` asks: whole, or only some cells.
@@ -324,6 +409,15 @@ pub(crate) fn offer(best: &mut Option<(f32, usize)>, value: f32, token: usize) {
 pub(crate) fn check_runs(model: &(impl Weights + ?Sized), runs: &[(&[usize], Keep)]) -> Result<()> {
     for (tokens, keep) in runs {
         check_tokens(model, tokens)?;
+        if let HeadOutputs::Ranked { directions, pairs } = keep.head_outputs
+            && let Some(&(t, j)) = pairs.iter().find(|&&(t, j)| t >= tokens.len() || j >= directions.ncols())
+        {
+            return Err(Error::Internal(format!(
+                "a ranked pair ({t}, {j}) outside a run of {} tokens and {} directions",
+                tokens.len(),
+                directions.ncols()
+            )));
+        }
         if let Patterns::Cells(cells) = keep.patterns
             && let Some(&(query, key)) =
                 cells.iter().find(|&&(query, key)| query >= tokens.len() || key >= tokens.len())
@@ -357,24 +451,36 @@ pub(crate) fn first_residual(model: &(impl Weights + ?Sized), tokens: &[usize]) 
     Ok(residual)
 }
 
+/// What a run keeps of one head's output.
+pub(crate) enum HeadKept {
+    Output(DMatrix<f32>),
+    /// For each pair, its position and its standing there.
+    Standings(Vec<(usize, Standing)>),
+}
+
 /// What head `head` writes to the residual stream from its mixed values `z` (position x
-/// d_head), as `keep` asks: `z W_O` for that head's rows of W_O, or that times the directions.
-pub(crate) fn head_output(
-    z: &DMatrix<f32>,
-    w_o: &DMatrix<f32>,
-    head: usize,
-    keep: HeadOutputs,
-) -> Option<DMatrix<f32>> {
+/// d_head), as `keep` asks: `z W_O` for that head's rows of W_O, that times the directions, or
+/// from that the standings of the pairs asked for.
+pub(crate) fn head_output(z: &DMatrix<f32>, w_o: &DMatrix<f32>, head: usize, keep: HeadOutputs) -> Option<HeadKept> {
     let rows = w_o.rows(head * z.ncols(), z.ncols());
     match keep {
         HeadOutputs::None => None,
-        HeadOutputs::Full => Some(z * rows),
-        HeadOutputs::Projected(directions) => Some(z * (rows * directions)),
+        HeadOutputs::Full => Some(HeadKept::Output(z * rows)),
+        HeadOutputs::Projected(directions) => Some(HeadKept::Output(z * (rows * directions))),
+        HeadOutputs::Ranked { directions, pairs } => {
+            let projected = z * (rows * directions);
+            Some(HeadKept::Standings(
+                pairs
+                    .iter()
+                    .map(|&(t, j)| (t, Standing::of(projected.row(t).iter().copied(), j, projected[(t, j)])))
+                    .collect(),
+            ))
+        }
     }
 }
 
 /// Per layer: the attention block's output, every head's pattern, and the head outputs kept.
-type Attended = (DMatrix<f32>, Vec<DMatrix<f32>>, Vec<DMatrix<f32>>);
+type Attended = (DMatrix<f32>, Vec<DMatrix<f32>>, Vec<HeadKept>);
 
 fn attend(config: &ModelConfig, layer: &Layer, normed: &DMatrix<f32>, keep: HeadOutputs) -> Attended {
     let weights = &layer.attention;

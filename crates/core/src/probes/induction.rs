@@ -236,13 +236,13 @@ pub async fn score_sequences(
 ) -> Result<Vec<SequenceScores>> {
     let prepared: Vec<Prepared> = copies.iter().map(|copy| prepare(model, copy, bos)).collect::<Result<_>>()?;
     // Each sequence keeps only what its scores read: three cells of each pattern per query of
-    // the second copy, each position's top token, and the heads' outputs along the candidates'
-    // directions, so that more of a probe's sequences fit one pass.
+    // the second copy, each position's top token, and each head's rank of the true next token
+    // among the candidates at each counted position, so that a probe's sequences fit one pass.
     let runs: Vec<(&[usize], Keep)> = prepared
         .iter()
         .map(|p| {
             let keep = Keep {
-                head_outputs: HeadOutputs::Projected(&p.directions),
+                head_outputs: HeadOutputs::Ranked { directions: &p.directions, pairs: &p.truths },
                 patterns: Patterns::Cells(&p.cells),
                 logits: Logits::TopToken,
             };
@@ -323,10 +323,12 @@ struct Prepared {
     tokens: Vec<usize>,
     n: usize,
     second_copy: usize,
-    candidates: Vec<usize>,
     directions: DMatrix<f32>,
     /// The pattern cells the scores read, [`SCORED_KEYS`] for each query of the second copy.
     cells: Vec<(usize, usize)>,
+    /// Copy fidelity's (position, candidate) pairs: each counted position of the second copy
+    /// and the candidate that is its true next token.
+    truths: Vec<(usize, usize)>,
 }
 
 /// The keys each second-copy query `t` is scored on (the first copy's `t' = t - n`): the
@@ -349,14 +351,22 @@ fn prepare(model: &(impl Weights + ?Sized), copy: &FirstCopy, bos: Option<usize>
     candidates.dedup();
     let directions = unembedding_directions(model, &candidates)?;
     let cells = (second_copy..second_copy + n).flat_map(|t| SCORED_KEYS.map(|key| (t, key(t, n)))).collect();
-    Ok(Prepared { tokens, n, second_copy, candidates, directions, cells })
+    let truths = (second_copy..tokens.len() - 1)
+        .map(|t| {
+            let truth = candidates
+                .binary_search(&tokens[t + 1])
+                .map_err(|_| Error::Internal(format!("the next token at {t} is not one of the first copy's tokens")))?;
+            Ok((t, truth))
+        })
+        .collect::<Result<_>>()?;
+    Ok(Prepared { tokens, n, second_copy, directions, cells, truths })
 }
 
 /// Scores every head on one sequence's forward pass.
 fn score(copy: &FirstCopy, prepared: &Prepared, output: &ForwardOutput) -> SequenceScores {
-    let Prepared { tokens, n, second_copy, candidates, .. } = prepared;
+    let Prepared { tokens, n, second_copy, .. } = prepared;
     let (n, second_copy) = (*n, *second_copy);
-    let copy_ranks = copy_ranks(output, tokens, candidates, second_copy);
+    let copy_ranks = copy_ranks(output);
     let mut heads = attention_scores(output, n);
     for (scores, ranks) in heads.iter_mut().zip(&copy_ranks) {
         scores.copy_fidelity = ranks.iter().filter(|&&r| r == 1).count() as f64 / ranks.len() as f64;
@@ -392,26 +402,11 @@ fn unembedding_directions(model: &(impl Weights + ?Sized), candidates: &[usize])
 }
 
 /// Per head, per counted position t (second copy, next token exists): the rank of the true
-/// next token among the candidates by the head's direct logit contribution at t.
-fn copy_ranks(output: &ForwardOutput, tokens: &[usize], candidates: &[usize], second_copy: usize) -> Vec<Vec<usize>> {
-    let positions = second_copy..tokens.len() - 1;
-    output
-        .head_outputs
-        .iter()
-        .flatten()
-        .map(|projected| {
-            positions
-                .clone()
-                .map(|t| {
-                    let truth = candidates.binary_search(&tokens[t + 1]).expect("next tokens are candidates");
-                    // Dividing by the final norm's scale at t, a positive number, keeps the order;
-                    // it is applied anyway so the values are the contributions themselves.
-                    let value = |j: usize| projected[(t, j)] / output.final_scale[t];
-                    1 + (0..candidates.len()).filter(|&j| j != truth && value(j) >= value(truth)).count()
-                })
-                .collect()
-        })
-        .collect()
+/// next token among the candidates by the head's direct logit contribution at t, as the forward
+/// pass ranked it ([`HeadOutputs::Ranked`]: the contribution is the head's output along the
+/// candidate's direction divided by the final norm's scale at t).
+fn copy_ranks(output: &ForwardOutput) -> Vec<Vec<usize>> {
+    output.head_ranks.iter().flatten().cloned().collect()
 }
 
 /// Per head, means over the n second-copy query positions of its kept cells (copy fidelity

@@ -257,8 +257,8 @@ const BASE_BYTES: u64 = 64 << 20;
 /// plus the largest of what its stages hold one at a time, in f32 or f64 as the code keeps it.
 /// Held: the Grams (f64: one d_model² matrix tied, three untied), their Cholesky factors (one
 /// tied, two untied) and the tokenizer, at 8 times its JSON. Stages:
-/// - the Gram stage: one segment's Grams (summed from zero, then added) and one block of
-///   vocabulary rows;
+/// - the Gram stage: one segment's Grams (summed from zero, then added, or copied out to the
+///   page when the pool shares the segments, the lead's too) and one block of vocabulary rows;
 /// - a layer's fingerprints (the pool hands the lead layers too): see [`Sizes`]'s `attention`;
 /// - the probe: one layer with its MLP (the forward pass) in f32, plus converting its largest
 ///   matrix: the decoded f32, the matrix and its transpose (12 bytes an element), and what the
@@ -266,7 +266,7 @@ const BASE_BYTES: u64 = 64 << 20;
 pub fn estimated_peak_bytes(config: &ModelConfig, tied: bool, tokenizer_json: u64) -> u64 {
     let sizes = Sizes::of(config, tied);
     let probe = probe_bytes(config, DEFAULT_SEQUENCES);
-    let stages = (sizes.grams + sizes.gram_block).max(sizes.layer + probe).max(sizes.attention);
+    let stages = (2 * sizes.grams + sizes.gram_block).max(sizes.layer + probe).max(sizes.attention);
     BASE_BYTES + sizes.grams + sizes.factors + stages + 8 * tokenizer_json
 }
 
@@ -282,14 +282,14 @@ pub fn estimated_helper_bytes(config: &ModelConfig, tied: bool, tokenizer_json: 
 }
 
 /// What the forward pass holds of `sequences` induction sequences (BOS + 2 x 50 tokens) until
-/// they are scored (f32): what each keeps (three cells of every head's pattern per second-copy
-/// query, every head's output along the first copy's at most 50 tokens, a top token per
-/// position), and, one sequence at a time, the largest of what passes through: a layer's whole
-/// patterns, or its logits for a block of the vocabulary.
+/// they are scored (f32 words): what each keeps (three cells of every head's pattern per
+/// second-copy query, every head's standing at each counted position, about 12 words, a top token
+/// per position), and, one sequence at a time, the largest of what passes through: a layer's
+/// whole patterns, or its logits for a block of the vocabulary.
 fn probe_bytes(config: &ModelConfig, sequences: usize) -> u64 {
     let (positions, n) = ((2 * INDUCTION_LEN + 1) as u64, INDUCTION_LEN as u64);
     let [layers, heads] = [config.layers, config.heads].map(|v| v as u64);
-    let kept = layers * heads * (3 * n + positions * n) + 2 * positions;
+    let kept = layers * heads * (3 * n + 12 * n) + 2 * positions;
     let passing = (heads * positions * positions).max(positions * VOCAB_BLOCK as u64);
     4 * (sequences as u64 * kept + passing)
 }

@@ -482,7 +482,7 @@ impl Gpu {
         let keeps = |kind: Logits| runs.iter().any(|(_, keep)| keep.logits == kind);
         let (whole, top) = (keeps(Logits::Whole), keeps(Logits::TopToken));
         for ((output, at), (_, keep)) in outputs.iter_mut().zip(placed).zip(runs) {
-            output.final_scale = scales.as_slice()[at.first_row..at.first_row + at.len].to_vec();
+            output.finish(scales.as_slice()[at.first_row..at.first_row + at.len].to_vec());
             if keep.logits == Logits::Whole {
                 output.logits = DMatrix::zeros(at.len, vocab);
             }
@@ -831,6 +831,6 @@ fn keep_head_outputs(
                 forward::head_output(&z, &layer.attention.w_o, h, keep.head_outputs)
             })
             .collect();
-        output.head_outputs.push(heads);
+        output.keep_head_outputs(heads);
     }
 }
