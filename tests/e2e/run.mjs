@@ -886,12 +886,18 @@ function compareProbes(gpu, cpu) {
   return worst;
 }
 
-/// Opens the GPT-2 fixture through the file input of page `p` and returns its exported JSON.
-async function gpt2FixtureExport(p) {
-  await p.setInputFiles('#file-input', ['config.json', 'tokenizer.json', 'model.safetensors'].map((f) => path.join(fixtures, 'gpt2', f)));
-  await p.waitForFunction(() => /gpt2 · 2 layers/.test(document.querySelector('#model-info')?.textContent ?? ''), null, { timeout: 60000 });
+/// Opens a fixture's `files` through the file input of page `p`, waits for the model bar to
+/// say `family` with 2 layers, and returns its exported JSON.
+async function fixtureExport(p, name, files, family) {
+  await p.setInputFiles('#file-input', files.map((f) => path.join(fixtures, name, f)));
+  await p.waitForFunction((family) => new RegExp(`${family} · 2 layers`).test(document.querySelector('#model-info')?.textContent ?? ''), family, { timeout: 60000 });
   return JSON.parse((await download(p, '#export-json')).bytes.toString());
 }
+
+/// The GPT-2 fixture through the file input of page `p`, exported.
+const gpt2FixtureExport = (p) => fixtureExport(p, 'gpt2', ['config.json', 'tokenizer.json', 'model.safetensors'], 'gpt2');
+/// The Llama 3.2 fixture, whose weights are bf16, through the file input, exported.
+const llama32FixtureExport = (p) => fixtureExport(p, 'llama32', ['config.json', 'model.safetensors'], 'llama');
 
 /// The demo's and the GPT-2 fixture's exported fingerprints on the CPU (the GPU tests' reference).
 const cpuExports = {};
@@ -906,6 +912,7 @@ await test('backend=cpu in a link computes on the CPU and says so', async () => 
   cpuExports.demo = JSON.parse((await download(p, '#export-json')).bytes.toString());
   expect(cpuExports.demo.backend.name === 'cpu', `JSON backend ${JSON.stringify(cpuExports.demo.backend)}`);
   cpuExports.gpt2 = await gpt2FixtureExport(p);
+  cpuExports.llama32 = await llama32FixtureExport(p);
   expect(/backend=cpu/.test(p.url()), `the link keeps the backend: ${p.url()}`);
   await p.close();
 });
@@ -935,10 +942,11 @@ await test("backend=gpu runs on SwiftShader's WebGPU and matches the CPU", async
     const worstDemoProbe = compareProbes(demo, cpuExports.demo);
     expect(demo.backend.name === 'gpu' && /swiftshader.*\(WebGPU\)/.test(demo.backend.adapter), `JSON backend ${JSON.stringify(demo.backend)}`);
     // The bytes that crossed to and from the GPU, by stage: the demo's three 256 x 256 Grams
-    // come back once each as two f32 parts per entry; the page says the totals.
+    // come back once each as two f32 parts per entry (the two symmetric ones, their upper
+    // triangles); the page says the totals.
     const stages = (demo.backend.stages || []).map((s) => s.stage).join(',');
     expect(stages === 'grams,heads', `the stages of the bytes moved: ${JSON.stringify(demo.backend)}`);
-    expect(demo.backend.stages[0].bytes_from_device === 3 * 256 * 256 * 8, `the Grams read back: ${JSON.stringify(demo.backend.stages[0])}`);
+    expect(demo.backend.stages[0].bytes_from_device === (256 * 257 + 256 * 256) * 8, `the Grams read back: ${JSON.stringify(demo.backend.stages[0])}`);
     const sum = (way) => demo.backend.stages.reduce((total, s) => total + s[way], 0);
     expect(demo.backend.bytes_to_device === sum('bytes_to_device') && demo.backend.bytes_from_device === sum('bytes_from_device'), 'totals are the stages\' sums');
     expect(/MB to the GPU, .* MB back\)$/.test(label), `the page says the bytes moved: ${label}`);
@@ -950,8 +958,16 @@ await test("backend=gpu runs on SwiftShader's WebGPU and matches the CPU", async
     const worstGpt2 = compareFingerprints(gpt2.folded, cpuExports.gpt2.folded, GPU_TOLERANCE);
     expect(gpt2.induction.uniform_random.backend.name === 'gpu', `GPT-2's probe backend: ${JSON.stringify(gpt2.induction.uniform_random.backend)}`);
     const worstGpt2Probe = compareProbes(gpt2, cpuExports.gpt2);
-    console.log(`     WebGPU (SwiftShader) vs CPU, worst relative difference: demo ${worstDemo.toExponential(2)}, gpt2 ${worstGpt2.toExponential(2)}`);
-    console.log(`     the probe on WebGPU vs CPU, worst absolute difference: demo ${worstDemoProbe.toExponential(2)}, gpt2 ${worstGpt2Probe.toExponential(2)}`);
+    // A bf16 file: its weights cross in their own two bytes and are widened on the device. Its
+    // one Gram's stage sends the 50 x 24 embedding in bf16 and the product's 64-byte shape.
+    const llama32 = await llama32FixtureExport(p);
+    expect(llama32.backend.name === 'gpu', `Llama 3.2's backend ${JSON.stringify(llama32.backend)}`);
+    expect(llama32.backend.stages[0].bytes_to_device === 50 * 24 * 2 + 64, `bf16 to the device: ${JSON.stringify(llama32.backend.stages[0])}`);
+    const worstLlama32 = compareFingerprints(llama32.folded, cpuExports.llama32.folded, GPU_TOLERANCE);
+    expect(llama32.induction.uniform_random.backend.name === 'gpu', `Llama 3.2's probe backend: ${JSON.stringify(llama32.induction.uniform_random.backend)}`);
+    const worstLlama32Probe = compareProbes(llama32, cpuExports.llama32);
+    console.log(`     WebGPU (SwiftShader) vs CPU, worst relative difference: demo ${worstDemo.toExponential(2)}, gpt2 ${worstGpt2.toExponential(2)}, llama32 (bf16) ${worstLlama32.toExponential(2)}`);
+    console.log(`     the probe on WebGPU vs CPU, worst absolute difference: demo ${worstDemoProbe.toExponential(2)}, gpt2 ${worstGpt2Probe.toExponential(2)}, llama32 ${worstLlama32Probe.toExponential(2)}`);
   } finally {
     await gpuBrowser.close();
   }

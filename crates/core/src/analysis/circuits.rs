@@ -564,6 +564,14 @@ impl GramFactor {
         Ok(GramFactor::Dense(Arc::new(f)))
     }
 
+    /// The factor and what it is known to be.
+    fn parts(&self) -> (&Arc<DMatrix<f64>>, Factor) {
+        match self {
+            GramFactor::Upper(upper) => (upper, Factor::UpperTriangular),
+            GramFactor::Dense(f) => (f, Factor::General),
+        }
+    }
+
     /// `F X`, X first folded as `fold` says, kept on `backend` for products of its
     /// `block`-column blocks.
     async fn apply(
@@ -573,10 +581,8 @@ impl GramFactor {
         block: usize,
         fold: Option<Fold<'_>>,
     ) -> crate::Result<Kept> {
-        match self {
-            GramFactor::Upper(upper) => backend.multiply_kept(upper, Factor::UpperTriangular, x, block, fold).await,
-            GramFactor::Dense(f) => backend.multiply_kept(f, Factor::General, x, block, fold).await,
-        }
+        let (f, form) = self.parts();
+        backend.multiply_kept(f, form, x, block, fold).await
     }
 
     /// [`GramFactor::apply`], with the folded X kept beside `F X`.
@@ -587,12 +593,8 @@ impl GramFactor {
         block: usize,
         fold: Option<Fold<'_>>,
     ) -> crate::Result<(Kept, Kept)> {
-        match self {
-            GramFactor::Upper(upper) => {
-                backend.multiply_keeping_both(upper, Factor::UpperTriangular, x, block, fold).await
-            }
-            GramFactor::Dense(f) => backend.multiply_keeping_both(f, Factor::General, x, block, fold).await,
-        }
+        let (f, form) = self.parts();
+        backend.multiply_keeping_both(f, form, x, block, fold).await
     }
 }
 
@@ -621,7 +623,7 @@ fn side_by_side(rows: usize, parts: &[&DMatrix<f32>]) -> DMatrix<f64> {
 /// The vocabulary-Gram products of every head of one layer, as a few large products on the
 /// backend instead of one per head, through the Grams' factors ([`GramFactor`]): one
 /// `F_E [W_Q | W_K | W_V]` over all query heads and, once each, the key/value heads (grouped-query
-/// heads share them), `C W_V` untied, and `F_U Ô^T` (`F_E Ô^T` tied) for all heads. The backend
+/// heads share them), `C W_V` untied (from the same upload of W_V), and `F_U Ô^T` (`F_E Ô^T` tied) for all heads. The backend
 /// is handed the weights as stored and folds them itself in folded mode ([`Fold`]: a GPU on the
 /// device, so only the stored f32 values cross). These stay where the backend computed them (a GPU's on the device); each head's small products are then
 /// products of their d_head-wide column blocks ([`Backend::column_products`]), and only those
@@ -660,11 +662,14 @@ impl LayerProducts {
         // are 100 MB apiece, and the tab's workers count every one.
         let attention = &layer.attention;
         let qkv = side_by_side(d_model, &[&attention.w_q, &attention.w_k, &attention.w_v]);
-        let v = (!grams.tied).then(|| qkv.columns((count + kv_count) * d_head, kv_count * d_head).into_owned());
-        let factor_embed = factors.embed.apply(backend, qkv, d_head, reading).await?;
-        let cross_v = match v {
-            Some(v) => Some(backend.multiply_kept(&grams.cross, Factor::General, v, d_head, reading).await?),
-            None => None,
+        let (factor_embed, cross_v) = match grams.tied {
+            true => (factors.embed.apply(backend, qkv, d_head, reading).await?, None),
+            false => {
+                let v = (count + kv_count) * d_head..(count + 2 * kv_count) * d_head;
+                let (product, cross_v) =
+                    backend.multiply_kept_twice(factors.embed.parts(), &grams.cross, qkv, v, d_head, reading).await?;
+                (product, Some(cross_v))
+            }
         };
         // Ô^T = (W_O T)^T, d_model x (heads d_head): W_O's rows as columns, folded transposed.
         let o = DMatrix::from_fn(d_model, attention.w_o.nrows(), |i, j| attention.w_o[(j, i)] as f64);

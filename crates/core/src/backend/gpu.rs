@@ -24,6 +24,7 @@
 //! as the product's error, which the caller answers by falling back to the CPU.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::{Poll, Waker};
@@ -31,6 +32,7 @@ use std::task::{Poll, Waker};
 use nalgebra::DMatrix;
 
 mod forward;
+mod narrow;
 
 pub use forward::Pieces;
 
@@ -93,6 +95,8 @@ pub struct Gpu {
     from_device: AtomicU64,
     /// The forward pass's kernels, compiled when first used.
     forward: OnceLock<forward::ForwardKernels>,
+    /// Widens weights that crossed in 16 bits ([`Gpu::write_values`]).
+    widen: narrow::Widen,
 }
 
 /// What a buffer kept between products ([`Gpu::scratch`]) holds.
@@ -115,6 +119,8 @@ enum Role {
     Highest,
     /// The pattern cells a forward pass keeps, gathered.
     Gathered,
+    /// Weights in 16 bits, on their way to being widened.
+    Packed,
 }
 
 impl Role {
@@ -134,6 +140,7 @@ impl Role {
             Role::Logits => "logits",
             Role::Highest => "highest logits",
             Role::Gathered => "gathered cells",
+            Role::Packed => "packed weights",
         }
     }
 }
@@ -269,6 +276,7 @@ impl Gpu {
         let module = unsafe { device.create_shader_module_trusted(descriptor, checks) };
         let pipeline = |entry: &str| compute_pipeline(&device, &module, entry);
         let (gemm, syrk, fold) = (pipeline("gemm"), pipeline("syrk"), pipeline("fold"));
+        let widen = narrow::Widen::compile(&device);
         if let Some(error) = invalid.pop().await {
             return Err(format!("{name}: the kernels do not compile: {}", one_line(&error.to_string())));
         }
@@ -287,6 +295,7 @@ impl Gpu {
             to_device: AtomicU64::new(0),
             from_device: AtomicU64::new(0),
             forward: OnceLock::new(),
+            widen,
         };
         gpu.check()?;
         Ok(gpu)
@@ -316,7 +325,8 @@ impl Gpu {
     /// Rows of an `n`-column block that fit one storage binding. The Grams ask for at most one
     /// segment's 4096 rows at a time (`analysis::circuits::SEGMENT_ROWS`), which also bounds a
     /// dispatch's time on a slow adapter and, in the browser, the rows held in wasm memory
-    /// (4096 f32 rows take less than the CPU block the worker's memory estimate counts).
+    /// (4096 f32 rows, with their 16-bit copy on the way up, take less than the CPU block the
+    /// worker's memory estimate counts).
     pub fn block_rows(&self, n: usize) -> usize {
         let per_row = 4 * n.max(1) as u64;
         ((self.max_binding / per_row) as usize).max(1)
@@ -420,15 +430,33 @@ impl Gpu {
         uploaded.map(drop)
     }
 
-    /// The sum, in f64 (Grams mirrored from their upper tiles).
+    /// The sum, in f64. A Gram comes back as its upper triangle alone (each column's entries
+    /// down to the diagonal, contiguous in column-major order) and is mirrored here: the kernel
+    /// sums only the upper tiles, and the lower triangle would be as many bytes again.
     pub async fn read(&self, sum: &Accumulator) -> Result<DMatrix<f64>, String> {
         let mut c = DMatrix::zeros(sum.m, sum.n);
-        if sum.m * sum.n > 0 {
+        if sum.m * sum.n == 0 {
+            return Ok(c);
+        }
+        if sum.symmetric != Some(true) {
             self.read_into(c.as_mut_slice(), (&sum.high, &sum.low)).await?;
+            return Ok(c);
         }
-        if sum.symmetric == Some(true) {
-            c.fill_lower_triangle_with_upper_triangle();
-        }
+        let n = sum.n;
+        let column = |j: usize| 4 * (j * n) as u64..4 * (j * n + j + 1) as u64;
+        let parts: Vec<_> = [&sum.high, &sum.low].into_iter().flat_map(|part| (0..n).map(move |j| (part, column(j)))).collect();
+        self.read_back(&parts, |values| {
+            let (high, low) = values.split_at(values.len() / 2);
+            let mut at = 0;
+            for j in 0..n {
+                for i in 0..=j {
+                    c[(i, j)] = high[at] as f64 + low[at] as f64;
+                    at += 1;
+                }
+            }
+        })
+        .await?;
+        c.fill_lower_triangle_with_upper_triangle();
         Ok(c)
     }
 
@@ -451,7 +479,7 @@ impl Gpu {
                     Some(low) => self.read_into(columns, (&chunk.high, low)).await?,
                     None => {
                         let size = 4 * columns.len() as u64;
-                        self.read_back(&[(&chunk.high, size)], |values| {
+                        self.read_back(&[(&chunk.high, 0..size)], |values| {
                             for (entry, &value) in columns.iter_mut().zip(values) {
                                 *entry = value as f64;
                             }
@@ -537,6 +565,48 @@ impl Gpu {
         Ok((kept, keep_x.then_some(kept_x)))
     }
 
+    /// `A X_c` of columns `columns` of a matrix kept on the device (A m x k, X k rows), left on
+    /// the device: one dispatch per chunk of X the columns lie in, each reading its columns in
+    /// place, so X never crosses again. The result's chunks are those of X's, so a block no
+    /// chunk of X splits, starting at a block's edge, is whole in one of them too.
+    pub async fn multiply_columns(
+        &self,
+        a: &Arc<DMatrix<f64>>,
+        x: &DeviceMatrix,
+        columns: Range<usize>,
+    ) -> Result<DeviceMatrix, String> {
+        let (m, k) = a.shape();
+        if x.rows != k || columns.start > columns.end || columns.end > x.cols {
+            return Err(format!("{m} x {k} times columns {columns:?} of {} x {}", x.rows, x.cols));
+        }
+        let mut kept = DeviceMatrix { rows: m, cols: columns.len(), chunks: Vec::new() };
+        let left = match m * k * columns.len() > 0 {
+            true => Some(self.left_on_device(a).await?),
+            false => None,
+        };
+        let mut column = columns.start;
+        while column < columns.end {
+            let (at, offset) = x.locate(column, 1)?;
+            let source = &x.chunks[at];
+            let width = (source.columns - offset).min(columns.end - column);
+            let scope = Scopes::push(&self.device);
+            let chunk = self.chunk(column - columns.start, width, m, wgpu::BufferUsages::empty(), true);
+            if let (Some((a_value, a_rest)), Ok(chunk)) = (&left, &chunk) {
+                let a = Operand { value: a_value.clone(), rest: Some(a_rest.clone()), len: m * k };
+                let b = Operand { value: source.high.clone(), rest: source.low.clone(), len: k * source.columns };
+                let batch = Batch { b_first: offset, ..Batch::ONE };
+                let shape = Shape { rows: k, m, n: width, a_transposed: true, accumulate: false, batch };
+                let low = chunk.low.as_ref().unwrap_or(&chunk.high);
+                let encoder = self.encode(shape, &a, &b, (&chunk.high, low), false);
+                self.queue.submit([encoder.finish()]);
+            }
+            scope.pop(self).await?;
+            kept.chunks.push(chunk?);
+            column += width;
+        }
+        Ok(kept)
+    }
+
     /// X (f64), first folded as `fold` says, on the device as two f32 parts, as
     /// [`Gpu::multiply_kept`] leaves a product: for [`Gpu::column_products`] with blocks of
     /// `block` columns.
@@ -574,7 +644,7 @@ impl Gpu {
     ) -> Result<(), String> {
         match crossing {
             Crossing::Split(value, rest) => {
-                self.write(high, &value);
+                self.write_values(high, &value);
                 if let (Some(low), Some(rest)) = (low, &rest) {
                     self.write(low, rest);
                 }
@@ -582,7 +652,7 @@ impl Gpu {
             Crossing::ToFold(value, fold) => {
                 // The caller made room for rests, as `Crossing::has_rests` says a folded X has.
                 let Some(low) = low else { return Err("a folded matrix without room for its low parts".into()) };
-                self.write(high, &value);
+                self.write_values(high, &value);
                 let weight = fold.norm.weight.as_slice();
                 let norm = self.scratch(
                     Role::Norm,
@@ -843,7 +913,7 @@ impl Gpu {
         self.fits(value_role.label(), bytes)?;
         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
         let value_buffer = self.scratch(value_role, bytes, usage);
-        self.write(&value_buffer, value);
+        self.write_values(&value_buffer, value);
         let rest_buffer = match rest {
             Some(rest) => {
                 let buffer = self.scratch(rest_role, bytes, usage);
@@ -921,7 +991,7 @@ impl Gpu {
     /// order).
     async fn read_into(&self, c: &mut [f64], (high, low): (&wgpu::Buffer, &wgpu::Buffer)) -> Result<(), String> {
         let size = (4 * c.len()) as u64;
-        self.read_back(&[(high, size), (low, size)], |values| {
+        self.read_back(&[(high, 0..size), (low, 0..size)], |values| {
             let (high, low) = values.split_at(c.len());
             each_chunk(c, SMALLEST_CHUNK, |start, chunk| {
                 let parts = high[start..].iter().zip(&low[start..]);
@@ -933,18 +1003,22 @@ impl Gpu {
         .await
     }
 
-    /// Copies the first `bytes` of each of `parts`, one after another, into the kept read-back
+    /// Copies the byte range of each of `parts`, one after another, into the kept read-back
     /// buffer, waits for them, and hands their f32 values to `take`.
-    async fn read_back<R>(&self, parts: &[(&wgpu::Buffer, u64)], take: impl FnOnce(&[f32]) -> R) -> Result<R, String> {
-        let size: u64 = parts.iter().map(|(_, bytes)| bytes).sum();
+    async fn read_back<R>(
+        &self,
+        parts: &[(&wgpu::Buffer, Range<u64>)],
+        take: impl FnOnce(&[f32]) -> R,
+    ) -> Result<R, String> {
+        let size: u64 = parts.iter().map(|(_, bytes)| bytes.end - bytes.start).sum();
         let scope = Scopes::push(&self.device);
         let read_buffer =
             self.scratch(Role::ReadBack, size, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
         let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
         let mut at = 0;
-        for &(buffer, bytes) in parts {
-            encoder.copy_buffer_to_buffer(buffer, 0, &read_buffer, at, bytes);
-            at += bytes;
+        for (buffer, bytes) in parts {
+            encoder.copy_buffer_to_buffer(buffer, bytes.start, &read_buffer, at, bytes.end - bytes.start);
+            at += bytes.end - bytes.start;
         }
         self.queue.submit([encoder.finish()]);
         self.from_device.fetch_add(size, Ordering::Relaxed);

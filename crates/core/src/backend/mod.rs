@@ -13,6 +13,7 @@
 //! A GPU that fails (no adapter, device lost, out of memory, a limit) is replaced by the CPU:
 //! [`Backend::with_fallback`] reruns the whole computation there and keeps a one-line note.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use nalgebra::DMatrix;
@@ -541,6 +542,41 @@ impl Backend {
                 let (product, x) = gpu.multiply_kept(a, &x, block, true, fold).await.map_err(Error::Gpu)?;
                 let x = x.ok_or_else(|| Error::Internal("a product that was to keep X did not".into()))?;
                 Ok((Kept { kind: KeptKind::Gpu(product) }, Kept { kind: KeptKind::Gpu(x) }))
+            }
+        }
+    }
+
+    /// [`Backend::multiply_kept`] of X by A, and of X's columns `columns` by B (dense): X
+    /// folded once for both, and on a GPU uploaded once and dropped after (an untied model's
+    /// `F_E [W_Q | W_K | W_V]` and `C W_V`, whose W_V would otherwise cross twice).
+    #[cfg_attr(not(feature = "gpu"), allow(unused_variables))]
+    #[allow(clippy::too_many_arguments)]
+    pub async fn multiply_kept_twice(
+        &mut self,
+        (a, form): (&Arc<DMatrix<f64>>, Factor),
+        b: &Arc<DMatrix<f64>>,
+        x: DMatrix<f64>,
+        columns: Range<usize>,
+        block: usize,
+        fold: Option<Fold<'_>>,
+    ) -> Result<(Kept, Kept)> {
+        if columns.start > columns.end || columns.end > x.ncols() {
+            return Err(Error::Internal(format!("columns {columns:?} of a matrix of {}", x.ncols())));
+        }
+        match &self.kind {
+            Kind::Cpu => {
+                let x = folded(x, fold);
+                let product = cpu_product(a, form, &x);
+                let of_columns = cpu::product(b.as_view(), x.columns(columns.start, columns.len()));
+                Ok((Kept { kind: KeptKind::Cpu(product) }, Kept { kind: KeptKind::Cpu(of_columns) }))
+            }
+            #[cfg(feature = "gpu")]
+            Kind::Gpu(gpu) => {
+                let (product, kept_x) = gpu.multiply_kept(a, &x, block, true, fold).await.map_err(Error::Gpu)?;
+                drop(x);
+                let kept_x = kept_x.ok_or_else(|| Error::Internal("a product that was to keep X did not".into()))?;
+                let of_columns = gpu.multiply_columns(b, &kept_x, columns).await.map_err(Error::Gpu)?;
+                Ok((Kept { kind: KeptKind::Gpu(product) }, Kept { kind: KeptKind::Gpu(of_columns) }))
             }
         }
     }

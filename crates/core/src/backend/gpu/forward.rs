@@ -8,7 +8,8 @@
 //! are the CPU's, as in [`crate::forward::head_output`]).
 //!
 //! The host still gathers the embedding rows and reads each layer's weights (from the files,
-//! for a streamed model); each layer's weights are uploaded once, as f32.
+//! for a streamed model); each layer's weights are uploaded once, in the narrowest format
+//! that holds them exactly (narrow.rs), and used as f32.
 
 use nalgebra::DMatrix;
 
@@ -305,7 +306,7 @@ impl Gpu {
     /// A layer's weights, uploaded as f32 in nalgebra's column-major order.
     fn upload_layer(&self, layer: &Layer) -> Result<LayerOnDevice> {
         let mlp = layer.mlp.as_ref().ok_or(Error::MissingMlp)?;
-        let upload = |label: &str, values: &[f32]| self.upload_buffer(label, values);
+        let upload = |label: &str, values: &[f32]| self.upload_values(label, values);
         let norm = |norm: &Norm| self.upload_norm(norm);
         let attention = &layer.attention;
         Ok(LayerOnDevice {
@@ -497,11 +498,11 @@ impl Gpu {
         let logits = self.scratch(super::Role::Logits, 4 * (rows * block) as u64, usage);
         let highest = self.scratch(super::Role::Highest, 8 * rows as u64, usage);
         let bias =
-            model.unembedding_bias().map(|b| self.upload_buffer("unembedding bias", b.as_slice())).transpose()?;
+            model.unembedding_bias().map(|b| self.upload_values("unembedding bias", b.as_slice())).transpose()?;
         for start in (0..vocab).step_by(block) {
             let end = (start + block).min(vocab);
             let unembedding = model.unembedding_rows(start..end)?;
-            let uploaded = self.upload_buffer("unembedding rows", unembedding.as_slice())?;
+            let uploaded = self.upload_values("unembedding rows", unembedding.as_slice())?;
             let width = end - start;
             let product = gemm(
                 kernels,
@@ -526,7 +527,7 @@ impl Gpu {
             }
             self.submit(dispatches).await?;
             if whole {
-                self.read_back(&[(&logits, 4 * (rows * width) as u64)], |values| {
+                self.read_back(&[(&logits, 0..4 * (rows * width) as u64)], |values| {
                     for ((output, at), (_, keep)) in outputs.iter_mut().zip(placed).zip(runs) {
                         if keep.logits != Logits::Whole {
                             continue;
@@ -541,7 +542,7 @@ impl Gpu {
                 .map_err(Error::Gpu)?;
             }
             if top {
-                self.read_back(&[(&highest, 8 * rows as u64)], |values| {
+                self.read_back(&[(&highest, 0..8 * rows as u64)], |values| {
                     for (best, at) in best.iter_mut().zip(placed) {
                         for (t, best) in best.iter_mut().enumerate() {
                             let row = at.first_row + t;
@@ -583,7 +584,7 @@ impl Gpu {
         if runs.iter().any(|(_, keep)| matches!(keep.patterns, Patterns::Whole)) {
             self.submit(vec![attend]).await?;
             let layer = self
-                .read_back(&[(&device.patterns, 4 * group.values as u64)], |patterns| {
+                .read_back(&[(&device.patterns, 0..4 * group.values as u64)], |patterns| {
                     placed
                         .iter()
                         .map(|at| {
@@ -625,7 +626,7 @@ impl Gpu {
             groups: threads(indices.len()),
         };
         self.submit(vec![attend, gather]).await?;
-        self.read_back(&[(&gathered, 4 * indices.len() as u64)], |values| {
+        self.read_back(&[(&gathered, 0..4 * indices.len() as u64)], |values| {
             let mut values = values.iter().copied();
             for (output, (_, keep)) in outputs.iter_mut().zip(runs) {
                 if let Patterns::Cells(cells) = keep.patterns {
@@ -641,23 +642,33 @@ impl Gpu {
 
     fn upload_norm(&self, norm: &Norm) -> Result<NormOnDevice> {
         Ok(NormOnDevice {
-            weight: self.upload_buffer("norm weight", norm.weight.as_slice())?,
-            bias: norm.bias.as_ref().map(|b| self.upload_buffer("norm bias", b.as_slice())).transpose()?,
+            weight: self.upload_values("norm weight", norm.weight.as_slice())?,
+            bias: norm.bias.as_ref().map(|b| self.upload_values("norm bias", b.as_slice())).transpose()?,
         })
     }
 
     /// `values` in a new storage buffer.
     fn upload_buffer<T: bytemuck::Pod>(&self, label: &str, values: &[T]) -> Result<wgpu::Buffer> {
-        let bytes = std::mem::size_of_val(values) as u64;
+        let buffer = self.storage_buffer(label, std::mem::size_of_val(values) as u64)?;
+        self.write(&buffer, values);
+        Ok(buffer)
+    }
+
+    /// Weights in a new storage buffer, crossing as [`Gpu::write_values`] sends them.
+    fn upload_values(&self, label: &str, values: &[f32]) -> Result<wgpu::Buffer> {
+        let buffer = self.storage_buffer(label, std::mem::size_of_val(values) as u64)?;
+        self.write_values(&buffer, values);
+        Ok(buffer)
+    }
+
+    fn storage_buffer(&self, label: &str, bytes: u64) -> Result<wgpu::Buffer> {
         self.fits(label, bytes).map_err(Error::Gpu)?;
-        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+        Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size: bytes.max(4),
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
-        });
-        self.write(&buffer, values);
-        Ok(buffer)
+        }))
     }
 
     /// The norm of the residual stream into `normed` (and each row's scale into `scales`).
@@ -730,7 +741,7 @@ impl Gpu {
 
     /// A `rows` x `columns` matrix read back from `buffer`.
     async fn read_matrix(&self, buffer: &wgpu::Buffer, rows: usize, columns: usize) -> Result<DMatrix<f32>> {
-        self.read_back(&[(buffer, 4 * (rows * columns) as u64)], |values| {
+        self.read_back(&[(buffer, 0..4 * (rows * columns) as u64)], |values| {
             DMatrix::from_column_slice(rows, columns, values)
         })
         .await
