@@ -11,7 +11,14 @@
 //! GPU would take many minutes over a whole large model. The numbers are then not the model's,
 //! but every stage's work per row and per layer is the same. `--backends=cpu` runs one backend;
 //! `gpu-pairs` is the GPU with its f32-pair kernel even where the adapter has native f64.
+//!
+//! Each stage also reports the peak of what this process's own code held on the heap during it
+//! (`peak_heap_mb`, counted by the allocator below): a GPU driver's allocations, and the memory
+//! of the buffers it maps for uploads, do not pass through Rust's allocator, so comparing it
+//! with the peak resident memory tells the two apart.
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use headprint::analysis::circuits::{Grams, LayerProducts, Mode, SEGMENT_ROWS};
@@ -21,6 +28,63 @@ use headprint::backend::{Backend, BackendChoice, block_on};
 use headprint::model::{LoadParts, ModelStream, Weights};
 use headprint::weights::ModelFiles;
 use serde_json::json;
+
+/// The system allocator, counting the bytes live and their peak.
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+fn allocated(bytes: usize) {
+    let live = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    PEAK.fetch_max(live, Ordering::Relaxed);
+}
+
+// SAFETY: every call goes to the system allocator unchanged; only counters are added.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            allocated(layout.size());
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            allocated(layout.size());
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(p, layout) };
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let moved = unsafe { System.realloc(p, layout, new_size) };
+        if !moved.is_null() {
+            LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+            allocated(new_size);
+        }
+        moved
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Starts a stage's peak from what is live now.
+fn start_peak() {
+    PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
+}
+
+/// The stage's peak so far, in MB.
+fn peak_mb() -> f64 {
+    PEAK.load(Ordering::Relaxed) as f64 / 1e6
+}
 
 /// A backend to time: a user's choice, or the GPU with its f32-pair kernel.
 #[derive(Clone, Copy)]
@@ -116,12 +180,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Which::GpuPairs => block_on(Backend::gpu_preferring(Arithmetic::F32Pairs))?,
             };
             let label = backend.info().label();
+            start_peak();
             let start = Instant::now();
             let segments = rows.div_ceil(SEGMENT_ROWS);
             let grams = block_on(Grams::gather_segments(&model, &mut backend, segments, &mut |_, _| {}))?;
             let grams_s = start.elapsed().as_secs_f64();
-            eprintln!("{label}: Grams in {grams_s:.2} s");
+            let grams_heap = peak_mb();
+            eprintln!("{label}: Grams in {grams_s:.2} s, heap peak {grams_heap:.0} MB");
 
+            start_peak();
             let start = Instant::now();
             for l in 0..layers {
                 let layer = model.layer(l, LoadParts::Circuits)?;
@@ -129,15 +196,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     .map_err(|e| e.to_string())?;
             }
             let products_s = start.elapsed().as_secs_f64();
-            eprintln!("{label}: layer products (read included) in {products_s:.2} s");
+            let products_heap = peak_mb();
+            eprintln!("{label}: layer products (read included) in {products_s:.2} s, heap peak {products_heap:.0} MB");
 
+            start_peak();
             let start = Instant::now();
             let mut heads = Vec::new();
             for l in 0..layers {
                 heads.extend(block_on(fingerprint_layer_on(&model, &grams, Mode::Folded, l, &mut backend))?);
             }
             let layers_s = start.elapsed().as_secs_f64();
-            eprintln!("{label}: whole per-layer stage in {layers_s:.2} s");
+            let layers_heap = peak_mb();
+            eprintln!("{label}: whole per-layer stage in {layers_s:.2} s, heap peak {layers_heap:.0} MB");
             fingerprints.push(heads);
             runs.push(json!({
                 "backend": backend.info(),
@@ -147,6 +217,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "layer_products_gflop_per_s": per_s(products_flop, (products_s - read_layers_s).max(1e-9)),
                 "layers_s": layers_s,
                 "fingerprint_s": grams_s + layers_s,
+                "peak_heap_mb": { "grams": grams_heap, "layer_products": products_heap, "layers": layers_heap },
             }));
         }
         let line = json!({

@@ -823,14 +823,28 @@ fn the_forward_pass_on_the_gpu_matches_the_cpu_on_every_fixture_and_the_demo() {
         let mut cpu_steps = Vec::new();
         let want = forward::run_batch(&stream, &runs, &mut |done, total| cpu_steps.push((done, total))).unwrap();
         let mut fixture_worst = 0.0f32;
-        let small = Pieces { pattern_bytes: (4 * config.heads * longest * longest) as u64, vocab_rows: 7 };
+        // Small: the longest run's patterns at a time, 7 vocabulary rows, and the runs through
+        // the layers in three batches (the longest and the one-token run, the third, the first
+        // again).
+        let small = Pieces {
+            pattern_bytes: (4 * config.heads * longest * longest) as u64,
+            vocab_rows: 7,
+            batch_rows: longest + 1,
+        };
         for pieces in [Pieces::default(), small] {
             let mut steps = Vec::new();
             let got = pollster::block_on(
                 gpu.forward_in(pieces, &stream, &runs, &mut |done, total| steps.push((done, total))),
             )
             .unwrap_or_else(|e| panic!("{name}: {e}"));
-            assert_eq!(steps, cpu_steps, "{name}: progress");
+            if pieces.batch_rows == usize::MAX {
+                assert_eq!(steps, cpu_steps, "{name}: progress");
+            } else {
+                // Each batch's steps in turn, counted over all three.
+                let total = 3 * cpu_steps.last().expect("the CPU's progress").1;
+                assert!(steps.windows(2).all(|w| w[0].0 < w[1].0), "{name}: progress goes forward: {steps:?}");
+                assert_eq!(steps.last(), Some(&(total, total)), "{name}: progress ends complete: {steps:?}");
+            }
             let (got_some, want_some, whole) = (&got[3], &want[3], &want[0]);
             let what = format!("{name} ({pieces:?}) cells and top tokens");
             assert!(got_some.patterns.is_empty() && got_some.logits.is_empty(), "{what}: kept whole");

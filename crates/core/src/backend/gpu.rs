@@ -444,7 +444,8 @@ impl Gpu {
         }
         let n = sum.n;
         let column = |j: usize| 4 * (j * n) as u64..4 * (j * n + j + 1) as u64;
-        let parts: Vec<_> = [&sum.high, &sum.low].into_iter().flat_map(|part| (0..n).map(move |j| (part, column(j)))).collect();
+        let parts: Vec<_> =
+            [&sum.high, &sum.low].into_iter().flat_map(|part| (0..n).map(move |j| (part, column(j)))).collect();
         self.read_back(&parts, |values| {
             let (high, low) = values.split_at(values.len() / 2);
             let mut at = 0;

@@ -33,11 +33,14 @@ pub struct Pieces {
     pub pattern_bytes: u64,
     /// Vocabulary rows of the unembedding uploaded at once (fewer where the binding limit says).
     pub vocab_rows: usize,
+    /// The most rows (tokens of all the sequences together) run through the layers at once
+    /// (fewer where the binding limit says: each working matrix is one binding).
+    pub batch_rows: usize,
 }
 
 impl Default for Pieces {
     fn default() -> Self {
-        Pieces { pattern_bytes: 256 << 20, vocab_rows: 8192 }
+        Pieces { pattern_bytes: 256 << 20, vocab_rows: 8192, batch_rows: usize::MAX }
     }
 }
 
@@ -138,7 +141,7 @@ impl Gpu {
     }
 
     /// [`Gpu::forward`] in pieces of the size given: tests make them small, to check that
-    /// groups of sequences and blocks of the vocabulary join up.
+    /// batches of runs, groups of sequences and blocks of the vocabulary join up.
     #[doc(hidden)]
     pub async fn forward_in(
         &self,
@@ -155,6 +158,43 @@ impl Gpu {
                 config.d_head
             )));
         }
+        // Runs whose rows together would make a working matrix wider than one binding go through
+        // the layers in batches, each reading and uploading the weights again: slower than one
+        // pass, but still on the GPU. (A single run over the limit fails to fit, and the caller
+        // reruns it on the CPU.)
+        let widest = config.d_model.max(config.heads * config.d_head).max(config.d_mlp).max(1);
+        let fit = ((self.max_binding / (4 * widest as u64)) as usize).min(pieces.batch_rows).max(1);
+        let mut batches: Vec<&[Run]> = Vec::new();
+        let (mut first, mut rows) = (0, 0);
+        for (i, (tokens, _)) in runs.iter().enumerate() {
+            if i > first && rows + tokens.len() > fit {
+                batches.push(&runs[first..i]);
+                (first, rows) = (i, 0);
+            }
+            rows += tokens.len();
+        }
+        batches.push(&runs[first..]);
+        if batches.len() == 1 {
+            return self.forward_batch(pieces, model, runs, each_layer).await;
+        }
+        let mut outputs = Vec::with_capacity(runs.len());
+        let count = batches.len();
+        for (b, batch) in batches.into_iter().enumerate() {
+            let progress = &mut |done, total| each_layer(b * total + done, count * total);
+            outputs.extend(self.forward_batch(pieces, model, batch, progress).await?);
+        }
+        Ok(outputs)
+    }
+
+    /// [`Gpu::forward_in`] of runs whose rows all go through the layers together.
+    async fn forward_batch(
+        &self,
+        pieces: Pieces,
+        model: &(impl Weights + ?Sized),
+        runs: &[(&[usize], Keep<'_>)],
+        each_layer: &mut dyn FnMut(usize, usize),
+    ) -> Result<Vec<ForwardOutput>> {
+        let config = model.config();
         let kernels = self.forward_kernels().await.map_err(Error::Gpu)?;
         let (placed, groups) = self.place(config, runs, pieces.pattern_bytes).map_err(Error::Gpu)?;
         let rows = placed.last().map_or(0, |p| p.first_row + p.len);

@@ -30,7 +30,10 @@ impl Widen {
             label: Some("narrow.wgsl"),
             source: wgpu::ShaderSource::Wgsl(KERNELS.into()),
         });
-        Widen { bf16: compute_pipeline(device, &module, "widen_bf16"), f16: compute_pipeline(device, &module, "widen_f16") }
+        Widen {
+            bf16: compute_pipeline(device, &module, "widen_bf16"),
+            f16: compute_pipeline(device, &module, "widen_f16"),
+        }
     }
 }
 
