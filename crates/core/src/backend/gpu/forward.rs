@@ -701,6 +701,7 @@ impl Gpu {
         Ok(buffer)
     }
 
+    /// A new storage buffer of `bytes`, within one binding.
     fn storage_buffer(&self, label: &str, bytes: u64) -> Result<wgpu::Buffer> {
         self.fits(label, bytes).map_err(Error::Gpu)?;
         Ok(self.device.create_buffer(&wgpu::BufferDescriptor {

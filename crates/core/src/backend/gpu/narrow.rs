@@ -4,8 +4,8 @@
 //! file's own bytes: half of what f32 would take, for the same f32 values on the device.
 //!
 //! Which format is decided from the values, not from the file's dtype: the weights reach the
-//! backend as f32 through every family's layout (NeoX's fused QKV split, Llama's rotary halves
-//! permuted), and a value that survives the round trip through 16 bits loses nothing.
+//! backend as f32 through every family's own layout (NeoX's fused QKV split into Q, K and V,
+//! for one), and a value that survives the round trip through 16 bits loses nothing.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
