@@ -34,28 +34,31 @@ fn pair(group: vec3<u32>, local: vec3<u32>) -> u32 {
     return (group.x + SPAN * group.y) * GROUP + local.x;
 }
 
-@compute @workgroup_size(64)
-fn widen_bf16(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_id) local: vec3<u32>) {
-    let i = pair(group, local);
+fn from_16_bits(half: u32, is_f16: bool) -> f32 {
+    if (is_f16) {
+        return from_f16(half);
+    }
+    return from_bf16(half);
+}
+
+// Pair `i`: its first value from the low half, its second (if the values have one) from the high.
+fn widen(i: u32, is_f16: bool) {
     if (i >= arrayLength(&packed)) {
         return;
     }
     let word = packed[i];
-    values[2u * i] = from_bf16(word & 0xffffu);
+    values[2u * i] = from_16_bits(word & 0xffffu, is_f16);
     if (2u * i + 1u < arrayLength(&values)) {
-        values[2u * i + 1u] = from_bf16(word >> 16u);
+        values[2u * i + 1u] = from_16_bits(word >> 16u, is_f16);
     }
 }
 
 @compute @workgroup_size(64)
+fn widen_bf16(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_id) local: vec3<u32>) {
+    widen(pair(group, local), false);
+}
+
+@compute @workgroup_size(64)
 fn widen_f16(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_id) local: vec3<u32>) {
-    let i = pair(group, local);
-    if (i >= arrayLength(&packed)) {
-        return;
-    }
-    let word = packed[i];
-    values[2u * i] = from_f16(word & 0xffffu);
-    if (2u * i + 1u < arrayLength(&values)) {
-        values[2u * i + 1u] = from_f16(word >> 16u);
-    }
+    widen(pair(group, local), true);
 }
