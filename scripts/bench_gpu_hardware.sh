@@ -4,7 +4,8 @@
 #      (scripts/make_big_models.py on all cores, into $BIG_MODELS);
 #   2. examples/bench_gpu on each: the GPU's two kernels (native f64, f32 pairs) and the CPU side
 #      by side, stage by stage (Grams, layer products, the whole per-layer stage), with FLOP
-#      counts, FLOP/s and how far the backends' fingerprints are apart, one JSON line per model;
+#      counts, FLOP/s, each stage's heap peak (what the process's own code holds, apart from
+#      the driver) and how far the backends' fingerprints are apart, one JSON line per model;
 #   3. the CLI end to end on Llama-3-8B with --backend gpu, as a user runs it: wall time, peak
 #      RSS and the backend the JSON records;
 #   4. examples/bench_probe on Llama-3.2-1B: the induction probe (8 sequences of 2 x 256 + 1
