@@ -536,7 +536,7 @@ fn sixteen_bit_weights_cross_in_two_bytes_and_widen_exactly() {
 /// heads' matrices), random: its fingerprint on a GPU sends at most 1.1 times the file's
 /// embedding and attention bytes to the device, and reads back at most 1.1 times the small
 /// matrices the heads' spectra read (each head's two token-space circuits as three d_head x
-/// d_head f64 matrices each), the targets for Llama-3-8B itself.
+/// d_head f64 matrices each): the bounds set for Llama-3-8B itself.
 #[test]
 fn a_bf16_model_in_llama_3_8bs_proportions_moves_at_most_1_1x_its_bytes() {
     let (d, heads, kv_heads, layers, vocab, hidden) = (128usize, 32usize, 8usize, 32usize, 4096usize, 448usize);

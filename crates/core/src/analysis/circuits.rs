@@ -622,12 +622,13 @@ fn side_by_side(rows: usize, parts: &[&DMatrix<f32>]) -> DMatrix<f64> {
 
 /// The vocabulary-Gram products of every head of one layer, as a few large products on the
 /// backend instead of one per head, through the Grams' factors ([`GramFactor`]): one
-/// `F_E [W_Q | W_K | W_V]` over all query heads and, once each, the key/value heads (grouped-query
-/// heads share them), `C W_V` untied (from the same upload of W_V), and `F_U Ô^T` (`F_E Ô^T` tied) for all heads. The backend
-/// is handed the weights as stored and folds them itself in folded mode ([`Fold`]: a GPU on the
-/// device, so only the stored f32 values cross). These stay where the backend computed them (a GPU's on the device); each head's small products are then
-/// products of their d_head-wide column blocks ([`Backend::column_products`]), and only those
-/// are held here.
+/// `F_E [W_Q | W_K | W_V]` over all query heads and, once each, the key/value heads
+/// (grouped-query heads share them), `C W_V` untied (from the same upload of W_V), and `F_U Ô^T`
+/// (`F_E Ô^T` tied) for all heads. The backend is handed the weights as stored and folds them
+/// itself in folded mode ([`Fold`]: a GPU on the device, so only the stored values cross). These
+/// stay where the backend computed them (a GPU's on the device); each head's small products are
+/// then products of their d_head-wide column blocks ([`Backend::column_products`]), and only
+/// those are held here.
 pub struct LayerProducts {
     qk: Vec<Factored>,
     ov: Vec<Factored>,

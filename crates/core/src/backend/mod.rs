@@ -550,7 +550,6 @@ impl Backend {
     /// folded once for both, and on a GPU uploaded once and dropped after (an untied model's
     /// `F_E [W_Q | W_K | W_V]` and `C W_V`, whose W_V would otherwise cross twice).
     #[cfg_attr(not(feature = "gpu"), allow(unused_variables))]
-    #[allow(clippy::too_many_arguments)]
     pub async fn multiply_kept_twice(
         &mut self,
         (a, form): (&Arc<DMatrix<f64>>, Factor),
