@@ -552,12 +552,8 @@ impl Gpu {
                 }
                 (false, None) => Ok(None),
             };
-            if let (Some((a_value, a_rest)), Ok(Some(b)), Ok(chunk)) = (&left, &b, &chunk) {
-                let a = Operand { value: a_value.clone(), rest: Some(a_rest.clone()), len: m * k };
-                let shape = Shape { rows: k, m, n: width, a_transposed: true, accumulate: false, batch: Batch::ONE };
-                let low = chunk.low.as_ref().unwrap_or(&chunk.high);
-                let encoder = self.encode(shape, &a, b, (&chunk.high, low), false);
-                self.queue.submit([encoder.finish()]);
+            if let (Some(left), Ok(Some(b)), Ok(chunk)) = (&left, &b, &chunk) {
+                self.submit_left_product(left, (m, k), b, 0, chunk);
             }
             scope.pop(self).await?;
             b?;
@@ -592,20 +588,33 @@ impl Gpu {
             let width = (source.columns - offset).min(columns.end - column);
             let scope = Scopes::push(&self.device);
             let chunk = self.chunk(column - columns.start, width, m, wgpu::BufferUsages::empty(), true);
-            if let (Some((a_value, a_rest)), Ok(chunk)) = (&left, &chunk) {
-                let a = Operand { value: a_value.clone(), rest: Some(a_rest.clone()), len: m * k };
+            if let (Some(left), Ok(chunk)) = (&left, &chunk) {
                 let b = Operand { value: source.high.clone(), rest: source.low.clone(), len: k * source.columns };
-                let batch = Batch { b_first: offset, ..Batch::ONE };
-                let shape = Shape { rows: k, m, n: width, a_transposed: true, accumulate: false, batch };
-                let low = chunk.low.as_ref().unwrap_or(&chunk.high);
-                let encoder = self.encode(shape, &a, &b, (&chunk.high, low), false);
-                self.queue.submit([encoder.finish()]);
+                self.submit_left_product(left, (m, k), &b, offset, chunk);
             }
             scope.pop(self).await?;
             kept.chunks.push(chunk?);
             column += width;
         }
         Ok(kept)
+    }
+
+    /// Submits `A X` into `into`, for A (m x k, its two parts kept on the device as `left`) and
+    /// `into.columns` columns of `b` from its column `b_first`.
+    fn submit_left_product(
+        &self,
+        (a_value, a_rest): &(wgpu::Buffer, wgpu::Buffer),
+        (m, k): (usize, usize),
+        b: &Operand,
+        b_first: usize,
+        into: &Chunk,
+    ) {
+        let a = Operand { value: a_value.clone(), rest: Some(a_rest.clone()), len: m * k };
+        let batch = Batch { b_first, ..Batch::ONE };
+        let shape = Shape { rows: k, m, n: into.columns, a_transposed: true, accumulate: false, batch };
+        let low = into.low.as_ref().unwrap_or(&into.high);
+        let encoder = self.encode(shape, &a, b, (&into.high, low), false);
+        self.queue.submit([encoder.finish()]);
     }
 
     /// X (f64), first folded as `fold` says, on the device as two f32 parts, as

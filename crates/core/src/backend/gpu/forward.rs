@@ -174,9 +174,6 @@ impl Gpu {
             rows += tokens.len();
         }
         batches.push(&runs[first..]);
-        if batches.len() == 1 {
-            return self.forward_batch(pieces, model, runs, each_layer).await;
-        }
         let mut outputs = Vec::with_capacity(runs.len());
         let count = batches.len();
         for (b, batch) in batches.into_iter().enumerate() {
