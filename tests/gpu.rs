@@ -14,7 +14,7 @@ use headprint::Error;
 use headprint::analysis::circuits::Grams;
 use headprint::analysis::{Mode, fingerprint_stream_with};
 use headprint::backend::gpu::Arithmetic;
-use headprint::backend::{Backend, BackendChoice, Blocks, ColumnRun, Factor, Fold, block_on, moved_between};
+use headprint::backend::{Backend, BackendChoice, Blocks, ColumnRun, Columns, Factor, Fold, block_on, moved_between};
 use headprint::model::{ModelStream, Norm, NormKind};
 use headprint::weights::{MemorySource, ModelFiles};
 use std::sync::Arc;
@@ -466,6 +466,64 @@ fn fold_matches_the_hosts_on(mut backend: Backend) {
                 let got = block_on(backend.read_kept(&of_some)).expect("read back");
                 let what = format!("{what}, columns {some:?} by another matrix");
                 assert_product_close_f64(&got, &(&*b * &want_some), &b.transpose(), &want_some, tolerance, &what);
+            }
+        }
+    }
+}
+
+/// A layer's weights handed to a product where the layer holds them (f32 matrices side by side,
+/// and a transpose), which a GPU reads a chunk at a time, give the bits, and move the bytes, of
+/// the same values handed over as f64: folded and raw, kept, multiplied, and some columns
+/// multiplied from the same upload, with the parts' edges inside a chunk and the product's
+/// columns across two chunks (2048 columns a chunk on a GPU).
+#[test]
+fn weights_handed_over_in_place_give_the_bits_of_their_f64_values_on_every_backend() {
+    let mut rng = ChaCha8Rng::seed_from_u64(26);
+    let rows = 320;
+    let mut matrix = |columns| DMatrix::from_fn(rows, columns, |_, _| rng.random_range(-1.0f32..1.0));
+    let parts = [matrix(1000), matrix(700), matrix(412)];
+    let w_o = matrix(2112).transpose();
+    let norm = Norm { weight: DVector::from_fn(rows, |_, _| rng.random_range(0.1f32..2.0)), bias: None };
+    let a = Arc::new(DMatrix::from_fn(40, rows, |_, _| rng.random_range(-1.0..1.0)));
+    let b = Arc::new(DMatrix::from_fn(24, rows, |_, _| rng.random_range(-1.0..1.0)));
+    let widened = |m: &DMatrix<f32>| m.map(f64::from);
+    let mut side_by_side = DMatrix::zeros(rows, 2112);
+    let mut at = 0;
+    for part in &parts {
+        side_by_side.columns_mut(at, part.ncols()).copy_from(&widened(part));
+        at += part.ncols();
+    }
+    let transposed = widened(&w_o.transpose());
+    let some = 1984..2112;
+    for mut backend in every_backend() {
+        let name = named(&backend);
+        // The first product with A and B uploads them, and they stay on the device.
+        block_on(backend.multiply_kept_twice((&a, Factor::General), &b, &side_by_side, some.clone(), 64, None))
+            .expect("the first products");
+        for fold in [None, Some(Fold { norm: &norm, kind: NormKind::LayerNorm, transposed: true })] {
+            let in_place = [Columns::SideBySide(parts.iter().collect()), Columns::Transposed(&w_o)];
+            for (weights, values) in in_place.into_iter().zip([&side_by_side, &transposed]) {
+                let what = format!("{name}, {} columns, fold {}", weights.shape().1, fold.is_some());
+                let mut run = |x: Columns<'_>| {
+                    let before = backend.bytes_moved();
+                    let kept = block_on(backend.keep(x.clone(), 64, fold)).expect("kept");
+                    let (product, of_some) =
+                        block_on(backend.multiply_kept_twice((&a, Factor::General), &b, x, some.clone(), 64, fold))
+                            .expect("two products");
+                    let read = |m| block_on(backend.read_kept(m)).expect("read back");
+                    let got = [read(&kept), read(&product), read(&of_some)];
+                    (got, moved_between(before, backend.bytes_moved()))
+                };
+                let (want, want_moved) = run(Columns::from(values));
+                let (got, moved) = run(weights);
+                for (got, want) in got.iter().zip(&want) {
+                    assert!(
+                        got.shape() == want.shape()
+                            && got.iter().zip(want.iter()).all(|(g, w)| g.to_bits() == w.to_bits()),
+                        "{what}: not the f64 values' bits"
+                    );
+                }
+                assert_eq!(moved, want_moved, "{what}: bytes moved");
             }
         }
     }

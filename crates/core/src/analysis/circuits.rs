@@ -11,7 +11,7 @@ use super::HeadId;
 use super::spectrum::Factored;
 use crate::Result;
 use crate::backend::cpu::{self, inner};
-use crate::backend::{Backend, BackendInfo, Blocks, ColumnRun, Factor, Fold, Kept, Sum, block_on};
+use crate::backend::{Backend, BackendInfo, Blocks, ColumnRun, Columns, Factor, Fold, Kept, Sum, block_on};
 use crate::model::{Layer, Model, ModelConfig, Norm, NormKind, Weights};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -525,28 +525,50 @@ enum GramFactor {
 }
 
 impl GramFactor {
+    /// Factored in place in one copy of the Gram (faer's factorisations on a view of its
+    /// entries), not in faer's own copies: each is d_model² f64 entries, made while the first
+    /// layer's weights are held.
     fn of(gram: &DMatrix<f64>) -> std::result::Result<GramFactor, String> {
-        let matrix = faer::Mat::from_fn(gram.nrows(), gram.ncols(), |i, j| gram[(i, j)]);
-        if let Ok(cholesky) = matrix.llt(faer::Side::Lower) {
-            let lower = cholesky.L();
-            return Ok(GramFactor::Upper(Arc::new(DMatrix::from_fn(gram.nrows(), gram.ncols(), |i, j| lower[(j, i)]))));
+        use faer::dyn_stack::{MemBuffer, MemStack};
+        use faer::linalg::cholesky::{llt, llt_pivoting};
+        let n = gram.nrows();
+        let par = faer::get_global_parallelism();
+        let mut factored = gram.clone();
+        fn view(m: &mut DMatrix<f64>) -> faer::MatMut<'_, f64> {
+            let (rows, columns) = m.shape();
+            faer::MatMut::from_column_major_slice_mut(m.as_mut_slice(), rows, columns)
+        }
+        let mut scratch = MemBuffer::new(llt::factor::cholesky_in_place_scratch::<f64>(n, par, Default::default()));
+        let plain = llt::factor::cholesky_in_place(
+            view(&mut factored),
+            Default::default(),
+            par,
+            MemStack::new(&mut scratch),
+            Default::default(),
+        );
+        if plain.is_ok() {
+            // L is the lower triangle; above it are G's entries, which F = L^T must not hold.
+            factored.fill_upper_triangle(0.0, 1);
+            factored.transpose_mut();
+            return Ok(GramFactor::Upper(Arc::new(factored)));
         }
         // Semi-definite: pivoted Cholesky stops where every remaining pivot is below d·ε of the
         // largest diagonal entry (what is dropped is below the rounding of G itself); d·k² work,
         // where an eigendecomposition is d³ and delayed the tab's first heads.
-        use faer::dyn_stack::{MemBuffer, MemStack};
-        use faer::linalg::cholesky::llt_pivoting::factor::{cholesky_in_place, cholesky_in_place_scratch};
-        let n = gram.nrows();
         if !(0..n).any(|i| gram[(i, i)] > 0.0) {
             // A zero Gram (no rows, or all zero) has rank 0; faer would divide by its zero pivot.
             return Ok(GramFactor::Dense(Arc::new(DMatrix::zeros(0, n))));
         }
-        let mut factored = matrix;
+        // The failed attempt overwrote part of the copy.
+        factored.copy_from(gram);
         let (mut perm, mut perm_inv) = (vec![0usize; n], vec![0usize; n]);
-        let mut scratch =
-            MemBuffer::new(cholesky_in_place_scratch::<usize, f64>(n, faer::Par::Seq, Default::default()));
-        let (info, _) = cholesky_in_place(
-            factored.as_mut(),
+        let mut scratch = MemBuffer::new(llt_pivoting::factor::cholesky_in_place_scratch::<usize, f64>(
+            n,
+            faer::Par::Seq,
+            Default::default(),
+        ));
+        let (info, _) = llt_pivoting::factor::cholesky_in_place(
+            view(&mut factored),
             &mut perm,
             &mut perm_inv,
             faer::Par::Seq,
@@ -577,7 +599,7 @@ impl GramFactor {
     async fn apply(
         &self,
         backend: &mut Backend,
-        x: DMatrix<f64>,
+        x: Columns<'_>,
         block: usize,
         fold: Option<Fold<'_>>,
     ) -> crate::Result<Kept> {
@@ -589,7 +611,7 @@ impl GramFactor {
     async fn apply_keeping(
         &self,
         backend: &mut Backend,
-        x: DMatrix<f64>,
+        x: Columns<'_>,
         block: usize,
         fold: Option<Fold<'_>>,
     ) -> crate::Result<(Kept, Kept)> {
@@ -604,20 +626,6 @@ impl GramFactor {
 pub struct GramFactors {
     embed: GramFactor,
     unembed: Option<GramFactor>,
-}
-
-/// f32 matrices of the same height side by side, in f64.
-fn side_by_side(rows: usize, parts: &[&DMatrix<f32>]) -> DMatrix<f64> {
-    let mut joined = DMatrix::zeros(rows, parts.iter().map(|p| p.ncols()).sum());
-    let mut at = 0;
-    for part in parts {
-        let mut target = joined.columns_mut(at, part.ncols());
-        for (to, &from) in target.iter_mut().zip(part.iter()) {
-            *to = from as f64;
-        }
-        at += part.ncols();
-    }
-    joined
 }
 
 /// The vocabulary-Gram products of every head of one layer, as a few large products on the
@@ -648,7 +656,7 @@ impl LayerProducts {
         grams: &Grams,
         backend: &mut Backend,
     ) -> crate::Result<std::result::Result<LayerProducts, String>> {
-        let (d_model, d_head) = (config.d_model, config.d_head);
+        let d_head = config.d_head;
         let group = (config.heads / config.kv_heads.max(1)).max(1);
         let (count, kv_count) = (config.heads, config.heads.div_ceil(group));
         let folded = mode == Mode::Folded;
@@ -659,10 +667,11 @@ impl LayerProducts {
             Err(reason) => return Ok(Err(reason)),
         };
         let unembed = factors.unembed.as_ref().unwrap_or(&factors.embed);
-        // Each stacked input is dropped as soon as its product is made: at Pythia-1B's width they
-        // are 100 MB apiece, and the tab's workers count every one.
+        // The weights are handed over where the layer holds them: a GPU sends them a chunk at a
+        // time, and the CPU widens each stacked input to f64 for its product and drops it then
+        // (at Pythia-1B's width they are 100 MB apiece, and the tab's workers count every one).
         let attention = &layer.attention;
-        let qkv = side_by_side(d_model, &[&attention.w_q, &attention.w_k, &attention.w_v]);
+        let qkv = Columns::SideBySide(vec![&attention.w_q, &attention.w_k, &attention.w_v]);
         let (factor_embed, cross_v) = match grams.tied {
             true => (factors.embed.apply(backend, qkv, d_head, reading).await?, None),
             false => {
@@ -673,7 +682,7 @@ impl LayerProducts {
             }
         };
         // Ô^T = (W_O T)^T, d_model x (heads d_head): W_O's rows as columns, folded transposed.
-        let o = DMatrix::from_fn(d_model, attention.w_o.nrows(), |i, j| attention.w_o[(j, i)] as f64);
+        let o = Columns::Transposed(&attention.w_o);
         // Untied, the OV circuit's `B A = Ô C W_V` reads Ô^T itself, kept beside `F_U Ô^T`.
         let (factor_o, o) = match cross_v {
             Some(_) => {

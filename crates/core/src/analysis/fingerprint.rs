@@ -156,13 +156,6 @@ fn fingerprint_circuits(
     }
 }
 
-/// The heads' weights of one layer (folded in `mode`): all its fingerprints need of the layer.
-/// Threaded on native: each head folds its own weights.
-pub fn layer_head_weights(config: &ModelConfig, layer: &Layer, ln_final: &Norm, mode: Mode) -> Vec<HeadWeights> {
-    let heads: Vec<usize> = (0..config.heads).collect();
-    map_each(&heads, |&h| HeadWeights::new(config, layer, ln_final, h, mode))
-}
-
 /// Every head of one layer: the layer's Gram products as a few large products on `backend`
 /// ([`LayerProducts`], from the weights as stored), then each head's four spectra from its
 /// weights folded in `mode` (threaded on native). Fails only when the backend does (a GPU: the
@@ -176,11 +169,12 @@ async fn fingerprint_layer_heads(
     index: usize,
     backend: &mut Backend,
 ) -> Result<Vec<HeadFingerprint>> {
-    let weights = &layer_head_weights(config, layer, ln_final, mode);
     let products = LayerProducts::new(config, layer, ln_final, mode, grams, backend).await?;
     let ids: Vec<HeadId> = (0..config.heads).map(|h| HeadId::new(index, h)).collect();
+    // Each head's f64 weights are made where its spectra are, and dropped with them: a whole
+    // layer's at once are 5 d_model x d_model f64 entries (670 MB at Llama-3-8B's width).
     Ok(map_each(&ids, |&id| {
-        let w = &weights[id.head];
+        let w = &HeadWeights::new(config, layer, ln_final, id.head, mode);
         let token =
             |circuit: &dyn Fn(&LayerProducts) -> super::Factored| products.as_ref().map(circuit).map_err(Clone::clone);
         fingerprint_circuits(id, w, token(&|p| p.qk_token(id.head)), token(&|p| p.ov_token(id.head)))

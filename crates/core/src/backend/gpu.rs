@@ -36,7 +36,7 @@ mod narrow;
 
 pub use forward::Pieces;
 
-use super::{ColumnRun, Fold};
+use super::{ColumnRun, ColumnValues, Columns, Fold};
 use crate::parallel::each_chunk;
 
 const KERNELS: &str = concat!(include_str!("products_layout.wgsl"), include_str!("products.wgsl"));
@@ -68,6 +68,10 @@ const FOLD_COLUMNS: usize = 64;
 /// Columns of X per dispatch in [`Gpu::multiply`]: 4096 x 2048 outputs of a 4096-deep product
 /// is ~34 GFLOP, a fraction of a second on a laptop GPU, well inside a watchdog's patience.
 const WIDE_COLUMNS: usize = 2048;
+
+/// Entries of a left matrix split into its two f32 parts at a time on the way up
+/// ([`Gpu::upload_left`]).
+const LEFT_PIECE: usize = 1 << 22;
 /// Left operands of [`Gpu::multiply`] kept on the device: a layer multiplies with the
 /// embedding's factor, the unembedding's and the cross Gram.
 const RESIDENT: usize = 3;
@@ -317,9 +321,14 @@ impl Gpu {
 
     /// Writes `data` into `buffer` through the queue, counting the bytes that cross to the device.
     fn write<T: bytemuck::Pod>(&self, buffer: &wgpu::Buffer, data: &[T]) {
+        self.write_at(buffer, 0, data);
+    }
+
+    /// [`Gpu::write`] from byte `offset` of the buffer (a multiple of 4).
+    fn write_at<T: bytemuck::Pod>(&self, buffer: &wgpu::Buffer, offset: u64, data: &[T]) {
         let bytes: &[u8] = bytemuck::cast_slice(data);
         self.to_device.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        self.queue.write_buffer(buffer, 0, bytes);
+        self.queue.write_buffer(buffer, offset, bytes);
     }
 
     /// Rows of an `n`-column block that fit one storage binding. The Grams ask for at most one
@@ -465,7 +474,7 @@ impl Gpu {
     /// says how, and why this keeps about 2^-36 of every term): [`Gpu::multiply_kept`], read
     /// back whole.
     pub async fn multiply(&self, a: &Arc<DMatrix<f64>>, x: &DMatrix<f64>) -> Result<DMatrix<f64>, String> {
-        let (kept, _) = self.multiply_kept(a, x, 1, false, None).await?;
+        let (kept, _) = self.multiply_kept(a, &Columns::from(x), 1, false, None).await?;
         self.read_kept(&kept).await
     }
 
@@ -503,16 +512,16 @@ impl Gpu {
     pub async fn multiply_kept(
         &self,
         a: &Arc<DMatrix<f64>>,
-        x: &DMatrix<f64>,
+        x: &Columns<'_>,
         block: usize,
         keep_x: bool,
         fold: Option<Fold<'_>>,
     ) -> Result<(DeviceMatrix, Option<DeviceMatrix>), String> {
         let (m, k) = a.shape();
-        if x.nrows() != k {
-            return Err(format!("{m} x {k} times {} x {}", x.nrows(), x.ncols()));
+        let (rows, n) = x.shape();
+        if rows != k {
+            return Err(format!("{m} x {k} times {rows} x {n}"));
         }
-        let n = x.ncols();
         let mut kept = DeviceMatrix { rows: m, cols: n, chunks: Vec::new() };
         let mut kept_x = DeviceMatrix { rows: k, cols: n, chunks: Vec::new() };
         let columns = self.chunk_columns(k.max(m), block);
@@ -525,10 +534,10 @@ impl Gpu {
             let width = columns.min(n - start);
             let scope = Scopes::push(&self.device);
             let chunk = self.chunk(start, width, m, wgpu::BufferUsages::empty(), true);
-            let x_columns = &x.as_slice()[start * k..(start + width) * k];
+            let x_columns = start..start + width;
             let b = match (keep_x, &left) {
                 (true, _) => {
-                    let crossing = Crossing::of(x_columns, k, fold);
+                    let crossing = Crossing::of(x, x_columns, fold);
                     self.chunk(start, width, k, wgpu::BufferUsages::COPY_DST, crossing.has_rests()).and_then(
                         |x_chunk| {
                             self.put_columns(crossing, k, &x_chunk.high, x_chunk.low.as_ref())?;
@@ -540,14 +549,14 @@ impl Gpu {
                     )
                 }
                 (false, Some(_)) => {
-                    let crossing = Crossing::of(x_columns, k, fold);
-                    let bytes = 4 * x_columns.len() as u64;
-                    self.fits(Role::B.label(), bytes).and_then(|()| {
+                    let crossing = Crossing::of(x, x_columns, fold);
+                    let len = k * width;
+                    self.fits(Role::B.label(), 4 * len as u64).and_then(|()| {
                         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
-                        let value = self.scratch(Role::B, bytes, usage);
-                        let rest = crossing.has_rests().then(|| self.scratch(Role::BRest, bytes, usage));
+                        let value = self.scratch(Role::B, 4 * len as u64, usage);
+                        let rest = crossing.has_rests().then(|| self.scratch(Role::BRest, 4 * len as u64, usage));
                         self.put_columns(crossing, k, &value, rest.as_ref())?;
-                        Ok(Some(Operand { value, rest, len: x_columns.len() }))
+                        Ok(Some(Operand { value, rest, len }))
                     })
                 }
                 (false, None) => Ok(None),
@@ -620,14 +629,14 @@ impl Gpu {
     /// X (f64), first folded as `fold` says, on the device as two f32 parts, as
     /// [`Gpu::multiply_kept`] leaves a product: for [`Gpu::column_products`] with blocks of
     /// `block` columns.
-    pub async fn keep(&self, x: &DMatrix<f64>, block: usize, fold: Option<Fold<'_>>) -> Result<DeviceMatrix, String> {
+    pub async fn keep(&self, x: &Columns<'_>, block: usize, fold: Option<Fold<'_>>) -> Result<DeviceMatrix, String> {
         let (rows, n) = x.shape();
         let mut kept = DeviceMatrix { rows, cols: n, chunks: Vec::new() };
         let columns = self.chunk_columns(rows, block);
         for start in (0..n).step_by(columns) {
             let width = columns.min(n - start);
             let scope = Scopes::push(&self.device);
-            let crossing = Crossing::of(&x.as_slice()[start * rows..(start + width) * rows], rows, fold);
+            let crossing = Crossing::of(x, start..start + width, fold);
             let chunk = self.chunk(start, width, rows, wgpu::BufferUsages::COPY_DST, crossing.has_rests());
             let put = match &chunk {
                 Ok(chunk) => self.put_columns(crossing, rows, &chunk.high, chunk.low.as_ref()),
@@ -859,22 +868,27 @@ impl Gpu {
         Some(buffers)
     }
 
-    /// A's two parts uploaded to the device (no lock held: the split runs on rayon).
+    /// A's two parts uploaded to the device (no lock held: the split runs on rayon), split a
+    /// piece of [`LEFT_PIECE`] entries at a time: both parts of the whole of A would be as
+    /// large again as A on the host.
     fn upload_left(&self, a: &Arc<DMatrix<f64>>) -> Result<Resident, String> {
         let bytes = 4 * a.len() as u64;
         self.fits("the left matrix", bytes)?;
-        let (value, rest) = split(a.as_slice());
-        let buffer = |label, data: &[f32]| {
-            let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+        let buffer = |label| {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(label),
                 size: bytes,
                 usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
-            });
-            self.write(&buffer, data);
-            buffer
+            })
         };
-        let (value, rest) = (buffer("resident value", &value), buffer("resident rest", &rest));
+        let (value, rest) = (buffer("resident value"), buffer("resident rest"));
+        for (p, piece) in a.as_slice().chunks(LEFT_PIECE).enumerate() {
+            let (piece_value, piece_rest) = split(piece);
+            let offset = 4 * (p * LEFT_PIECE) as u64;
+            self.write_at(&value, offset, &piece_value);
+            self.write_at(&rest, offset, &piece_rest);
+        }
         Ok(Resident { source: Arc::downgrade(a), value, rest })
     }
 
@@ -1274,9 +1288,19 @@ enum Crossing<'a> {
 }
 
 impl<'a> Crossing<'a> {
-    /// `rows`-high columns of X, folded as `fold` says: on the device when their values are
-    /// f32 (weights as stored), else on the host before they are split.
-    fn of(columns: &[f64], rows: usize, fold: Option<Fold<'a>>) -> Crossing<'a> {
+    /// Columns `columns` of X, folded as `fold` says: on the device when their values are f32
+    /// (weights as stored), else on the host before they are split.
+    fn of(x: &Columns<'_>, columns: Range<usize>, fold: Option<Fold<'a>>) -> Crossing<'a> {
+        let rows = x.shape().0;
+        let columns = match x.columns(columns) {
+            ColumnValues::F32(values) => {
+                return match fold {
+                    None => Crossing::Split(values, None),
+                    Some(fold) => Crossing::ToFold(values, fold),
+                };
+            }
+            ColumnValues::F64(values) => values,
+        };
         let (value, rest) = split_wide(columns);
         match (fold, rest) {
             (None, rest) => Crossing::Split(value, rest),

@@ -13,6 +13,7 @@
 //! A GPU that fails (no adapter, device lost, out of memory, a limit) is replaced by the CPU:
 //! [`Backend::with_fallback`] reruns the whole computation there and keeps a one-line note.
 
+use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -172,11 +173,107 @@ impl Fold<'_> {
 }
 
 /// X folded on the host when a fold is asked for (the CPU's way).
-fn folded(mut x: DMatrix<f64>, fold: Option<Fold<'_>>) -> DMatrix<f64> {
+fn folded(x: Columns<'_>, fold: Option<Fold<'_>>) -> DMatrix<f64> {
+    let mut x = x.into_values();
     if let Some(fold) = fold {
         fold.apply(&mut x);
     }
     x
+}
+
+/// The X of a product with a kept result ([`Backend::multiply_kept`] and its kin): f64 values,
+/// or f32 weights as the layer holds them, read in place. A GPU sends a weight's columns a chunk
+/// at a time from where they are, so a layer's weights are never copied whole on the host (in
+/// f64, Llama-3-8B's are 335 MB); the CPU widens them to f64 to multiply.
+#[derive(Clone)]
+pub enum Columns<'a> {
+    Values(Cow<'a, DMatrix<f64>>),
+    /// f32 matrices of one height, side by side (a layer's `[W_Q | W_K | W_V]`).
+    SideBySide(Vec<&'a DMatrix<f32>>),
+    /// An f32 matrix's transpose (W_O's rows as columns).
+    Transposed(&'a DMatrix<f32>),
+}
+
+impl From<DMatrix<f64>> for Columns<'_> {
+    fn from(values: DMatrix<f64>) -> Self {
+        Columns::Values(Cow::Owned(values))
+    }
+}
+
+impl<'a> From<&'a DMatrix<f64>> for Columns<'a> {
+    fn from(values: &'a DMatrix<f64>) -> Self {
+        Columns::Values(Cow::Borrowed(values))
+    }
+}
+
+/// Some columns of a [`Columns`], column-major, as they are held.
+pub(crate) enum ColumnValues<'b> {
+    F64(&'b [f64]),
+    F32(Vec<f32>),
+}
+
+impl Columns<'_> {
+    /// (rows, columns).
+    pub fn shape(&self) -> (usize, usize) {
+        match self {
+            Columns::Values(x) => x.shape(),
+            Columns::SideBySide(parts) => {
+                (parts.first().map_or(0, |p| p.nrows()), parts.iter().map(|p| p.ncols()).sum())
+            }
+            Columns::Transposed(w) => (w.ncols(), w.nrows()),
+        }
+    }
+
+    /// Columns `columns`: f64 values in place, or the f32 weights' copied out.
+    // Only a GPU reads X a chunk at a time.
+    #[cfg_attr(not(feature = "gpu"), allow(dead_code))]
+    pub(crate) fn columns(&self, columns: Range<usize>) -> ColumnValues<'_> {
+        let rows = self.shape().0;
+        match self {
+            Columns::Values(x) => ColumnValues::F64(&x.as_slice()[columns.start * rows..columns.end * rows]),
+            Columns::SideBySide(parts) => {
+                let mut out = Vec::with_capacity(rows * columns.len());
+                let mut first = 0;
+                for part in parts {
+                    let within = columns.start.max(first)..columns.end.min(first + part.ncols());
+                    if !within.is_empty() {
+                        out.extend_from_slice(
+                            &part.as_slice()[(within.start - first) * rows..(within.end - first) * rows],
+                        );
+                    }
+                    first += part.ncols();
+                }
+                ColumnValues::F32(out)
+            }
+            Columns::Transposed(w) => {
+                let mut out = Vec::with_capacity(rows * columns.len());
+                for j in columns {
+                    out.extend(w.row(j).iter());
+                }
+                ColumnValues::F32(out)
+            }
+        }
+    }
+
+    /// Every entry in f64, as the CPU multiplies them (widened straight from the weights).
+    pub fn into_values(self) -> DMatrix<f64> {
+        match self {
+            Columns::Values(x) => x.into_owned(),
+            Columns::SideBySide(parts) => {
+                let rows = parts.first().map_or(0, |p| p.nrows());
+                let mut joined = DMatrix::zeros(rows, parts.iter().map(|p| p.ncols()).sum());
+                let mut at = 0;
+                for part in parts {
+                    for (to, &from) in joined.columns_mut(at, part.ncols()).iter_mut().zip(part.iter()) {
+                        *to = from as f64;
+                    }
+                    at += part.ncols();
+                }
+                joined
+            }
+            Columns::Transposed(w) => DMatrix::from_fn(w.ncols(), w.nrows(), |i, j| w[(j, i)] as f64),
+        }
+    }
 }
 
 /// A matrix left where its backend holds it ([`Backend::multiply_kept`], [`Backend::keep`]), for
@@ -506,10 +603,11 @@ impl Backend {
         &mut self,
         a: &Arc<DMatrix<f64>>,
         form: Factor,
-        x: DMatrix<f64>,
+        x: impl Into<Columns<'_>>,
         block: usize,
         fold: Option<Fold<'_>>,
     ) -> Result<Kept> {
+        let x = x.into();
         match &self.kind {
             Kind::Cpu => Ok(Kept { kind: KeptKind::Cpu(cpu_product(a, form, &folded(x, fold))) }),
             #[cfg(feature = "gpu")]
@@ -527,10 +625,11 @@ impl Backend {
         &mut self,
         a: &Arc<DMatrix<f64>>,
         form: Factor,
-        x: DMatrix<f64>,
+        x: impl Into<Columns<'_>>,
         block: usize,
         fold: Option<Fold<'_>>,
     ) -> Result<(Kept, Kept)> {
+        let x = x.into();
         match &self.kind {
             Kind::Cpu => {
                 let x = folded(x, fold);
@@ -554,13 +653,15 @@ impl Backend {
         &mut self,
         (a, form): (&Arc<DMatrix<f64>>, Factor),
         b: &Arc<DMatrix<f64>>,
-        x: DMatrix<f64>,
+        x: impl Into<Columns<'_>>,
         columns: Range<usize>,
         block: usize,
         fold: Option<Fold<'_>>,
     ) -> Result<(Kept, Kept)> {
-        if columns.start > columns.end || columns.end > x.ncols() {
-            return Err(Error::Internal(format!("columns {columns:?} of a matrix of {}", x.ncols())));
+        let x = x.into();
+        let n = x.shape().1;
+        if columns.start > columns.end || columns.end > n {
+            return Err(Error::Internal(format!("columns {columns:?} of a matrix of {n}")));
         }
         match &self.kind {
             Kind::Cpu => {
@@ -583,7 +684,8 @@ impl Backend {
     /// `x`, first folded as `fold` says, kept on this backend (a GPU uploads it), for
     /// [`Backend::column_products`] with blocks of `block` columns.
     #[cfg_attr(not(feature = "gpu"), allow(unused_variables))]
-    pub async fn keep(&mut self, x: DMatrix<f64>, block: usize, fold: Option<Fold<'_>>) -> Result<Kept> {
+    pub async fn keep(&mut self, x: impl Into<Columns<'_>>, block: usize, fold: Option<Fold<'_>>) -> Result<Kept> {
+        let x = x.into();
         let kind = match &self.kind {
             Kind::Cpu => KeptKind::Cpu(folded(x, fold)),
             #[cfg(feature = "gpu")]
