@@ -15,7 +15,11 @@
 //! Each stage also reports the peak of what this process's own code held on the heap during it
 //! (`peak_heap_mb`, counted by the allocator below): a GPU driver's allocations, and the memory
 //! of the buffers it maps for uploads, do not pass through Rust's allocator, so comparing it
-//! with the peak resident memory tells the two apart.
+//! with the peak resident memory tells the two apart. That is `peak_resident_mb`, the stage's
+//! peak resident set (Linux: the kernel's high-water mark, reset as each stage starts). It
+//! counts only pages touched, where the heap counts whole allocations: a matrix library's
+//! packing buffers sized by the cache sizes the machine reports, mostly untouched, are in the
+//! heap's peak and not in this one. On a software adapter the device's memory is resident too.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -76,9 +80,24 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-/// Starts a stage's peak from what is live now.
+/// Starts a stage's peaks from what is live and resident now.
 fn start_peak() {
     PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
+    // "5" resets the high-water mark of the resident set to the resident set now.
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// The stage's peak resident set so far, in MB (None where /proc does not say).
+fn peak_resident_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.trim_start_matches("VmHWM:").trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kb / 1e3)
+}
+
+/// For stderr: the peak resident set in MB, or "?".
+fn resident_text(mb: Option<f64>) -> String {
+    mb.map_or("?".into(), |mb| format!("{mb:.0}"))
 }
 
 /// The stage's peak so far, in MB.
@@ -185,8 +204,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let segments = rows.div_ceil(SEGMENT_ROWS);
             let grams = block_on(Grams::gather_segments(&model, &mut backend, segments, &mut |_, _| {}))?;
             let grams_s = start.elapsed().as_secs_f64();
-            let grams_heap = peak_mb();
-            eprintln!("{label}: Grams in {grams_s:.2} s, heap peak {grams_heap:.0} MB");
+            let (grams_heap, grams_resident) = (peak_mb(), peak_resident_mb());
+            eprintln!(
+                "{label}: Grams in {grams_s:.2} s, heap peak {grams_heap:.0} MB, resident {} MB",
+                resident_text(grams_resident)
+            );
 
             start_peak();
             let start = Instant::now();
@@ -196,8 +218,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     .map_err(|e| e.to_string())?;
             }
             let products_s = start.elapsed().as_secs_f64();
-            let products_heap = peak_mb();
-            eprintln!("{label}: layer products (read included) in {products_s:.2} s, heap peak {products_heap:.0} MB");
+            let (products_heap, products_resident) = (peak_mb(), peak_resident_mb());
+            eprintln!(
+                "{label}: layer products (read included) in {products_s:.2} s, heap peak {products_heap:.0} MB, \
+                 resident {} MB",
+                resident_text(products_resident)
+            );
 
             start_peak();
             let start = Instant::now();
@@ -206,8 +232,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 heads.extend(block_on(fingerprint_layer_on(&model, &grams, Mode::Folded, l, &mut backend))?);
             }
             let layers_s = start.elapsed().as_secs_f64();
-            let layers_heap = peak_mb();
-            eprintln!("{label}: whole per-layer stage in {layers_s:.2} s, heap peak {layers_heap:.0} MB");
+            let (layers_heap, layers_resident) = (peak_mb(), peak_resident_mb());
+            eprintln!(
+                "{label}: whole per-layer stage in {layers_s:.2} s, heap peak {layers_heap:.0} MB, \
+                 resident {} MB",
+                resident_text(layers_resident)
+            );
             fingerprints.push(heads);
             runs.push(json!({
                 "backend": backend.info(),
@@ -218,6 +248,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "layers_s": layers_s,
                 "fingerprint_s": grams_s + layers_s,
                 "peak_heap_mb": { "grams": grams_heap, "layer_products": products_heap, "layers": layers_heap },
+                "peak_resident_mb": { "grams": grams_resident, "layer_products": products_resident, "layers": layers_resident },
             }));
         }
         let line = json!({

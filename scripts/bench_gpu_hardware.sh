@@ -15,7 +15,8 @@
 #
 # Usage: scripts/bench_gpu_hardware.sh [BIN_DIR]
 #   BIN_DIR holds prebuilt `headprint`, `bench_gpu` and `bench_probe` binaries (for a machine
-#   without Rust); without it they are built here. BIG_MODELS (default /tmp/headprint-big) and PYTHON (a
+#   without Rust), and the Vulkan loader `libvulkan.so.1` where that machine lacks one; without
+#   it they are built here. BIG_MODELS (default /tmp/headprint-big) and PYTHON (a
 #   python3 with numpy) can be set; SOFTWARE_GPU=1 runs on a software adapter (a dry run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,28 @@ export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
 grep -m1 'model name' /proc/cpuinfo || true
 echo "cores: $(nproc)"
+
+# wgpu reaches an NVIDIA GPU through Vulkan: the loader (libvulkan.so.1) and the driver's ICD
+# manifest. A CUDA-only image may have the driver's Vulkan library (libGLX_nvidia.so.0) but
+# neither of those: the loader can come from BIN_DIR (copied from a Debian machine's
+# libvulkan1), and the manifest is written here when the driver's library is found.
+have_loader() { ldconfig -p 2>/dev/null | grep -q 'libvulkan.so.1'; }
+if ! have_loader && [ -n "${1:-}" ] && [ -f "$1/libvulkan.so.1" ]; then
+  export LD_LIBRARY_PATH=$(cd "$1" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  echo "vulkan: the loader from $1"
+fi
+manifests=$(ls /usr/share/vulkan/icd.d/*nvidia* /etc/vulkan/icd.d/*nvidia* 2>/dev/null || true)
+if [ -z "$manifests" ] && [ -z "${VK_ICD_FILENAMES:-}" ]; then
+  driver=$(ldconfig -p 2>/dev/null | sed -n 's/.*libGLX_nvidia.so.0 .*=> //p' | head -1)
+  [ -n "$driver" ] || driver=$(find /usr/local/nvidia /usr/lib/x86_64-linux-gnu -name 'libGLX_nvidia.so.0' 2>/dev/null | head -1)
+  if [ -n "$driver" ]; then
+    printf '{"file_format_version":"1.0.1","ICD":{"library_path":"%s","api_version":"1.3.0"}}\n' "$driver" > /tmp/nvidia_icd.json
+    export VK_ICD_FILENAMES=/tmp/nvidia_icd.json
+    echo "vulkan: wrote an ICD manifest for $driver"
+  else
+    echo "vulkan: no NVIDIA ICD manifest and no libGLX_nvidia.so.0 (the image may hold CUDA alone)"
+  fi
+fi
 # A hardware adapter, or stop here (auto skips software ones, so its backend line says which).
 # SOFTWARE_GPU=1 goes on without one: a dry run of this script on lavapipe, on tiny models.
 "$headprint" fingerprint tests/fixtures/gpt2 --backend auto | grep '^backend:' | tee /dev/stderr | grep -q 'GPU ·' ||

@@ -172,7 +172,7 @@ async fn fingerprint_layer_heads(
     let products = LayerProducts::new(config, layer, ln_final, mode, grams, backend).await?;
     let ids: Vec<HeadId> = (0..config.heads).map(|h| HeadId::new(index, h)).collect();
     // Each head's f64 weights are made where its spectra are, and dropped with them: a whole
-    // layer's at once are 5 d_model x d_model f64 entries (670 MB at Llama-3-8B's width).
+    // layer's at once are 5 x d_model x heads x d_head f64 entries (670 MB for Llama-3-8B).
     Ok(map_each(&ids, |&id| {
         let w = &HeadWeights::new(config, layer, ln_final, id.head, mode);
         let token =
