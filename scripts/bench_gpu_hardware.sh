@@ -18,8 +18,23 @@
 #   without Rust), and the Vulkan loader `libvulkan.so.1` where that machine lacks one; without
 #   it they are built here. BIG_MODELS (default /tmp/headprint-big) and PYTHON (a
 #   python3 with numpy) can be set; SOFTWARE_GPU=1 runs on a software adapter (a dry run).
+#        scripts/bench_gpu_hardware.sh --prepare BIN_DIR
+#   builds those binaries and `gpu_kernels` here, stripped, into BIN_DIR with this machine's
+#   Vulkan loader beside them: the folder to carry to a machine with a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = --prepare ]; then
+  out=${2:?"--prepare needs a folder"}
+  cargo build --release --bin headprint --example bench_gpu --example bench_probe --example gpu_kernels
+  mkdir -p "$out"
+  for binary in headprint examples/bench_gpu examples/bench_probe examples/gpu_kernels; do
+    cp "target/release/$binary" "$out/"
+    strip "$out/$(basename "$binary")"
+  done
+  cp -L "$(ldconfig -p | sed -n 's/.*libvulkan.so.1 .*=> //p' | head -1)" "$out/libvulkan.so.1"
+  du -sh "$out"
+  exit 0
+fi
 if [ -n "${1:-}" ]; then
   headprint=$1/headprint bench=$1/bench_gpu probe=$1/bench_probe
 else
@@ -45,8 +60,8 @@ if ! have_loader && [ -n "${1:-}" ] && [ -f "$1/libvulkan.so.1" ]; then
 fi
 manifests=$(ls /usr/share/vulkan/icd.d/*nvidia* /etc/vulkan/icd.d/*nvidia* 2>/dev/null || true)
 if [ -z "$manifests" ] && [ -z "${VK_ICD_FILENAMES:-}" ]; then
-  driver=$(ldconfig -p 2>/dev/null | sed -n 's/.*libGLX_nvidia.so.0 .*=> //p' | head -1)
-  [ -n "$driver" ] || driver=$(find /usr/local/nvidia /usr/lib/x86_64-linux-gnu -name 'libGLX_nvidia.so.0' 2>/dev/null | head -1)
+  driver=$(ldconfig -p 2>/dev/null | sed -n 's/.*libGLX_nvidia.so.0 .*=> //p' | head -1 || true)
+  [ -n "$driver" ] || driver=$(find /usr/local/nvidia /usr/lib/x86_64-linux-gnu -name 'libGLX_nvidia.so.0' 2>/dev/null | head -1 || true)
   if [ -n "$driver" ]; then
     printf '{"file_format_version":"1.0.1","ICD":{"library_path":"%s","api_version":"1.3.0"}}\n' "$driver" > /tmp/nvidia_icd.json
     export VK_ICD_FILENAMES=/tmp/nvidia_icd.json
