@@ -212,6 +212,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
             start_peak();
             let start = Instant::now();
+            // As the CLI keeps them: the factors (made here) and C, the Gram matrices dropped.
+            let grams = {
+                let summed = grams;
+                summed.for_products()
+            };
             for l in 0..layers {
                 let layer = model.layer(l, LoadParts::Circuits)?;
                 block_on(LayerProducts::new(c, &layer, &model.ln_final, Mode::Folded, &grams, &mut backend))?

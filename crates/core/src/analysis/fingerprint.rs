@@ -6,7 +6,7 @@ use serde::ser::SerializeStruct;
 use serde::{Deserialize, Serialize};
 
 use super::HeadId;
-use super::circuits::{Grams, HeadWeights, LayerProducts, Mode};
+use super::circuits::{Grams, HeadWeights, LayerProducts, Mode, ProductGrams};
 use super::spectrum::Fingerprint;
 use crate::backend::{Backend, BackendInfo, block_on, moved_between};
 use crate::model::{Layer, LoadParts, Model, ModelConfig, ModelStream, Norm, Weights};
@@ -165,7 +165,7 @@ async fn fingerprint_layer_heads(
     layer: &Layer,
     ln_final: &Norm,
     mode: Mode,
-    grams: &Grams,
+    grams: &ProductGrams,
     index: usize,
     backend: &mut Backend,
 ) -> Result<Vec<HeadFingerprint>> {
@@ -184,7 +184,7 @@ async fn fingerprint_layer_heads(
 /// Fingerprints every head of a held model, on all cores where there are threads (native), else
 /// in turn; everything on the CPU.
 pub fn fingerprint_model(model: &Model, mode: Mode) -> Result<ModelFingerprint> {
-    let grams = Grams::compute(model);
+    let grams = Grams::compute(model).for_products();
     let backend = &mut Backend::cpu();
     let mut heads = Vec::with_capacity(model.config.layers * model.config.heads);
     for (l, layer) in model.layers.iter().enumerate() {
@@ -235,8 +235,10 @@ pub fn fingerprint_stream_watched(
     watch: &mut dyn FnMut(FingerprintStage, usize, usize),
 ) -> Result<ModelFingerprint> {
     block_on(backend.with_fallback(async |backend| {
-        let grams =
-            Grams::gather(model, backend, &mut |done, total| watch(FingerprintStage::Grams, done, total)).await?;
+        // Only what the layers' products need is kept of the Grams: the matrices themselves go.
+        let grams = Grams::gather(model, backend, &mut |done, total| watch(FingerprintStage::Grams, done, total))
+            .await?
+            .for_products();
         let start = backend.bytes_moved();
         let heads = &mut |_: &HeadFingerprint, done, total| watch(FingerprintStage::Heads, done, total);
         let mut fingerprint = fingerprint_layers_on(model, &grams, mode, backend, heads).await?;
@@ -255,16 +257,16 @@ pub fn fingerprint_layers(
     mode: Mode,
     each: &mut dyn FnMut(&HeadFingerprint, usize, usize),
 ) -> Result<ModelFingerprint> {
-    block_on(fingerprint_layers_on(model, grams, mode, &mut Backend::cpu(), each))
+    block_on(fingerprint_layers_on(model, &grams.for_products(), mode, &mut Backend::cpu(), each))
 }
 
-/// Every head of a model read a layer at a time, given its Grams: each layer's attention is
-/// read, its products computed on `backend`, its heads fingerprinted (threaded on native) and
+/// Every head of a model read a layer at a time, given what its products need of the Grams
+/// ([`Grams::for_products`]): each layer's attention is read, its products computed on `backend`, its heads fingerprinted (threaded on native) and
 /// the layer dropped. `each(head, done, total)` sees every head, in order, as its layer is done
 /// (the tab's worker streams them).
 pub async fn fingerprint_layers_on(
     model: &ModelStream<'_>,
-    grams: &Grams,
+    grams: &ProductGrams,
     mode: Mode,
     backend: &mut Backend,
     each: &mut dyn FnMut(&HeadFingerprint, usize, usize),
@@ -284,14 +286,14 @@ pub async fn fingerprint_layers_on(
 /// The heads of one layer, in order, on the CPU: see [`fingerprint_layer_on`]. The tab's pool
 /// hands each worker layers this way.
 pub fn fingerprint_layer(model: &ModelStream, grams: &Grams, mode: Mode, layer: usize) -> Result<Vec<HeadFingerprint>> {
-    block_on(fingerprint_layer_on(model, grams, mode, layer, &mut Backend::cpu()))
+    block_on(fingerprint_layer_on(model, &grams.for_products(), mode, layer, &mut Backend::cpu()))
 }
 
-/// The heads of one layer, in order: the layer's attention read, its products computed on
-/// `backend`, its heads fingerprinted (threaded on native) and the layer dropped.
+/// The heads of one layer, in order, given what its products need of the Grams
+/// ([`Grams::for_products`]): the layer's attention read, its products computed on `backend`, its heads fingerprinted (threaded on native) and the layer dropped.
 pub async fn fingerprint_layer_on(
     model: &ModelStream<'_>,
-    grams: &Grams,
+    grams: &ProductGrams,
     mode: Mode,
     layer: usize,
     backend: &mut Backend,

@@ -546,7 +546,9 @@ impl Session {
                 let backend = kept_backend(&mut self.backend, gpu).await;
                 let start = backend.bytes_moved();
                 let heads = backend
-                    .with_fallback(async |backend| fingerprint_layer_on(&stream, grams, mode, layer, backend).await)
+                    .with_fallback(async |backend| {
+                        fingerprint_layer_on(&stream, &grams.for_products(), mode, layer, backend).await
+                    })
                     .await?;
                 (heads, moved_between(start, backend.bytes_moved()))
             }
