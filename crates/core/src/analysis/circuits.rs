@@ -536,8 +536,7 @@ enum GramFactor {
 
 impl GramFactor {
     /// Factored in place in one copy of the Gram (faer's factorisations on a view of its
-    /// entries), not in faer's own copies: each is d_model² f64 entries, made while the first
-    /// layer's weights are held.
+    /// entries) rather than in faer's own copies, each another d_model² f64 entries.
     fn of(gram: &DMatrix<f64>) -> std::result::Result<GramFactor, String> {
         use faer::dyn_stack::{MemBuffer, MemStack};
         use faer::linalg::cholesky::{llt, llt_pivoting};
