@@ -207,6 +207,8 @@ impl<'a> From<&'a DMatrix<f64>> for Columns<'a> {
 }
 
 /// Some columns of a [`Columns`], column-major, as they are held.
+// Only a GPU reads X a chunk at a time.
+#[cfg_attr(not(feature = "gpu"), allow(dead_code))]
 pub(crate) enum ColumnValues<'b> {
     F64(&'b [f64]),
     F32(Vec<f32>),
