@@ -261,9 +261,10 @@ pub fn fingerprint_layers(
 }
 
 /// Every head of a model read a layer at a time, given what its products need of the Grams
-/// ([`Grams::for_products`]): each layer's attention is read, its products computed on `backend`, its heads fingerprinted (threaded on native) and
-/// the layer dropped. `each(head, done, total)` sees every head, in order, as its layer is done
-/// (the tab's worker streams them).
+/// ([`Grams::for_products`]): each layer's attention is read, its products computed on
+/// `backend`, its heads fingerprinted (threaded on native) and the layer dropped.
+/// `each(head, done, total)` sees every head, in order, as its layer is done (the tab's worker
+/// streams them).
 pub async fn fingerprint_layers_on(
     model: &ModelStream<'_>,
     grams: &ProductGrams,
@@ -290,7 +291,8 @@ pub fn fingerprint_layer(model: &ModelStream, grams: &Grams, mode: Mode, layer: 
 }
 
 /// The heads of one layer, in order, given what its products need of the Grams
-/// ([`Grams::for_products`]): the layer's attention read, its products computed on `backend`, its heads fingerprinted (threaded on native) and the layer dropped.
+/// ([`Grams::for_products`]): the layer's attention read, its products computed on `backend`,
+/// its heads fingerprinted (threaded on native) and the layer dropped.
 pub async fn fingerprint_layer_on(
     model: &ModelStream<'_>,
     grams: &ProductGrams,
