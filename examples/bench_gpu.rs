@@ -213,13 +213,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             start_peak();
             let start = Instant::now();
             // As the CLI keeps them: the factors (made here) and C, the Gram matrices dropped.
-            let grams = {
-                let summed = grams;
-                summed.for_products()
-            };
+            let for_products = grams.for_products();
+            drop(grams);
             for l in 0..layers {
                 let layer = model.layer(l, LoadParts::Circuits)?;
-                block_on(LayerProducts::new(c, &layer, &model.ln_final, Mode::Folded, &grams, &mut backend))?
+                block_on(LayerProducts::new(c, &layer, &model.ln_final, Mode::Folded, &for_products, &mut backend))?
                     .map_err(|e| e.to_string())?;
             }
             let products_s = start.elapsed().as_secs_f64();
@@ -234,7 +232,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let start = Instant::now();
             let mut heads = Vec::new();
             for l in 0..layers {
-                heads.extend(block_on(fingerprint_layer_on(&model, &grams, Mode::Folded, l, &mut backend))?);
+                heads.extend(block_on(fingerprint_layer_on(&model, &for_products, Mode::Folded, l, &mut backend))?);
             }
             let layers_s = start.elapsed().as_secs_f64();
             let (layers_heap, layers_resident) = (peak_mb(), peak_resident_mb());
