@@ -11,7 +11,7 @@
 use std::time::Instant;
 
 use headprint::backend::{Backend, BackendChoice, block_on, moved_between};
-use headprint::model::{Activation, ModelConfig, ModelStream};
+use headprint::model::{ModelConfig, ModelStream};
 use headprint::probes::induction::{InductionReport, induction_probe, random_first_copies};
 use headprint::weights::ModelFiles;
 use serde_json::json;
@@ -82,7 +82,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 fn forward_flop(config: &ModelConfig, len: usize) -> f64 {
     let (len, d) = (len as f64, config.d_model as f64);
     let (heads, kv_heads, d_head) = (config.heads as f64, config.kv_heads as f64, config.d_head as f64);
-    let mlp_matrices = if matches!(config.activation, Activation::Silu) { 3.0 } else { 2.0 };
+    let mlp_matrices = config.mlp.matrices() as f64;
     let projections = d * (heads + 2.0 * kv_heads) * d_head + heads * d_head * d;
     let attention = 2.0 * heads * d_head * (len + 1.0) / 2.0;
     let per_token_layer = projections + attention + mlp_matrices * d * config.d_mlp as f64;

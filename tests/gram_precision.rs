@@ -12,7 +12,7 @@ use crate::common;
 use common::{TOLERANCE, assert_close};
 use headprint::analysis::circuits::Grams;
 use headprint::analysis::{Circuits, Factored, Fingerprint, HeadId, Mode};
-use headprint::model::{Activation, Attention, Family, Layer, Model, ModelConfig, Norm, NormKind, Positions};
+use headprint::model::{Activation, Attention, Layer, MlpKind, Model, ModelConfig, Norm, NormKind, Positions};
 use nalgebra::{DMatrix, DVector};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -56,10 +56,12 @@ fn model(rng: &mut ChaCha8Rng) -> Model {
         b_v: DVector::zeros(D_MODEL),
         w_o: weight(rng),
         b_o: DVector::zeros(D_MODEL),
+        q_norm: None,
+        k_norm: None,
     };
     Model {
         config: ModelConfig {
-            family: Family::Gpt2,
+            family: "gpt2".into(),
             layers: 1,
             heads: HEADS,
             kv_heads: HEADS,
@@ -71,14 +73,25 @@ fn model(rng: &mut ChaCha8Rng) -> Model {
             norm: NormKind::LayerNorm,
             norm_eps: 1e-5,
             positions: Positions::Learned,
-            activation: Activation::GeluTanh,
+            mlp: MlpKind::Plain(Activation::GeluTanh),
             parallel_residual: false,
+            features: Default::default(),
             bos_token_id: None,
             config_special_ids: Vec::new(),
+            characters: false,
         },
         w_e,
         w_pos: None,
-        layers: vec![Layer { ln1: norm(rng), attention, ln2: norm(rng), mlp: None }],
+        embedding_norm: None,
+        layers: vec![Layer {
+            ln1: Some(norm(rng)),
+            attention,
+            ln2: Some(norm(rng)),
+            attention_out_norm: None,
+            mlp_out_norm: None,
+            mlp: None,
+            experts: None,
+        }],
         ln_final: norm(rng),
         w_u: Some(w_u),
         b_u: None,

@@ -15,7 +15,7 @@ fn rotary_frequencies_match_transformers_for_every_scaling() {
     for (name, case) in reference["rope_inverse_frequencies"].as_object().unwrap() {
         let (base, scaling) = rope_settings(&json!({ "rope_parameters": case["rope_parameters"] })).unwrap();
         let dims = case["head_dim"].as_u64().unwrap() as usize;
-        let ours = Positions::Rotary { dims, base, scaling }.inverse_frequencies();
+        let ours = Positions::Rotary { dims, base, scaling, interleaved: false }.inverse_frequencies();
         let theirs = floats(&case["inverse_frequencies"]);
         assert_eq!(ours.len(), theirs.len(), "{name}");
         for (i, (a, b)) in ours.iter().zip(&theirs).enumerate() {
@@ -59,7 +59,7 @@ fn pythia_buffers_are_skipped_and_not_counted() {
     let model = load("pythia-hub", LoadParts::Everything);
     let reference = expected("pythia-hub");
     assert_eq!(model.parameter_count, reference["parameters"].as_u64().unwrap());
-    let Positions::Rotary { dims, base, scaling } = model.config.positions else { panic!("rotary") };
+    let Positions::Rotary { dims, base, scaling, .. } = model.config.positions else { panic!("rotary") };
     // rotary_pct 0.5 of d_head 8, rotary_emb_base 10000: the older keys were read.
     assert_eq!((dims, base, scaling), (4, 10000.0, RopeScaling::None));
 }

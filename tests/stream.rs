@@ -69,8 +69,7 @@ fn a_streamed_layer_is_the_loaded_layer() {
             let (a, b) = (&layer.attention, &loaded.attention);
             assert!(a.w_q == b.w_q && a.w_k == b.w_k && a.w_v == b.w_v && a.w_o == b.w_o, "{name} L{l}: weights");
             assert!(a.b_q == b.b_q && a.b_k == b.b_k && a.b_v == b.b_v && a.b_o == b.b_o, "{name} L{l}: biases");
-            assert_eq!((&layer.ln1.weight, &layer.ln1.bias), (&loaded.ln1.weight, &loaded.ln1.bias), "{name} L{l}");
-            assert_eq!((&layer.ln2.weight, &layer.ln2.bias), (&loaded.ln2.weight, &loaded.ln2.bias), "{name} L{l}");
+            assert_eq!((&layer.ln1, &layer.ln2), (&loaded.ln1, &loaded.ln2), "{name} L{l}: norms");
             let (m, n) = (layer.mlp.as_ref().unwrap(), loaded.mlp.as_ref().unwrap());
             assert!(m.w_in == n.w_in && m.w_out == n.w_out && m.w_gate == n.w_gate, "{name} L{l}: MLP");
             assert!(stream.layer(l, LoadParts::Circuits).unwrap().mlp.is_none(), "{name} L{l}: no MLP for circuits");

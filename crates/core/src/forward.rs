@@ -5,7 +5,9 @@ use std::ops::Range;
 
 use nalgebra::{DMatrix, DVector};
 
-use crate::model::{Activation, Layer, LoadParts, Mlp, ModelConfig, Norm, NormKind, Positions, Weights};
+use crate::model::{
+    Activation, Experts, Layer, LoadParts, Mlp, MlpKind, ModelConfig, Norm, NormKind, Positions, QkNorm, Weights,
+};
 use crate::{Error, Result};
 
 pub struct ForwardOutput {
@@ -264,20 +266,31 @@ pub fn run_batch(
     let mut outputs: Vec<ForwardOutput> = runs.iter().map(|_| ForwardOutput::empty(config.layers)).collect();
     for l in 0..config.layers {
         let layer = model.layer(l, LoadParts::Everything)?;
-        let mlp = layer.mlp.as_ref().ok_or(Error::MissingMlp)?;
+        if layer.mlp.is_none() && layer.experts.is_none() {
+            return Err(Error::MissingMlp);
+        }
         for ((residual, output), (_, keep)) in residuals.iter_mut().zip(&mut outputs).zip(runs) {
-            let normed = normalise(residual, &layer.ln1, config.norm, config.norm_eps);
+            let normed = normalise_or_not(residual, layer.ln1.as_ref(), config);
             let (attention_out, layer_patterns, layer_head_outputs) =
-                attend(config, &layer, &normed, keep.head_outputs);
+                attend(config, l, &layer, &normed, keep.head_outputs);
             output.keep_patterns(keep.patterns, layer_patterns);
             output.keep_head_outputs(layer_head_outputs);
-            let ln2 = |residual: &DMatrix<f32>| normalise(residual, &layer.ln2, config.norm, config.norm_eps);
+            let attention_out = branch_output(config, layer.attention_out_norm.as_ref(), attention_out);
+            let mlp_out = |residual: &DMatrix<f32>| -> DMatrix<f32> {
+                let normed = normalise_or_not(residual, layer.ln2.as_ref(), config);
+                let out = match (&layer.experts, &layer.mlp) {
+                    (Some(experts), _) => mixture(config, experts, &normed),
+                    (None, Some(mlp)) => feed_forward(mlp, config.mlp.activation(), &normed),
+                    (None, None) => unreachable!("checked above: the layer has an MLP or experts"),
+                };
+                branch_output(config, layer.mlp_out_norm.as_ref(), out)
+            };
             if config.parallel_residual {
-                let mlp_out = feed_forward(mlp, config.activation, &ln2(residual));
+                let mlp_out = mlp_out(residual);
                 *residual += attention_out + mlp_out;
             } else {
                 *residual += attention_out;
-                let mlp_out = feed_forward(mlp, config.activation, &ln2(residual));
+                let mlp_out = mlp_out(residual);
                 *residual += mlp_out;
             }
         }
@@ -298,6 +311,7 @@ pub fn run_batch(
         if let Some(b_u) = model.unembedding_bias() {
             add_row_bias(&mut logits, b_u);
         }
+        finish_logits(config, &mut logits);
         outputs[r].logits = logits;
     }
     let tops = top_tokens(model, &top.iter().map(|&r| &normed[r]).collect::<Vec<_>>())?;
@@ -385,6 +399,7 @@ fn top_tokens(model: &(impl Weights + ?Sized), normed: &[&DMatrix<f32>]) -> Resu
             if let Some(b_u) = model.unembedding_bias() {
                 add_row_bias(&mut logits, &b_u.rows(start, block.ncols()).into_owned());
             }
+            finish_logits(model.config(), &mut logits);
             for (t, best) in best.iter_mut().enumerate() {
                 for (c, &value) in logits.row(t).iter().enumerate() {
                     offer(best, value, start + c);
@@ -482,7 +497,7 @@ pub(crate) fn head_output(z: &DMatrix<f32>, w_o: &DMatrix<f32>, head: usize, kee
 /// Per layer: the attention block's output, every head's pattern, and the head outputs kept.
 type Attended = (DMatrix<f32>, Vec<DMatrix<f32>>, Vec<HeadKept>);
 
-fn attend(config: &ModelConfig, layer: &Layer, normed: &DMatrix<f32>, keep: HeadOutputs) -> Attended {
+fn attend(config: &ModelConfig, l: usize, layer: &Layer, normed: &DMatrix<f32>, keep: HeadOutputs) -> Attended {
     let weights = &layer.attention;
     let (seq, d_head) = (normed.nrows(), config.d_head);
     let project = |w: &DMatrix<f32>, b: &DVector<f32>| {
@@ -493,12 +508,30 @@ fn attend(config: &ModelConfig, layer: &Layer, normed: &DMatrix<f32>, keep: Head
     let mut queries = project(&weights.w_q, &weights.b_q);
     let mut keys = project(&weights.w_k, &weights.b_k);
     let values = project(&weights.w_v, &weights.b_v);
-    if let Positions::Rotary { dims, .. } = config.positions {
-        let frequencies = config.positions.inverse_frequencies();
-        rotate(&mut queries, d_head, dims, &frequencies);
-        rotate(&mut keys, d_head, dims, &frequencies);
+    let norm_width = match config.features.qk_norm {
+        QkNorm::PerHead => d_head,
+        QkNorm::Whole | QkNorm::None => usize::MAX,
+    };
+    if let Some(norm) = &weights.q_norm {
+        queries = normalise_in_parts(&queries, norm, norm_width, config.norm, config.norm_eps);
     }
-    let scale = 1.0 / (d_head as f32).sqrt();
+    if let Some(norm) = &weights.k_norm {
+        keys = normalise_in_parts(&keys, norm, norm_width, config.norm, config.norm_eps);
+    }
+    let positions = config.layer_positions(l);
+    if let Positions::Rotary { dims, interleaved, .. } = positions {
+        let frequencies = positions.inverse_frequencies();
+        rotate(&mut queries, d_head, dims, &frequencies, interleaved);
+        rotate(&mut keys, d_head, dims, &frequencies, interleaved);
+    }
+    let scale = config.attention_scale();
+    let slopes = match positions {
+        Positions::Alibi { before_scale } => alibi_slopes(config.heads, before_scale),
+        _ => Vec::new(),
+    };
+    let window = config.layer_window(l);
+    // A key k is seen from query t when k <= t and, in a sliding window w, t - w < k.
+    let first_key = |t: usize| window.map_or(0, |w| (t + 1).saturating_sub(w));
     let mut mixed = DMatrix::zeros(seq, config.heads * d_head);
     let mut patterns = Vec::with_capacity(config.heads);
     let mut head_outputs = Vec::new();
@@ -506,12 +539,30 @@ fn attend(config: &ModelConfig, layer: &Layer, normed: &DMatrix<f32>, keep: Head
         let kv = config.kv_head_of(head) * d_head;
         let q = queries.columns(head * d_head, d_head);
         let k = keys.columns(kv, d_head);
-        let mut pattern = q * k.transpose() * scale;
+        let mut pattern = match (positions, slopes.get(head)) {
+            // ALiBi: the slope times the key's position, added to the scores before (Falcon)
+            // or after (BLOOM) their scale.
+            (Positions::Alibi { before_scale: true }, Some(&slope)) => {
+                let mut scores = q * k.transpose();
+                scores.column_iter_mut().enumerate().for_each(|(key, mut c)| c.add_scalar_mut(slope * key as f32));
+                scores * scale
+            }
+            (Positions::Alibi { before_scale: false }, Some(&slope)) => {
+                let mut scores = q * k.transpose() * scale;
+                scores.column_iter_mut().enumerate().for_each(|(key, mut c)| c.add_scalar_mut(slope * key as f32));
+                scores
+            }
+            _ => q * k.transpose() * scale,
+        };
+        if let Some(cap) = config.features.attention_softcap {
+            pattern.apply(|s| *s = (*s / cap).tanh() * cap);
+        }
         for (t, mut row) in pattern.row_iter_mut().enumerate() {
-            let max = row.columns(0, t + 1).max();
+            let seen = first_key(t)..t + 1;
+            let max = row.columns(seen.start, seen.len()).max();
             let mut total = 0.0;
             for key in 0..seq {
-                let weight = if key <= t { (row[key] - max).exp() } else { 0.0 };
+                let weight = if seen.contains(&key) { (row[key] - max).exp() } else { 0.0 };
                 row[key] = weight;
                 total += weight;
             }
@@ -527,8 +578,24 @@ fn attend(config: &ModelConfig, layer: &Layer, normed: &DMatrix<f32>, keep: Head
     (out, patterns, head_outputs)
 }
 
-/// Hugging Face's rotate-half rotary embedding on the first `dims` dimensions of each head.
-fn rotate(projected: &mut DMatrix<f32>, d_head: usize, dims: usize, inverse_frequencies: &[f32]) {
+/// ALiBi's slopes for `heads` heads, as transformers computes them (f32 powers of
+/// 2^(-8 / n) for the nearest power of two n below, and every other power of the next one's
+/// base for the rest), rounded to bf16 where Falcon rounds them.
+fn alibi_slopes(heads: usize, bf16: bool) -> Vec<f32> {
+    let nearest = 1usize << heads.max(1).ilog2();
+    let base = |n: usize| 2f64.powf(-(2f64.powf(-((n as f64).log2() - 3.0)))) as f32;
+    let mut slopes: Vec<f32> = (1..=nearest).map(|p| base(nearest).powi(p as i32)).collect();
+    let extra = (heads - nearest).min(nearest);
+    slopes.extend((0..extra).map(|i| base(2 * nearest).powi((2 * i + 1) as i32)));
+    if bf16 {
+        slopes.iter_mut().for_each(|s| *s = half::bf16::from_f32(*s).to_f32());
+    }
+    slopes
+}
+
+/// The rotary embedding on the first `dims` dimensions of each head: dimension i paired with
+/// i + dims/2 (Hugging Face's rotate-half) or, `interleaved`, 2i with 2i + 1 (GPT-J's).
+fn rotate(projected: &mut DMatrix<f32>, d_head: usize, dims: usize, inverse_frequencies: &[f32], interleaved: bool) {
     let half = dims / 2;
     let heads = projected.ncols() / d_head;
     for t in 0..projected.nrows() {
@@ -536,13 +603,91 @@ fn rotate(projected: &mut DMatrix<f32>, d_head: usize, dims: usize, inverse_freq
             let angle = t as f32 * inverse_frequency;
             let (sin, cos) = angle.sin_cos();
             for head in 0..heads {
-                let (a, b) = (head * d_head + i, head * d_head + i + half);
+                let (a, b) = match interleaved {
+                    false => (head * d_head + i, head * d_head + i + half),
+                    true => (head * d_head + 2 * i, head * d_head + 2 * i + 1),
+                };
                 let (x1, x2) = (projected[(t, a)], projected[(t, b)]);
                 projected[(t, a)] = x1 * cos - x2 * sin;
                 projected[(t, b)] = x2 * cos + x1 * sin;
             }
         }
     }
+}
+
+/// The stream normed by `norm`, or as it is where the block has no norm there (OLMo-2).
+fn normalise_or_not<'a>(
+    residual: &'a DMatrix<f32>,
+    norm: Option<&Norm>,
+    config: &ModelConfig,
+) -> std::borrow::Cow<'a, DMatrix<f32>> {
+    match norm {
+        Some(norm) => std::borrow::Cow::Owned(normalise(residual, norm, config.norm, config.norm_eps)),
+        None => std::borrow::Cow::Borrowed(residual),
+    }
+}
+
+/// A block's output as it joins the stream: through its output norm (sandwich and post-norms)
+/// and times the residual multiplier (Granite), where the family has them.
+fn branch_output(config: &ModelConfig, norm: Option<&Norm>, out: DMatrix<f32>) -> DMatrix<f32> {
+    let mut out = match norm {
+        Some(norm) => normalise(&out, norm, config.norm, config.norm_eps),
+        None => out,
+    };
+    if let Some(multiplier) = config.features.residual_multiplier {
+        out *= multiplier;
+    }
+    out
+}
+
+/// The logits as the family gives them: divided by its logit divisor, then soft-capped.
+fn finish_logits(config: &ModelConfig, logits: &mut DMatrix<f32>) {
+    if let Some(divisor) = config.features.logits_divisor {
+        *logits /= divisor;
+    }
+    if let Some(cap) = config.features.final_softcap {
+        logits.apply(|x| *x = (*x / cap).tanh() * cap);
+    }
+}
+
+/// A mixture of experts: per token, the router's softmax over the experts, the `top_k`
+/// highest kept and renormalised to sum to one, and the chosen experts' outputs summed with
+/// those weights, expert by expert in order (as transformers adds them).
+fn mixture(config: &ModelConfig, experts: &Experts, normed: &DMatrix<f32>) -> DMatrix<f32> {
+    let MlpKind::Experts { top_k, activation, .. } = config.mlp else {
+        return DMatrix::zeros(normed.nrows(), config.d_model);
+    };
+    let router = normed * &experts.router;
+    let mut chosen: Vec<Vec<(usize, f32)>> = Vec::with_capacity(normed.nrows());
+    for row in router.row_iter() {
+        let max = row.max();
+        let weights: Vec<f32> = row.iter().map(|x| (x - max).exp()).collect();
+        let total: f32 = weights.iter().sum();
+        let mut ranked: Vec<(usize, f32)> = weights.iter().map(|w| w / total).enumerate().collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        ranked.truncate(top_k);
+        let sum: f32 = ranked.iter().map(|(_, w)| w).sum();
+        chosen.push(ranked.into_iter().map(|(e, w)| (e, w / sum)).collect());
+    }
+    let mut out = DMatrix::zeros(normed.nrows(), config.d_model);
+    for (e, expert) in experts.experts.iter().enumerate() {
+        let rows: Vec<(usize, f32)> = chosen
+            .iter()
+            .enumerate()
+            .filter_map(|(t, c)| c.iter().find(|(x, _)| *x == e).map(|&(_, w)| (t, w)))
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let input = DMatrix::from_fn(rows.len(), config.d_model, |i, j| normed[(rows[i].0, j)]);
+        let result = feed_forward(expert, activation, &input);
+        for (i, &(t, weight)) in rows.iter().enumerate() {
+            for j in 0..config.d_model {
+                out[(t, j)] += result[(i, j)] * weight;
+            }
+        }
+    }
+    out
 }
 
 fn feed_forward(mlp: &Mlp, activation: Activation, normed: &DMatrix<f32>) -> DMatrix<f32> {
@@ -585,7 +730,22 @@ fn norm_scales(x: &DMatrix<f32>, kind: NormKind, eps: f32) -> Vec<f32> {
         .collect()
 }
 
-fn normalise(x: &DMatrix<f32>, norm: &Norm, kind: NormKind, eps: f32) -> DMatrix<f32> {
+/// Each row's `width`-wide parts normed on their own (a per-head query or key norm), `norm`'s
+/// weight and bias as wide as the row; `width` at least the row's: the whole row.
+fn normalise_in_parts(x: &DMatrix<f32>, norm: &Norm, width: usize, kind: NormKind, eps: f32) -> DMatrix<f32> {
+    let width = width.min(x.ncols()).max(1);
+    let mut out = DMatrix::zeros(x.nrows(), x.ncols());
+    for start in (0..x.ncols()).step_by(width) {
+        let part = Norm {
+            weight: norm.weight.rows(start, width).into_owned(),
+            bias: norm.bias.as_ref().map(|b| b.rows(start, width).into_owned()),
+        };
+        out.columns_mut(start, width).copy_from(&normalise(&x.columns(start, width).into_owned(), &part, kind, eps));
+    }
+    out
+}
+
+pub(crate) fn normalise(x: &DMatrix<f32>, norm: &Norm, kind: NormKind, eps: f32) -> DMatrix<f32> {
     let mut out = x.clone();
     let d = x.ncols() as f32;
     for mut row in out.row_iter_mut() {

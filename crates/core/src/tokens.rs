@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Family, Weights};
+use crate::model::Weights;
 use crate::{Error, Result};
 
 pub enum Tokenizer {
@@ -161,7 +161,7 @@ pub struct Bos {
 /// special token of the tokenizer with a known BOS name. Character models have none.
 pub fn choose_bos(model: &(impl Weights + ?Sized), tokenizer: &Tokenizer) -> Option<Bos> {
     let config = model.config();
-    if config.family == Family::GptChar {
+    if config.characters {
         return None;
     }
     if let Some(id) = config.bos_token_id {

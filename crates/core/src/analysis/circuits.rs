@@ -12,7 +12,7 @@ use super::spectrum::Factored;
 use crate::Result;
 use crate::backend::cpu::{self, inner};
 use crate::backend::{Backend, BackendInfo, Blocks, ColumnRun, Columns, Factor, Fold, Kept, Sum, block_on};
-use crate::model::{Layer, Model, ModelConfig, Norm, NormKind, Weights};
+use crate::model::{Attention, Layer, Model, ModelConfig, Norm, NormKind, QkNorm, Weights};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -56,6 +56,61 @@ pub fn fold_reading_transposed(norm: &Norm, kind: NormKind, w: &mut DMatrix<f64>
         }
     }
     scale_rows(norm, w);
+}
+
+/// The layer's attention weights as the circuits read them. In folded mode, the norms that act
+/// on a head's projections fold into them as the input norms fold into the reading weights:
+/// the query and key norms' weights into W_Q's and W_K's columns (those columns first centred
+/// over each norm's part, for LayerNorm), and the attention output's norm and the residual
+/// multiplier into W_O's columns. Each norm's division by its input's scale is left out, as
+/// for the input norms (docs/methods.md, families). Borrowed where nothing folds.
+pub fn circuit_attention<'a>(config: &ModelConfig, layer: &'a Layer, mode: Mode) -> std::borrow::Cow<'a, Attention> {
+    let attention = &layer.attention;
+    let multiplier = config.features.residual_multiplier;
+    let folds = attention.q_norm.is_some()
+        || attention.k_norm.is_some()
+        || layer.attention_out_norm.is_some()
+        || multiplier.is_some();
+    if mode == Mode::Raw || !folds {
+        return std::borrow::Cow::Borrowed(attention);
+    }
+    let part = match config.features.qk_norm {
+        QkNorm::PerHead => config.d_head,
+        QkNorm::Whole | QkNorm::None => usize::MAX,
+    };
+    let mut folded = attention.clone();
+    if let Some(norm) = &attention.q_norm {
+        fold_columns(&mut folded.w_q, norm, config.norm, part);
+    }
+    if let Some(norm) = &attention.k_norm {
+        fold_columns(&mut folded.w_k, norm, config.norm, part);
+    }
+    if let Some(norm) = &layer.attention_out_norm {
+        fold_columns(&mut folded.w_o, norm, config.norm, usize::MAX);
+    }
+    if let Some(multiplier) = multiplier {
+        folded.w_o *= multiplier;
+    }
+    std::borrow::Cow::Owned(folded)
+}
+
+/// A norm applied to `x W` folded into W's columns: for LayerNorm each row first centred over
+/// each `part`-wide group of columns (what the norm's mean removal does to `x W`), then column
+/// j times the norm's weight j.
+fn fold_columns(w: &mut DMatrix<f32>, norm: &Norm, kind: NormKind, part: usize) {
+    let part = part.min(w.ncols()).max(1);
+    if kind == NormKind::LayerNorm {
+        for start in (0..w.ncols()).step_by(part) {
+            let mut group = w.columns_mut(start, part);
+            for mut row in group.row_iter_mut() {
+                let mean = row.sum() / part as f32;
+                row.add_scalar_mut(-mean);
+            }
+        }
+    }
+    for (mut column, &weight) in w.column_iter_mut().zip(&norm.weight) {
+        column *= weight;
+    }
 }
 
 /// Row i of `w` times the norm's weight i (column by column: the matrix is column-major).
@@ -444,22 +499,23 @@ impl HeadWeights {
         let d_head = config.d_head;
         let (q_start, kv_start) = (head * d_head, config.kv_head_of(head) * d_head);
         let folded = mode == Mode::Folded;
+        let attention = circuit_attention(config, layer, mode);
         let reading = |w: &DMatrix<f32>, start: usize| {
             let mut block = w.columns(start, d_head).map(f64::from);
-            if folded {
-                fold_reading(&layer.ln1, config.norm, &mut block);
+            if let (true, Some(ln1)) = (folded, &layer.ln1) {
+                fold_reading(ln1, config.norm, &mut block);
             }
             block
         };
-        let w_o = layer.attention.w_o.rows(q_start, d_head).map(f64::from);
+        let w_o = attention.w_o.rows(q_start, d_head).map(f64::from);
         let mut o_transposed = w_o.transpose();
         if folded {
             fold_reading_transposed(ln_final, config.norm, &mut o_transposed);
         }
         HeadWeights {
-            w_q: reading(&layer.attention.w_q, q_start),
-            w_k: reading(&layer.attention.w_k, kv_start),
-            w_v: reading(&layer.attention.w_v, kv_start),
+            w_q: reading(&attention.w_q, q_start),
+            w_k: reading(&attention.w_k, kv_start),
+            w_v: reading(&attention.w_v, kv_start),
             w_o,
             w_o_unembed: o_transposed.transpose(),
         }
@@ -684,7 +740,8 @@ impl LayerProducts {
         let group = (config.heads / config.kv_heads.max(1)).max(1);
         let (count, kv_count) = (config.heads, config.heads.div_ceil(group));
         let folded = mode == Mode::Folded;
-        let reading = folded.then_some(Fold { norm: &layer.ln1, kind: config.norm, transposed: false });
+        let reading =
+            layer.ln1.as_ref().filter(|_| folded).map(|norm| Fold { norm, kind: config.norm, transposed: false });
         let writing = folded.then_some(Fold { norm: ln_final, kind: config.norm, transposed: true });
         let factors = match &grams.factors {
             Ok(factors) => factors,
@@ -694,7 +751,7 @@ impl LayerProducts {
         // The weights are handed over where the layer holds them: a GPU sends them a chunk at a
         // time, and the CPU widens each stacked input to f64 for its product and drops it then
         // (at Pythia-1B's width they are 100 MB apiece, and the tab's workers count every one).
-        let attention = &layer.attention;
+        let attention = circuit_attention(config, layer, mode);
         let qkv = Columns::SideBySide(vec![&attention.w_q, &attention.w_k, &attention.w_v]);
         let (factor_embed, cross_v) = match grams.tied {
             true => (factors.embed.apply(backend, qkv, d_head, reading).await?, None),

@@ -31,8 +31,8 @@ impl ModelSummary {
     }
 
     pub fn from_config(config: &ModelConfig, parameters: u64) -> Self {
-        let ModelConfig { family, layers, heads, kv_heads, d_model, d_head, vocab, .. } = *config;
-        ModelSummary { family: family.name().into(), layers, heads, kv_heads, d_model, d_head, vocab, parameters }
+        let ModelConfig { ref family, layers, heads, kv_heads, d_model, d_head, vocab, .. } = *config;
+        ModelSummary { family: family.clone(), layers, heads, kv_heads, d_model, d_head, vocab, parameters }
     }
 }
 

@@ -782,11 +782,20 @@ impl Backend {
         runs: &[(&[usize], Keep<'_>)],
         each_layer: &mut dyn FnMut(usize, usize),
     ) -> Result<Vec<ForwardOutput>> {
-        match &self.kind {
-            Kind::Cpu => forward::run_batch(model, runs, each_layer),
-            #[cfg(feature = "gpu")]
-            Kind::Gpu(gpu) => gpu.forward(model, runs, each_layer).await,
+        #[cfg(feature = "gpu")]
+        if let Kind::Gpu(gpu) = &self.kind {
+            let config = model.config();
+            let beyond = config.features.beyond_gpu_forward(config.mlp, &config.positions);
+            if beyond.is_empty() {
+                return gpu.forward(model, runs, each_layer).await;
+            }
+            // The circuits still run on the GPU; the note says which part did not.
+            self.note = Some(format!(
+                "the GPU's forward pass does not compute {} yet: the model ran on the CPU",
+                beyond.join(", ")
+            ));
         }
+        forward::run_batch(model, runs, each_layer)
     }
 
     /// Runs `work` on this backend; if the GPU fails on the way, it is dropped for the CPU, the

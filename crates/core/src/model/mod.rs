@@ -1,12 +1,11 @@
 //! One shared description of a transformer, in TransformerLens's row-vector convention
 //! (`q = x W_Q`), and one file per model family mapping its tensor names onto it.
 
-mod gpt2;
-mod gptchar;
-mod llama;
-mod neox;
+mod families;
+mod features;
 mod stream;
 
+pub use features::{Activation, Features, LayerAttention, MlpKind, NormSites, QkNorm};
 pub use stream::{ModelStream, VOCAB_BLOCK, Weights};
 
 use std::ops::Range;
@@ -17,27 +16,6 @@ use serde::{Deserialize, Serialize};
 use crate::weights::{ModelFiles, Tensor, TensorStore};
 use crate::{Error, Result};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Family {
-    /// Karpathy's "Let's build GPT" gpt.py character model.
-    GptChar,
-    Gpt2,
-    Neox,
-    Llama,
-}
-
-impl Family {
-    pub fn name(self) -> &'static str {
-        match self {
-            Family::GptChar => "gptchar",
-            Family::Gpt2 => "gpt2",
-            Family::Neox => "neox",
-            Family::Llama => "llama",
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum NormKind {
     LayerNorm,
@@ -45,22 +23,19 @@ pub enum NormKind {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub enum Activation {
-    Relu,
-    /// GPT-2's tanh approximation.
-    GeluTanh,
-    /// Exact (erf) GELU, as GPT-NeoX uses.
-    GeluErf,
-    /// SiLU inside a gated (SwiGLU) MLP.
-    Silu,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum Positions {
     /// A learned table added to the token embedding.
     Learned,
-    /// Rotary embedding on the first `dims` dimensions of each query/key head (HF rotate-half layout).
-    Rotary { dims: usize, base: f32, scaling: RopeScaling },
+    /// Rotary embedding on the first `dims` dimensions of each query/key head: dimension i
+    /// paired with i + dims/2 (Hugging Face's rotate-half), or with its neighbour when
+    /// `interleaved` (GPT-J's rotate-every-two).
+    Rotary { dims: usize, base: f32, scaling: RopeScaling, interleaved: bool },
+    /// A linear bias on the attention scores, a slope per head times the key's position (BLOOM,
+    /// Falcon-RW): added after the score's scale, or before it with the slopes rounded to bf16
+    /// (`before_scale`, as Falcon computes it).
+    Alibi { before_scale: bool },
+    /// No positional signal (SmolLM3's NoPE layers).
+    Nope,
 }
 
 /// How a checkpoint stretches its rotary frequencies for longer contexts (config.json
@@ -85,7 +60,7 @@ impl Positions {
     /// The rotary inverse frequencies θ_i = base^(-2i/dims), i < dims/2, with the checkpoint's
     /// scaling applied exactly as Hugging Face computes them (f32); empty for learned positions.
     pub fn inverse_frequencies(&self) -> Vec<f32> {
-        let Positions::Rotary { dims, base, scaling } = *self else { return Vec::new() };
+        let Positions::Rotary { dims, base, scaling, .. } = *self else { return Vec::new() };
         (0..dims / 2)
             .map(|i| {
                 let plain = 1.0 / base.powf((2 * i) as f32 / dims as f32);
@@ -160,13 +135,15 @@ pub fn rope_settings(config: &serde_json::Value) -> Result<(f32, RopeScaling)> {
 // Serde: the page's worker sends the configuration to the page.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelConfig {
-    pub family: Family,
+    /// The family file that read the model (`gpt2`, `qwen3`, ...).
+    pub family: String,
     pub layers: usize,
     pub heads: usize,
     /// Key/value heads (< heads for grouped-query attention).
     pub kv_heads: usize,
     pub d_model: usize,
     pub d_head: usize,
+    /// Each (expert's) MLP width.
     pub d_mlp: usize,
     pub vocab: usize,
     /// Longest sequence the model takes, where it has a limit (learned positions).
@@ -174,9 +151,12 @@ pub struct ModelConfig {
     pub norm: NormKind,
     pub norm_eps: f32,
     pub positions: Positions,
-    pub activation: Activation,
-    /// GPT-NeoX: attention and MLP both read the same residual.
+    pub mlp: MlpKind,
+    /// Attention and MLP both read the same residual (GPT-NeoX, Phi, GPT-J).
     pub parallel_residual: bool,
+    /// Everything else the blocks do beyond the plain pre-norm transformer.
+    #[serde(default)]
+    pub features: Features,
     /// config.json's `bos_token_id`, checked to be a row of the embedding.
     #[serde(default)]
     pub bos_token_id: Option<usize>,
@@ -184,6 +164,9 @@ pub struct ModelConfig {
     /// the vocabulary: never drawn as random probe tokens, even without a tokenizer.
     #[serde(default)]
     pub config_special_ids: Vec<usize>,
+    /// A character model (no config.json, one token per character): it has no BOS.
+    #[serde(default)]
+    pub characters: bool,
 }
 
 impl ModelConfig {
@@ -191,9 +174,25 @@ impl ModelConfig {
     pub fn kv_head_of(&self, head: usize) -> usize {
         head / (self.heads / self.kv_heads)
     }
+
+    /// The positions layer `l` uses: its own where it has them (NoPE, another rotary base),
+    /// else the model's.
+    pub fn layer_positions(&self, l: usize) -> Positions {
+        self.features.layers.get(l).and_then(|a| a.positions).unwrap_or(self.positions)
+    }
+
+    /// Layer `l`'s sliding window, if it has one.
+    pub fn layer_window(&self, l: usize) -> Option<usize> {
+        self.features.layers.get(l).and_then(|a| a.window)
+    }
+
+    /// The factor on the attention scores.
+    pub fn attention_scale(&self) -> f32 {
+        self.features.attention_scale.unwrap_or_else(|| 1.0 / (self.d_head as f32).sqrt())
+    }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Norm {
     pub weight: DVector<f32>,
     /// None for RMSNorm.
@@ -212,6 +211,11 @@ pub struct Attention {
     pub b_v: DVector<f32>,
     pub w_o: DMatrix<f32>,
     pub b_o: DVector<f32>,
+    /// The query norm ([`QkNorm`]), as wide as the queries (a per-head norm shared by the heads
+    /// is repeated for each).
+    pub q_norm: Option<Norm>,
+    /// The key norm, as wide as the keys.
+    pub k_norm: Option<Norm>,
 }
 
 #[derive(Debug, Clone)]
@@ -225,13 +229,29 @@ pub struct Mlp {
     pub b_out: DVector<f32>,
 }
 
+/// A mixture of experts: the router (d_model x experts) and each expert's gated MLP.
+#[derive(Debug, Clone)]
+pub struct Experts {
+    pub router: DMatrix<f32>,
+    pub experts: Vec<Mlp>,
+}
+
 #[derive(Debug, Clone)]
 pub struct Layer {
-    pub ln1: Norm,
+    /// The attention's input norm; None where attention reads the stream as it is (OLMo-2).
+    pub ln1: Option<Norm>,
     pub attention: Attention,
-    pub ln2: Norm,
+    /// The MLP's input norm; None where the MLP reads the stream as it is (OLMo-2). A parallel
+    /// block with one shared norm holds a copy of ln1 here.
+    pub ln2: Option<Norm>,
+    /// The norm on the attention output before it joins the stream (sandwich and post-norms).
+    pub attention_out_norm: Option<Norm>,
+    /// The norm on the MLP output before it joins the stream (sandwich and post-norms).
+    pub mlp_out_norm: Option<Norm>,
     /// Not loaded when only circuits are wanted (saves most of a large model's memory).
     pub mlp: Option<Mlp>,
+    /// A mixture of experts in place of `mlp` ([`MlpKind::Experts`]); loaded as `mlp` is.
+    pub experts: Option<Experts>,
 }
 
 /// What to read from the file.
@@ -246,10 +266,12 @@ pub enum LoadParts {
 #[derive(Debug, Clone)]
 pub struct Model {
     pub config: ModelConfig,
-    /// vocab x d_model.
+    /// vocab x d_model, as stored (what the residual stream receives is [`Weights::embedding_rows`]).
     pub w_e: DMatrix<f32>,
-    /// context x d_model, for learned positions.
+    /// context x d_model, for learned positions (past the family's offset).
     pub w_pos: Option<DMatrix<f32>>,
+    /// The norm on the embedding ([`Features::embedding_norm`]).
+    pub embedding_norm: Option<Norm>,
     pub layers: Vec<Layer>,
     pub ln_final: Norm,
     /// d_model x vocab; None when the unembedding is tied to `w_e` (then W_U = W_E^T).
@@ -268,17 +290,22 @@ impl Model {
         let store = TensorStore::open(files)?;
         store.announce(|name| !is_buffer(name) && (parts == LoadParts::Everything || !is_mlp(name)));
         let blueprint = Blueprint::read(&store, files)?;
-        let mut reader = Reader { store: &store, family: blueprint.config.family };
+        let mut reader = Reader { store: &store, family: blueprint.config.family.clone() };
         let (vocab, d_model) = (blueprint.config.vocab, blueprint.config.d_model);
         let w_e = reader.matrix(&blueprint.embedding, vocab, d_model)?;
         let w_pos = match &blueprint.positions {
-            Some(name) => Some(reader.matrix(name, blueprint.config.context.unwrap_or(0), d_model)?),
+            Some(name) => {
+                let (context, offset) =
+                    (blueprint.config.context.unwrap_or(0), blueprint.config.features.position_offset);
+                Some(reader.matrix_rows(name, context + offset, d_model, offset..offset + context)?)
+            }
             None => None,
         };
+        let embedding_norm = blueprint.embedding_norm(&mut reader)?;
         let layers = (0..blueprint.config.layers)
             .map(|l| blueprint.layer(&mut reader, l, parts))
             .collect::<Result<Vec<Layer>>>()?;
-        let ln_final = reader.norm(&blueprint.final_norm, d_model, blueprint.config.norm)?;
+        let ln_final = blueprint.final_norm(&mut reader)?;
         let w_u = match &blueprint.unembedding {
             Some(name) => Some(reader.linear(name, d_model, vocab)?),
             None => None,
@@ -290,6 +317,7 @@ impl Model {
         Ok(Model {
             w_e,
             w_pos,
+            embedding_norm,
             layers,
             ln_final,
             w_u,
@@ -302,6 +330,12 @@ impl Model {
     }
 }
 
+/// How one family reads layer `l` (its MLP only when `parts` asks for everything): the
+/// tensor-name map, with whatever the family's blueprint learned about its layout.
+pub(crate) trait LayerMap: Send + Sync {
+    fn layer(&self, reader: &mut Reader, config: &ModelConfig, l: usize, parts: LoadParts) -> Result<Layer>;
+}
+
 /// What a checkpoint's header and config.json say before any weight is read: the
 /// configuration, where the tensors outside the layers are, and how the layers are named.
 /// The whole load and the layer-by-layer stream both start from it.
@@ -309,32 +343,48 @@ pub(crate) struct Blueprint {
     pub config: ModelConfig,
     /// [vocab, d_model].
     pub embedding: String,
-    /// [context, d_model], for learned positions.
+    /// [context + offset, d_model], for learned positions.
     pub positions: Option<String>,
+    /// The prefix of the embedding's norm ([`Features::embedding_norm`]).
+    pub embedding_norm: Option<String>,
     /// [vocab, d_model] (nn.Linear's out x in); None when tied to the embedding.
     pub unembedding: Option<String>,
     /// An unembedding bias the family may have (zeros when the file lacks it).
     pub unembedding_bias: Option<String>,
-    pub final_norm: String,
-    pub layer_names: LayerNames,
+    /// The final norm's prefix; None for a norm without weights (OLMo's).
+    pub final_norm: Option<String>,
+    pub layers: Box<dyn LayerMap>,
     pub vocab_strings: Option<Vec<String>>,
     pub facts: Vec<(String, String)>,
     pub parameter_count: u64,
 }
 
-/// How a family names and lays out one layer's tensors, beyond what `ModelConfig` says.
-pub(crate) enum LayerNames {
-    GptChar,
-    /// `prefix`: `transformer.` or none; `linear_layout`: nanoGPT's out x in weights.
-    Gpt2 {
-        prefix: String,
-        linear_layout: bool,
-    },
-    Neox,
-    Llama,
-}
-
 impl Blueprint {
+    /// A blueprint with the usual defaults: no learned positions, no embedding norm, no
+    /// unembedding bias, no vocabulary strings or facts.
+    pub fn new(
+        config: ModelConfig,
+        embedding: &str,
+        unembedding: Option<String>,
+        final_norm: &str,
+        layers: impl LayerMap + 'static,
+        reader: &Reader,
+    ) -> Blueprint {
+        Blueprint {
+            config,
+            embedding: embedding.into(),
+            positions: None,
+            embedding_norm: None,
+            unembedding,
+            unembedding_bias: None,
+            final_norm: Some(final_norm.into()),
+            layers: Box::new(layers),
+            vocab_strings: None,
+            facts: Vec::new(),
+            parameter_count: reader.parameter_count(&[]),
+        }
+    }
+
     fn read(store: &TensorStore, files: &ModelFiles) -> Result<Blueprint> {
         let config_json = match &files.config_json {
             Some(text) => {
@@ -342,14 +392,9 @@ impl Blueprint {
             }
             None => None,
         };
-        let family = detect_family(store, config_json.as_ref())?;
-        let reader = Reader { store, family };
-        let mut blueprint = match family {
-            Family::GptChar => gptchar::blueprint(&reader)?,
-            Family::Gpt2 => gpt2::blueprint(&reader, config_json.as_ref())?,
-            Family::Neox => neox::blueprint(&reader, config_json.as_ref())?,
-            Family::Llama => llama::blueprint(&reader, config_json.as_ref())?,
-        };
+        let family = families::detect(store, config_json.as_ref())?;
+        let reader = Reader { store, family: family.name.into() };
+        let mut blueprint = (family.blueprint)(&reader, config_json.as_ref())?;
         if let Some(config) = &config_json {
             blueprint.config.bos_token_id = bos_from_config(config, blueprint.config.vocab)?;
             blueprint.config.config_special_ids = special_ids_from_config(config, blueprint.config.vocab);
@@ -359,50 +404,28 @@ impl Blueprint {
 
     /// Layer `l` (its MLP only when `parts` asks for everything).
     fn layer(&self, reader: &mut Reader, l: usize, parts: LoadParts) -> Result<Layer> {
-        match &self.layer_names {
-            LayerNames::GptChar => gptchar::layer(reader, &self.config, l, parts),
-            LayerNames::Gpt2 { prefix, linear_layout } => {
-                gpt2::layer(reader, &self.config, prefix, *linear_layout, l, parts)
-            }
-            LayerNames::Neox => neox::layer(reader, &self.config, l, parts),
-            LayerNames::Llama => llama::layer(reader, &self.config, l, parts),
+        self.layers.layer(reader, &self.config, l, parts)
+    }
+
+    fn final_norm(&self, reader: &mut Reader) -> Result<Norm> {
+        match &self.final_norm {
+            Some(prefix) => reader.model_norm(prefix, &self.config),
+            None => Ok(Norm { weight: DVector::from_element(self.config.d_model, 1.0), bias: None }),
         }
     }
-}
 
-fn detect_family(store: &TensorStore, config: Option<&serde_json::Value>) -> Result<Family> {
-    if let Some(model_type) = config.and_then(|c| c.get("model_type")).and_then(|v| v.as_str()) {
-        return match model_type {
-            "gpt2" => Ok(Family::Gpt2),
-            "gpt_neox" => Ok(Family::Neox),
-            "llama" | "mistral" => Ok(Family::Llama),
-            other => Err(Error::UnknownFamily(format!(
-                "config.json says model_type \"{other}\"; headprint reads gptchar, gpt2, gpt_neox and llama"
-            ))),
-        };
-    }
-    let has = |name: &str| store.contains(name);
-    let has_suffix = |suffix: &str| store.names().any(|n| n.ends_with(suffix));
-    if has("token_embedding_table.weight") {
-        Ok(Family::GptChar)
-    } else if has_suffix("attn.c_attn.weight") {
-        Ok(Family::Gpt2)
-    } else if has_suffix("attention.query_key_value.weight") {
-        Ok(Family::Neox)
-    } else if has_suffix("self_attn.q_proj.weight") {
-        Ok(Family::Llama)
-    } else {
-        let mut sample: Vec<&str> = store.names().collect();
-        sample.sort();
-        sample.truncate(3);
-        Err(Error::UnknownFamily(format!("no known tensor names (first names: {})", sample.join(", "))))
+    fn embedding_norm(&self, reader: &mut Reader) -> Result<Option<Norm>> {
+        match &self.embedding_norm {
+            Some(prefix) => Ok(Some(reader.model_norm(prefix, &self.config)?)),
+            None => Ok(None),
+        }
     }
 }
 
 /// Reads tensors for one family, with the family's name in every error.
 pub(crate) struct Reader<'a> {
     store: &'a TensorStore<'a>,
-    family: Family,
+    family: String,
 }
 
 impl Reader<'_> {
@@ -422,7 +445,7 @@ impl Reader<'_> {
         self.store
             .entry(name)
             .map(|e| e.shape.clone())
-            .ok_or_else(|| Error::MissingTensor { family: self.family.name().into(), tensor: name.into() })
+            .ok_or_else(|| Error::MissingTensor { family: self.family.clone(), tensor: name.into() })
     }
 
     /// The shape of a tensor that must be a matrix; `expected` says what its axes are, for the
@@ -437,7 +460,7 @@ impl Reader<'_> {
     }
 
     pub fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<Tensor> {
-        let tensor = self.store.read(name, self.family.name())?;
+        let tensor = self.store.read(name, &self.family)?;
         tensor.expect_shape(shape)?;
         Ok(tensor)
     }
@@ -465,7 +488,7 @@ impl Reader<'_> {
                 expected: format!("{:?}", [total_rows, cols]),
             });
         }
-        self.store.read_rows(name, self.family.name(), rows)?.to_matrix()
+        self.store.read_rows(name, &self.family, rows)?.to_matrix()
     }
 
     /// Whether two `rows x cols` matrices hold the same values, compared a block of rows at a
@@ -497,6 +520,21 @@ impl Reader<'_> {
         Ok(Norm { weight, bias })
     }
 
+    /// A norm of the model's kind as the model applies it: Gemma's `1 + w` held as the weight
+    /// (added in f32, as the reference adds it before multiplying).
+    pub fn model_norm(&mut self, prefix: &str, config: &ModelConfig) -> Result<Norm> {
+        self.norm_of_width(prefix, config.d_model, config)
+    }
+
+    /// [`Reader::model_norm`] for a norm `width` wide (query and key norms).
+    pub fn norm_of_width(&mut self, prefix: &str, width: usize, config: &ModelConfig) -> Result<Norm> {
+        let mut norm = self.norm(prefix, width, config.norm)?;
+        if config.features.norm_plus_one {
+            norm.weight.add_scalar_mut(1.0);
+        }
+        Ok(norm)
+    }
+
     /// Parameters stored in the files. `copies` names tensors that repeat another stored one
     /// (nanoGPT saves its tied `lm_head.weight` beside `wte`): a shared weight counts once, as
     /// PyTorch and Hugging Face's `num_parameters()` count it.
@@ -510,10 +548,10 @@ impl Reader<'_> {
     }
 }
 
-/// MLP weights, which every family names `…mlp…` (the character model `…ffwd…`): what a
-/// forward pass reads beyond the circuits.
+/// MLP (and expert) weights, by the name parts each family file declares: what a forward pass
+/// reads beyond the circuits, never fetched for a fingerprint.
 pub(crate) fn is_mlp(name: &str) -> bool {
-    name.contains(".mlp.") || name.contains(".ffwd.")
+    families::is_mlp(name)
 }
 
 /// Buffers that checkpoints converted from older code carry (causal masks, rotary tables): not
@@ -586,24 +624,43 @@ pub(crate) fn config_agrees(config: &serde_json::Value, keys: &[&str], from_tens
     }
 }
 
+/// Where a configuration's numbers came from, for the messages of [`check_dimensions`].
+pub(crate) struct Sources {
+    pub heads: &'static str,
+    pub kv_heads: &'static str,
+    pub head_dim: &'static str,
+    /// Whether the head width may differ from d_model / heads (an explicit `head_dim`).
+    pub free_head_dim: bool,
+    /// Whether the numbers come from config.json (a bad one is a config error) or the tensors.
+    pub from_config: bool,
+}
+
+impl Sources {
+    /// The usual Hugging Face keys: `num_attention_heads`, `num_key_value_heads`, `head_dim`.
+    pub const HF: Sources = Sources {
+        heads: "config.json `num_attention_heads`",
+        kv_heads: "config.json `num_key_value_heads`",
+        head_dim: "config.json `head_dim`",
+        free_head_dim: true,
+        from_config: true,
+    };
+    /// The usual keys, with the head width d_model / heads.
+    pub const HF_SPLIT: Sources = Sources {
+        heads: "config.json `num_attention_heads`",
+        kv_heads: "config.json `num_key_value_heads`",
+        head_dim: "hidden_size / heads",
+        free_head_dim: false,
+        from_config: true,
+    };
+}
+
 /// Checks the numbers of layers and heads make sense before reading anything large.
-pub(crate) fn check_dimensions(config: &ModelConfig) -> Result<()> {
-    // A character model has no config.json: its numbers all come from the tensors.
-    let bad = |message: String| match config.family {
-        Family::GptChar => Error::BadModel(message),
-        _ => Error::BadConfig(message),
+pub(crate) fn check_dimensions(config: &ModelConfig, sources: &Sources) -> Result<()> {
+    let bad = |message: String| match sources.from_config {
+        true => Error::BadConfig(message),
+        false => Error::BadModel(message),
     };
-    // Where each number came from, for the message: config.json fields, or the tensors.
-    let (heads_key, kv_key, head_dim_key) = match config.family {
-        Family::GptChar => ("heads in the tensor names", "heads in the tensor names", "query rows"),
-        Family::Gpt2 => ("config.json `n_head`", "config.json `n_head`", "n_embd / n_head"),
-        Family::Neox => {
-            ("config.json `num_attention_heads`", "config.json `num_attention_heads`", "hidden_size / heads")
-        }
-        Family::Llama => {
-            ("config.json `num_attention_heads`", "config.json `num_key_value_heads`", "config.json `head_dim`")
-        }
-    };
+    let (heads_key, kv_key, head_dim_key) = (sources.heads, sources.kv_heads, sources.head_dim);
     for (what, source, value) in [
         ("layers", "layers in the tensor names", config.layers),
         ("attention heads", heads_key, config.heads),
@@ -625,14 +682,13 @@ pub(crate) fn check_dimensions(config: &ModelConfig) -> Result<()> {
     if query_width.is_none() {
         return Err(bad(format!("{} heads of width {} overflow", config.heads, config.d_head)));
     }
-    // Llama may set head_dim freely; the other families split the model width among the heads.
-    if config.family != Family::Llama && !config.d_model.is_multiple_of(config.heads) {
+    if !sources.free_head_dim && !config.d_model.is_multiple_of(config.heads) {
         return Err(bad(format!(
             "{} attention heads ({heads_key}) do not divide the model width {} evenly",
             config.heads, config.d_model
         )));
     }
-    if config.family != Family::Llama && query_width != Some(config.d_model) {
+    if !sources.free_head_dim && query_width != Some(config.d_model) {
         return Err(bad(format!(
             "{} attention heads of width {} do not make up the model width {}",
             config.heads, config.d_head, config.d_model
@@ -643,6 +699,24 @@ pub(crate) fn check_dimensions(config: &ModelConfig) -> Result<()> {
             "{} attention heads cannot share {} key/value heads (it must divide them)",
             config.heads, config.kv_heads
         )));
+    }
+    if let Positions::Rotary { dims, .. } = config.positions
+        && (dims > config.d_head || !dims.is_multiple_of(2))
+    {
+        return Err(bad(format!(
+            "the rotary part of each head ({dims} dimensions) must be even and at most the head width {}",
+            config.d_head
+        )));
+    }
+    for (l, layer) in config.features.layers.iter().enumerate() {
+        if layer.window == Some(0) {
+            return Err(bad(format!("layer {l}'s sliding window is 0: a query must see at least itself")));
+        }
+    }
+    if let MlpKind::Experts { experts, top_k, .. } = config.mlp
+        && (top_k == 0 || top_k > experts)
+    {
+        return Err(bad(format!("{top_k} experts per token out of {experts}: it must be between 1 and {experts}")));
     }
     Ok(())
 }

@@ -28,15 +28,38 @@ pub trait Weights: crate::parallel::Shareable {
     fn vocab_strings(&self) -> Option<&[String]>;
     /// Layer `l`: borrowed when held, read from the files when streamed.
     fn layer(&self, l: usize, parts: LoadParts) -> Result<Cow<'_, Layer>>;
-    /// Rows `rows` of the embedding W_E (tokens x d_model).
-    fn embedding_rows(&self, rows: Range<usize>) -> Result<DMatrix<f32>>;
-    /// W_U's columns for tokens `rows`, as rows (tokens x d_model); W_E's rows when tied.
+    /// Rows `rows` of the embedding W_E as stored (tokens x d_model).
+    fn stored_embedding_rows(&self, rows: Range<usize>) -> Result<DMatrix<f32>>;
+    /// The norm on the embedding ([`super::Features::embedding_norm`]).
+    fn embedding_norm(&self) -> Option<&Norm>;
+    /// W_U's columns for tokens `rows`, as rows (tokens x d_model); W_E's stored rows when tied.
     fn unembedding_rows(&self, rows: Range<usize>) -> Result<DMatrix<f32>>;
-    /// Whether the unembedding is the embedding's transpose.
-    fn tied(&self) -> bool;
+    /// Whether the file ties the unembedding to the embedding (it has no W_U of its own).
+    fn stored_tied(&self) -> bool;
     /// The learned position rows 0..len; None for rotary models.
     fn positions(&self, len: usize) -> Result<Option<DMatrix<f32>>>;
     fn unembedding_bias(&self) -> Option<&DVector<f32>>;
+
+    /// Rows `rows` of the embedding as the residual stream receives it: W_E's rows times the
+    /// family's embedding factor, then through its embedding norm, where it has them (every
+    /// circuit and the forward pass read W_E so).
+    fn embedding_rows(&self, rows: Range<usize>) -> Result<DMatrix<f32>> {
+        let mut stored = self.stored_embedding_rows(rows)?;
+        let features = &self.config().features;
+        if let Some(scale) = features.embedding_scale {
+            stored *= scale;
+        }
+        Ok(match self.embedding_norm() {
+            Some(norm) => crate::forward::normalise(&stored, norm, self.config().norm, self.config().norm_eps),
+            None => stored,
+        })
+    }
+
+    /// Whether W_U is the transpose of the embedding as the residual stream receives it (then
+    /// the Grams share one product): tied in the file, and the embedding neither scaled nor normed.
+    fn tied(&self) -> bool {
+        self.stored_tied() && self.config().features.plain_embedding()
+    }
 
     /// The embedding rows of `tokens`, in order (checked against the vocabulary by the caller).
     fn embedding_of(&self, tokens: &[usize]) -> Result<DMatrix<f32>> {
@@ -100,16 +123,19 @@ impl Weights for Model {
         }
         Ok(Cow::Borrowed(layer))
     }
-    fn embedding_rows(&self, rows: Range<usize>) -> Result<DMatrix<f32>> {
+    fn stored_embedding_rows(&self, rows: Range<usize>) -> Result<DMatrix<f32>> {
         Ok(self.w_e.rows(rows.start, rows.len()).into_owned())
+    }
+    fn embedding_norm(&self) -> Option<&Norm> {
+        self.embedding_norm.as_ref()
     }
     fn unembedding_rows(&self, rows: Range<usize>) -> Result<DMatrix<f32>> {
         match &self.w_u {
             Some(w_u) => Ok(w_u.columns(rows.start, rows.len()).transpose()),
-            None => self.embedding_rows(rows),
+            None => self.stored_embedding_rows(rows),
         }
     }
-    fn tied(&self) -> bool {
+    fn stored_tied(&self) -> bool {
         self.w_u.is_none()
     }
     fn positions(&self, len: usize) -> Result<Option<DMatrix<f32>>> {
@@ -120,6 +146,7 @@ impl Weights for Model {
     }
     /// Held whole: one product per sequence.
     fn unembed(&self, normed: &[DMatrix<f32>]) -> Result<Vec<DMatrix<f32>>> {
+        // W_E as stored is the tied unembedding, whatever the residual stream receives.
         Ok(normed
             .iter()
             .map(|normed| match &self.w_u {
@@ -133,6 +160,7 @@ impl Weights for Model {
 pub struct ModelStream<'a> {
     pub config: ModelConfig,
     pub ln_final: Norm,
+    embedding_norm: Option<Norm>,
     pub parameter_count: u64,
     b_u: Option<DVector<f32>>,
     store: TensorStore<'a>,
@@ -150,8 +178,9 @@ impl<'a> ModelStream<'a> {
         store.announce(|name| !is_buffer(name) && !is_mlp(name));
         let blueprint = Blueprint::read(&store, files)?;
         let config = blueprint.config.clone();
-        let mut reader = Reader { store: &store, family: config.family };
-        let ln_final = reader.norm(&blueprint.final_norm, config.d_model, config.norm)?;
+        let mut reader = Reader { store: &store, family: config.family.clone() };
+        let ln_final = blueprint.final_norm(&mut reader)?;
+        let embedding_norm = blueprint.embedding_norm(&mut reader)?;
         let b_u = match &blueprint.unembedding_bias {
             Some(name) => Some(reader.optional_vector(name, config.vocab)?),
             None => None,
@@ -160,6 +189,7 @@ impl<'a> ModelStream<'a> {
             parameter_count: blueprint.parameter_count,
             config,
             ln_final,
+            embedding_norm,
             b_u,
             store,
             blueprint,
@@ -168,7 +198,7 @@ impl<'a> ModelStream<'a> {
     }
 
     fn reader(&self) -> Reader<'_> {
-        Reader { store: &self.store, family: self.config.family }
+        Reader { store: &self.store, family: self.config.family.clone() }
     }
 
     /// Rows `rows` of W_U^T as the file stores them (token rows x d_model); None when the
@@ -203,23 +233,31 @@ impl Weights for ModelStream<'_> {
         }
         Ok(Cow::Owned(self.blueprint.layer(&mut self.reader(), l, parts)?))
     }
-    fn embedding_rows(&self, rows: Range<usize>) -> Result<DMatrix<f32>> {
+    fn stored_embedding_rows(&self, rows: Range<usize>) -> Result<DMatrix<f32>> {
         self.reader().matrix_rows(&self.blueprint.embedding, self.config.vocab, self.config.d_model, rows)
+    }
+    fn embedding_norm(&self) -> Option<&Norm> {
+        self.embedding_norm.as_ref()
     }
     fn unembedding_rows(&self, rows: Range<usize>) -> Result<DMatrix<f32>> {
         match self.stored_unembedding_rows(rows.clone())? {
             Some(rows) => Ok(rows),
-            None => self.embedding_rows(rows),
+            None => self.stored_embedding_rows(rows),
         }
     }
-    fn tied(&self) -> bool {
+    fn stored_tied(&self) -> bool {
         self.blueprint.unembedding.is_none()
     }
     fn positions(&self, len: usize) -> Result<Option<DMatrix<f32>>> {
         match &self.blueprint.positions {
             Some(name) => {
-                let context = self.config.context.unwrap_or(0);
-                Ok(Some(self.reader().matrix_rows(name, context, self.config.d_model, 0..len)?))
+                let (context, offset) = (self.config.context.unwrap_or(0), self.config.features.position_offset);
+                Ok(Some(self.reader().matrix_rows(
+                    name,
+                    context + offset,
+                    self.config.d_model,
+                    offset..offset + len,
+                )?))
             }
             None => Ok(None),
         }

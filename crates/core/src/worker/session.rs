@@ -330,9 +330,20 @@ impl Sizes {
         let factors = 8 * d_model * d_model * if tied { 1 } else { 2 };
         let gram_block = 1024 * d_model * (4 + 8 + 8) * if tied { 1 } else { 2 };
         let (d_q, d_kv) = (heads * d_head, kv_heads * d_head);
-        let gated = config.activation == crate::model::Activation::Silu;
         let attention = d_model * (d_q + 2 * d_kv) + d_q * d_model;
-        let mlp = d_model * d_mlp * if gated { 3 } else { 2 };
+        // Every (expert's) MLP matrix, and a mixture's router.
+        let experts = match config.mlp {
+            crate::model::MlpKind::Experts { experts, .. } => experts as u64,
+            _ => 0,
+        };
+        let mlp = d_model * d_mlp * config.mlp.matrices() as u64 + d_model * experts;
+        // Folded mode's copy of the attention weights where norms or a multiplier fold into
+        // them (`circuits::circuit_attention`).
+        let features = &config.features;
+        let folds = features.qk_norm != crate::model::QkNorm::None
+            || features.norm_sites != crate::model::NormSites::Pre
+            || features.residual_multiplier.is_some();
+        let folded_copy = if folds { 4 * attention } else { 0 };
         let largest_attention = (d_model * (d_q + 2 * d_kv)).max(d_q * d_model);
         let largest = (d_model * d_mlp).max(largest_attention);
         let head_weights = 8 * (attention + d_q * d_model);
@@ -342,9 +353,10 @@ impl Sizes {
             factors,
             gram_block,
             layer: 4 * (attention + mlp) + 12 * largest,
-            attention: (4 * attention + 12 * largest_attention)
-                .max(4 * attention + head_weights)
-                .max(4 * attention + head_weights + 2 * stacked),
+            attention: folded_copy
+                + (4 * attention + 12 * largest_attention)
+                    .max(4 * attention + head_weights)
+                    .max(4 * attention + head_weights + 2 * stacked),
         }
     }
 }

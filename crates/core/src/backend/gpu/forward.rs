@@ -152,6 +152,10 @@ impl Gpu {
     ) -> Result<Vec<ForwardOutput>> {
         forward::check_runs(model, runs)?;
         let config = model.config();
+        let beyond = config.features.beyond_gpu_forward(config.mlp, &config.positions);
+        if !beyond.is_empty() {
+            return Err(Error::Gpu(format!("the GPU's forward pass does not compute {} yet", beyond.join(", "))));
+        }
         if config.d_head > WIDEST_HEAD {
             return Err(Error::Gpu(format!(
                 "heads of {} dimensions, over the {WIDEST_HEAD} the GPU's attention kernel holds",
@@ -310,7 +314,7 @@ impl Gpu {
             }))
         };
         let (width, kv_width) = (config.heads * config.d_head, config.kv_heads * config.d_head);
-        let gated = matches!(config.activation, Activation::Silu);
+        let gated = config.mlp.gated();
         let device = Activations {
             residual: storage("residual", rows * config.d_model)?,
             normed: storage("normed", rows * config.d_model)?,
@@ -331,7 +335,7 @@ impl Gpu {
                     self.write(&buffer, &table);
                     Some(buffer)
                 }
-                Positions::Learned => None,
+                Positions::Learned | Positions::Alibi { .. } | Positions::Nope => None,
             },
             unused: storage("unused", 4)?,
         };
@@ -344,7 +348,11 @@ impl Gpu {
     fn upload_layer(&self, layer: &Layer) -> Result<LayerOnDevice> {
         let mlp = layer.mlp.as_ref().ok_or(Error::MissingMlp)?;
         let upload = |label: &str, values: &[f32]| self.upload_values(label, values);
-        let norm = |norm: &Norm| self.upload_norm(norm);
+        // Only pre-norm blocks reach here (`Features::beyond_gpu_forward`): both norms are there.
+        let norm = |norm: &Option<Norm>| match norm {
+            Some(norm) => self.upload_norm(norm),
+            None => Err(Error::Gpu("a block without an input norm".into())),
+        };
         let attention = &layer.attention;
         Ok(LayerOnDevice {
             ln1: norm(&layer.ln1)?,
@@ -480,7 +488,7 @@ impl Gpu {
         };
         after.push(Dispatch {
             pipeline: &kernels.activate,
-            settings: [rows * d_mlp, 0, 0, gated.is_some() as usize, activation_code(config.activation), 0, 0, 0]
+            settings: [rows * d_mlp, 0, 0, gated.is_some() as usize, activation_code(config.mlp.activation()), 0, 0, 0]
                 .map(|v| v as u32),
             buffers: vec![(1, gated.unwrap_or(&device.unused)), (4, &device.hidden)],
             groups: threads(rows * d_mlp),

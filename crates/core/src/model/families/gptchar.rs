@@ -4,13 +4,31 @@
 
 use nalgebra::{DMatrix, DVector};
 
-use super::{
-    Activation, Attention, Blueprint, Family, Layer, LayerNames, LoadParts, Mlp, ModelConfig, NormKind, Positions,
-    Reader, check_dimensions, count_indexed,
+use super::super::{
+    Activation, Attention, Blueprint, Layer, LayerMap, LoadParts, Mlp, MlpKind, ModelConfig, NormKind, Positions,
+    Reader, Sources, check_dimensions, count_indexed,
 };
+use super::{Family, Marker};
 use crate::{Error, Result};
 
-pub(super) fn blueprint(reader: &Reader) -> Result<Blueprint> {
+pub(super) const FAMILY: Family = Family {
+    name: "gptchar",
+    model_types: &["gptchar"],
+    marker: Some(Marker::Tensor("token_embedding_table.weight")),
+    mlp_parts: &[".ffwd."],
+    blueprint: |reader, _| blueprint(reader),
+};
+
+/// The numbers all come from the tensors.
+const SOURCES: Sources = Sources {
+    heads: "heads in the tensor names",
+    kv_heads: "heads in the tensor names",
+    head_dim: "query rows",
+    free_head_dim: false,
+    from_config: false,
+};
+
+fn blueprint(reader: &Reader) -> Result<Blueprint> {
     let names = reader.names();
     let [vocab, d_model] = reader.matrix_shape("token_embedding_table.weight", "[vocab, n_embd]")?;
     let [context, _] = reader.matrix_shape("position_embedding_table.weight", "[block_size, n_embd]")?;
@@ -19,7 +37,7 @@ pub(super) fn blueprint(reader: &Reader) -> Result<Blueprint> {
     let [d_head, _] = reader.matrix_shape("blocks.0.sa.heads.0.query.weight", "[head_size, n_embd]")?;
     let [d_mlp, _] = reader.matrix_shape("blocks.0.ffwd.net.0.weight", "[4 n_embd, n_embd]")?;
     let config = ModelConfig {
-        family: Family::GptChar,
+        family: "gptchar".into(),
         layers,
         heads,
         kv_heads: heads,
@@ -31,12 +49,14 @@ pub(super) fn blueprint(reader: &Reader) -> Result<Blueprint> {
         norm: NormKind::LayerNorm,
         norm_eps: 1e-5,
         positions: Positions::Learned,
-        activation: Activation::Relu,
+        mlp: MlpKind::Plain(Activation::Relu),
         parallel_residual: false,
+        features: Default::default(),
         bos_token_id: None,
         config_special_ids: Vec::new(),
+        characters: true,
     };
-    check_dimensions(&config)?;
+    check_dimensions(&config, &SOURCES)?;
 
     let vocab_strings = match reader.metadata("vocab") {
         Some(text) => {
@@ -61,18 +81,27 @@ pub(super) fn blueprint(reader: &Reader) -> Result<Blueprint> {
         config,
         embedding: "token_embedding_table.weight".into(),
         positions: Some("position_embedding_table.weight".into()),
+        embedding_norm: None,
         unembedding: Some("lm_head.weight".into()),
         unembedding_bias: Some("lm_head.bias".into()),
-        final_norm: "ln_f".into(),
-        layer_names: LayerNames::GptChar,
+        final_norm: Some("ln_f".into()),
+        layers: Box::new(GptCharLayers),
         vocab_strings,
         facts,
         parameter_count: reader.parameter_count(&[]),
     })
 }
 
-/// Layer `l`: one tensor per head for each of query, key and value, stacked here.
-pub(super) fn layer(reader: &mut Reader, config: &ModelConfig, l: usize, parts: LoadParts) -> Result<Layer> {
+struct GptCharLayers;
+
+impl LayerMap for GptCharLayers {
+    /// Layer `l`: one tensor per head for each of query, key and value, stacked here.
+    fn layer(&self, reader: &mut Reader, config: &ModelConfig, l: usize, parts: LoadParts) -> Result<Layer> {
+        layer(reader, config, l, parts)
+    }
+}
+
+fn layer(reader: &mut Reader, config: &ModelConfig, l: usize, parts: LoadParts) -> Result<Layer> {
     let ModelConfig { d_model, heads, d_head, d_mlp, .. } = *config;
     let prefix = format!("blocks.{l}");
     let mut per_head = |kind: &str| -> Result<DMatrix<f32>> {
@@ -95,6 +124,8 @@ pub(super) fn layer(reader: &mut Reader, config: &ModelConfig, l: usize, parts: 
         b_v: DVector::zeros(heads * d_head),
         w_o: reader.linear(&format!("{prefix}.sa.proj.weight"), heads * d_head, d_model)?,
         b_o: reader.optional_vector(&format!("{prefix}.sa.proj.bias"), d_model)?,
+        q_norm: None,
+        k_norm: None,
     };
     let mlp = match parts {
         LoadParts::Circuits => None,
@@ -107,9 +138,12 @@ pub(super) fn layer(reader: &mut Reader, config: &ModelConfig, l: usize, parts: 
         }),
     };
     Ok(Layer {
-        ln1: reader.norm(&format!("{prefix}.ln1"), d_model, NormKind::LayerNorm)?,
+        ln1: Some(reader.norm(&format!("{prefix}.ln1"), d_model, NormKind::LayerNorm)?),
         attention,
-        ln2: reader.norm(&format!("{prefix}.ln2"), d_model, NormKind::LayerNorm)?,
+        ln2: Some(reader.norm(&format!("{prefix}.ln2"), d_model, NormKind::LayerNorm)?),
+        attention_out_norm: None,
+        mlp_out_norm: None,
         mlp,
+        experts: None,
     })
 }

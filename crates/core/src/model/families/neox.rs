@@ -3,13 +3,30 @@
 
 use nalgebra::{DMatrix, DVector};
 
-use super::{
-    Activation, Attention, Blueprint, Family, Layer, LayerNames, LoadParts, Mlp, ModelConfig, NormKind, Positions,
-    Reader, check_dimensions, config_agrees, config_f32, config_usize, count_indexed, rope_settings,
+use super::super::{
+    Activation, Attention, Blueprint, Layer, LayerMap, LoadParts, Mlp, MlpKind, ModelConfig, NormKind, Positions,
+    Reader, Sources, check_dimensions, config_agrees, config_f32, config_usize, count_indexed, rope_settings,
 };
+use super::{Family, Marker};
 use crate::{Error, Result};
 
-pub(super) fn blueprint(reader: &Reader, config_json: Option<&serde_json::Value>) -> Result<Blueprint> {
+pub(super) const FAMILY: Family = Family {
+    name: "neox",
+    model_types: &["gpt_neox"],
+    marker: Some(Marker::Suffix("attention.query_key_value.weight")),
+    mlp_parts: &[".mlp."],
+    blueprint,
+};
+
+const SOURCES: Sources = Sources {
+    heads: "config.json `num_attention_heads`",
+    kv_heads: "config.json `num_attention_heads`",
+    head_dim: "hidden_size / heads",
+    free_head_dim: false,
+    from_config: true,
+};
+
+fn blueprint(reader: &Reader, config_json: Option<&serde_json::Value>) -> Result<Blueprint> {
     let config_json = config_json.ok_or_else(|| Error::BadConfig("a GPT-NeoX model needs its config.json".into()))?;
     let names = reader.names();
     let d_model = config_usize(config_json, &["hidden_size"])?;
@@ -35,7 +52,7 @@ pub(super) fn blueprint(reader: &Reader, config_json: Option<&serde_json::Value>
     let layers = count_indexed(&names, "gpt_neox.layers.")?;
     config_agrees(config_json, &["num_hidden_layers"], layers, "layers")?;
     let config = ModelConfig {
-        family: Family::Neox,
+        family: "neox".into(),
         layers,
         heads,
         kv_heads: heads,
@@ -46,34 +63,50 @@ pub(super) fn blueprint(reader: &Reader, config_json: Option<&serde_json::Value>
         context: None,
         norm: NormKind::LayerNorm,
         norm_eps: config_f32(config_json, "layer_norm_eps", 1e-5),
-        positions: Positions::Rotary { dims: (d_head as f64 * rotary_fraction) as usize, base: rotary_base, scaling },
-        activation: if config_json.get("hidden_act").and_then(|v| v.as_str()) == Some("gelu_new") {
+        positions: Positions::Rotary {
+            dims: (d_head as f64 * rotary_fraction) as usize,
+            base: rotary_base,
+            scaling,
+            interleaved: false,
+        },
+        mlp: MlpKind::Plain(if config_json.get("hidden_act").and_then(|v| v.as_str()) == Some("gelu_new") {
             Activation::GeluTanh
         } else {
             Activation::GeluErf
-        },
+        }),
         parallel_residual: config_json.get("use_parallel_residual").and_then(|v| v.as_bool()).unwrap_or(true),
+        features: Default::default(),
         bos_token_id: None,
         config_special_ids: Vec::new(),
+        characters: false,
     };
-    check_dimensions(&config)?;
+    check_dimensions(&config, &SOURCES)?;
     Ok(Blueprint {
         config,
         embedding: "gpt_neox.embed_in.weight".into(),
         positions: None,
+        embedding_norm: None,
         // The hub's files call the unembedding `embed_out`; a state_dict saved directly from
         // newer transformers calls it `lm_head`.
         unembedding: Some(if reader.has("embed_out.weight") { "embed_out.weight" } else { "lm_head.weight" }.into()),
         unembedding_bias: None,
-        final_norm: "gpt_neox.final_layer_norm".into(),
-        layer_names: LayerNames::Neox,
+        final_norm: Some("gpt_neox.final_layer_norm".into()),
+        layers: Box::new(NeoxLayers),
         vocab_strings: None,
         facts: Vec::new(),
         parameter_count: reader.parameter_count(&[]),
     })
 }
 
-pub(super) fn layer(reader: &mut Reader, config: &ModelConfig, l: usize, parts: LoadParts) -> Result<Layer> {
+struct NeoxLayers;
+
+impl LayerMap for NeoxLayers {
+    fn layer(&self, reader: &mut Reader, config: &ModelConfig, l: usize, parts: LoadParts) -> Result<Layer> {
+        layer(reader, config, l, parts)
+    }
+}
+
+fn layer(reader: &mut Reader, config: &ModelConfig, l: usize, parts: LoadParts) -> Result<Layer> {
     let ModelConfig { d_model, heads, d_head, d_mlp, .. } = *config;
     let p = format!("gpt_neox.layers.{l}");
     let qkv = reader.linear(&format!("{p}.attention.query_key_value.weight"), d_model, 3 * d_model)?;
@@ -99,6 +132,8 @@ pub(super) fn layer(reader: &mut Reader, config: &ModelConfig, l: usize, parts: 
         b_v,
         w_o: reader.linear(&format!("{p}.attention.dense.weight"), d_model, d_model)?,
         b_o: reader.optional_vector(&format!("{p}.attention.dense.bias"), d_model)?,
+        q_norm: None,
+        k_norm: None,
     };
     let mlp = match parts {
         LoadParts::Circuits => None,
@@ -111,9 +146,12 @@ pub(super) fn layer(reader: &mut Reader, config: &ModelConfig, l: usize, parts: 
         }),
     };
     Ok(Layer {
-        ln1: reader.norm(&format!("{p}.input_layernorm"), d_model, NormKind::LayerNorm)?,
+        ln1: Some(reader.norm(&format!("{p}.input_layernorm"), d_model, NormKind::LayerNorm)?),
         attention,
-        ln2: reader.norm(&format!("{p}.post_attention_layernorm"), d_model, NormKind::LayerNorm)?,
+        ln2: Some(reader.norm(&format!("{p}.post_attention_layernorm"), d_model, NormKind::LayerNorm)?),
+        attention_out_norm: None,
+        mlp_out_norm: None,
         mlp,
+        experts: None,
     })
 }

@@ -1,13 +1,30 @@
 //! GPT-2: Hugging Face's Conv1D layout (weights stored in x out, fused QKV, unembedding tied
 //! to `wte`) and nanoGPT's nn.Linear variant (out x in), told apart by the fused QKV shape.
 
-use super::{
-    Activation, Attention, Blueprint, Family, Layer, LayerNames, LoadParts, Mlp, ModelConfig, NormKind, Positions,
-    Reader, check_dimensions, config_agrees, config_f32, config_usize, count_indexed,
+use super::super::{
+    Activation, Attention, Blueprint, Layer, LayerMap, LoadParts, Mlp, MlpKind, ModelConfig, NormKind, Positions,
+    Reader, Sources, check_dimensions, config_agrees, config_f32, config_usize, count_indexed,
 };
+use super::{Family, Marker};
 use crate::{Error, Result};
 
-pub(super) fn blueprint(reader: &Reader, config_json: Option<&serde_json::Value>) -> Result<Blueprint> {
+pub(super) const FAMILY: Family = Family {
+    name: "gpt2",
+    model_types: &["gpt2"],
+    marker: Some(Marker::Suffix("attn.c_attn.weight")),
+    mlp_parts: &[".mlp."],
+    blueprint,
+};
+
+const SOURCES: Sources = Sources {
+    heads: "config.json `n_head`",
+    kv_heads: "config.json `n_head`",
+    head_dim: "n_embd / n_head",
+    free_head_dim: false,
+    from_config: true,
+};
+
+fn blueprint(reader: &Reader, config_json: Option<&serde_json::Value>) -> Result<Blueprint> {
     let names = reader.names();
     let prefix = if reader.has("transformer.wte.weight") { "transformer." } else { "" };
     let embedding = format!("{prefix}wte.weight");
@@ -38,7 +55,7 @@ pub(super) fn blueprint(reader: &Reader, config_json: Option<&serde_json::Value>
         .find(|&d| d != d_model)
         .unwrap_or(4 * d_model);
     let config = ModelConfig {
-        family: Family::Gpt2,
+        family: "gpt2".into(),
         layers,
         heads,
         kv_heads: heads,
@@ -50,12 +67,14 @@ pub(super) fn blueprint(reader: &Reader, config_json: Option<&serde_json::Value>
         norm: NormKind::LayerNorm,
         norm_eps: config_f32(config_json, "layer_norm_epsilon", 1e-5),
         positions: Positions::Learned,
-        activation,
+        mlp: MlpKind::Plain(activation),
         parallel_residual: false,
+        features: Default::default(),
         bos_token_id: None,
         config_special_ids: Vec::new(),
+        characters: false,
     };
-    check_dimensions(&config)?;
+    check_dimensions(&config, &SOURCES)?;
 
     // nanoGPT saves lm_head.weight even though it is tied; an untied one is honoured. Compared
     // a block of rows at a time, so that neither copy is ever whole in memory.
@@ -69,20 +88,32 @@ pub(super) fn blueprint(reader: &Reader, config_json: Option<&serde_json::Value>
     Ok(Blueprint {
         config,
         positions: Some(format!("{prefix}wpe.weight")),
+        embedding_norm: None,
         embedding,
         unembedding,
         unembedding_bias: None,
-        final_norm: format!("{prefix}ln_f"),
-        layer_names: LayerNames::Gpt2 { prefix: prefix.into(), linear_layout },
+        final_norm: Some(format!("{prefix}ln_f")),
+        layers: Box::new(Gpt2Layers { prefix: prefix.into(), linear_layout }),
         vocab_strings: None,
         facts: Vec::new(),
         parameter_count: reader.parameter_count(copies),
     })
 }
 
-/// Layer `l` under `prefix` (`transformer.` or none); `linear_layout`: nanoGPT's out x in
-/// weights rather than Hugging Face's Conv1D in x out.
-pub(super) fn layer(
+/// Layers under `prefix` (`transformer.` or none); `linear_layout`: nanoGPT's out x in weights
+/// rather than Hugging Face's Conv1D in x out.
+struct Gpt2Layers {
+    prefix: String,
+    linear_layout: bool,
+}
+
+impl LayerMap for Gpt2Layers {
+    fn layer(&self, reader: &mut Reader, config: &ModelConfig, l: usize, parts: LoadParts) -> Result<Layer> {
+        layer(reader, config, &self.prefix, self.linear_layout, l, parts)
+    }
+}
+
+fn layer(
     reader: &mut Reader,
     config: &ModelConfig,
     prefix: &str,
@@ -107,6 +138,8 @@ pub(super) fn layer(
         b_v: qkv_bias.rows(2 * d_model, d_model).into_owned(),
         w_o: weight(reader, &format!("{p}.attn.c_proj.weight"), d_model, d_model)?,
         b_o: reader.optional_vector(&format!("{p}.attn.c_proj.bias"), d_model)?,
+        q_norm: None,
+        k_norm: None,
     };
     let mlp = match parts {
         LoadParts::Circuits => None,
@@ -119,9 +152,12 @@ pub(super) fn layer(
         }),
     };
     Ok(Layer {
-        ln1: reader.norm(&format!("{p}.ln_1"), d_model, NormKind::LayerNorm)?,
+        ln1: Some(reader.norm(&format!("{p}.ln_1"), d_model, NormKind::LayerNorm)?),
         attention,
-        ln2: reader.norm(&format!("{p}.ln_2"), d_model, NormKind::LayerNorm)?,
+        ln2: Some(reader.norm(&format!("{p}.ln_2"), d_model, NormKind::LayerNorm)?),
+        attention_out_norm: None,
+        mlp_out_norm: None,
         mlp,
+        experts: None,
     })
 }
