@@ -14,7 +14,7 @@ use headprint::tokens::{Tokenizer, choose_bos};
 use headprint::weights::ModelFiles;
 
 /// Every head's four circuits against the reference's: eigenvalues as multisets, every metric.
-fn check_heads(ours: &serde_json::Value, expected_heads: &[serde_json::Value], label: &str) {
+pub(crate) fn check_heads(ours: &serde_json::Value, expected_heads: &[serde_json::Value], label: &str) {
     assert_eq!(ours.as_array().unwrap().len(), expected_heads.len(), "{label}: head count");
     for (got, want) in ours.as_array().unwrap().iter().zip(expected_heads) {
         let head = format!("{label} L{}H{}", want["layer"], want["head"]);

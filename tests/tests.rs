@@ -7,6 +7,7 @@ mod hub_imitation;
 mod bad_input;
 mod cli;
 mod demo_model;
+mod families;
 mod figures;
 mod gpu;
 mod gpu_probes;

@@ -12,7 +12,7 @@ use super::spectrum::Factored;
 use crate::Result;
 use crate::backend::cpu::{self, inner};
 use crate::backend::{Backend, BackendInfo, Blocks, ColumnRun, Columns, Factor, Fold, Kept, Sum, block_on};
-use crate::model::{Attention, Layer, Model, ModelConfig, Norm, NormKind, QkNorm, Weights};
+use crate::model::{Attention, Layer, Model, ModelConfig, Norm, NormKind, Weights};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -59,11 +59,12 @@ pub fn fold_reading_transposed(norm: &Norm, kind: NormKind, w: &mut DMatrix<f64>
 }
 
 /// The layer's attention weights as the circuits read them. In folded mode, the norms that act
-/// on a head's projections fold into them as the input norms fold into the reading weights:
-/// the query and key norms' weights into W_Q's and W_K's columns (those columns first centred
-/// over each norm's part, for LayerNorm), and the attention output's norm and the residual
-/// multiplier into W_O's columns. Each norm's division by its input's scale is left out, as
-/// for the input norms (docs/methods.md, families). Borrowed where nothing folds.
+/// on a head's projections fold their weights into them, as the input norms fold into the
+/// reading weights: the query and key norms' into W_Q's and W_K's columns, the attention
+/// output's norm's and the residual multiplier into W_O's columns. Each such norm's division by
+/// its input's scale is left out, as for the input norms, and so is a LayerNorm's mean removal
+/// there: inside a head it would force a zero eigenvalue on every QK circuit
+/// (docs/methods.md, families). Borrowed where nothing folds.
 pub fn circuit_attention<'a>(config: &ModelConfig, layer: &'a Layer, mode: Mode) -> std::borrow::Cow<'a, Attention> {
     let attention = &layer.attention;
     let multiplier = config.features.residual_multiplier;
@@ -74,19 +75,15 @@ pub fn circuit_attention<'a>(config: &ModelConfig, layer: &'a Layer, mode: Mode)
     if mode == Mode::Raw || !folds {
         return std::borrow::Cow::Borrowed(attention);
     }
-    let part = match config.features.qk_norm {
-        QkNorm::PerHead => config.d_head,
-        QkNorm::Whole | QkNorm::None => usize::MAX,
-    };
     let mut folded = attention.clone();
     if let Some(norm) = &attention.q_norm {
-        fold_columns(&mut folded.w_q, norm, config.norm, part);
+        scale_columns(&mut folded.w_q, norm);
     }
     if let Some(norm) = &attention.k_norm {
-        fold_columns(&mut folded.w_k, norm, config.norm, part);
+        scale_columns(&mut folded.w_k, norm);
     }
     if let Some(norm) = &layer.attention_out_norm {
-        fold_columns(&mut folded.w_o, norm, config.norm, usize::MAX);
+        scale_columns(&mut folded.w_o, norm);
     }
     if let Some(multiplier) = multiplier {
         folded.w_o *= multiplier;
@@ -94,20 +91,8 @@ pub fn circuit_attention<'a>(config: &ModelConfig, layer: &'a Layer, mode: Mode)
     std::borrow::Cow::Owned(folded)
 }
 
-/// A norm applied to `x W` folded into W's columns: for LayerNorm each row first centred over
-/// each `part`-wide group of columns (what the norm's mean removal does to `x W`), then column
-/// j times the norm's weight j.
-fn fold_columns(w: &mut DMatrix<f32>, norm: &Norm, kind: NormKind, part: usize) {
-    let part = part.min(w.ncols()).max(1);
-    if kind == NormKind::LayerNorm {
-        for start in (0..w.ncols()).step_by(part) {
-            let mut group = w.columns_mut(start, part);
-            for mut row in group.row_iter_mut() {
-                let mean = row.sum() / part as f32;
-                row.add_scalar_mut(-mean);
-            }
-        }
-    }
+/// A norm's weight on `x W` folded into W: column j times the weight j.
+fn scale_columns(w: &mut DMatrix<f32>, norm: &Norm) {
     for (mut column, &weight) in w.column_iter_mut().zip(&norm.weight) {
         column *= weight;
     }

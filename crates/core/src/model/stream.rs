@@ -118,7 +118,7 @@ impl Weights for Model {
     }
     fn layer(&self, l: usize, parts: LoadParts) -> Result<Cow<'_, Layer>> {
         let layer = &self.layers[l];
-        if parts == LoadParts::Everything && layer.mlp.is_none() {
+        if parts == LoadParts::Everything && layer.mlp.is_none() && layer.experts.is_none() {
             return Err(crate::Error::MissingMlp);
         }
         Ok(Cow::Borrowed(layer))

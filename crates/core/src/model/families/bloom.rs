@@ -18,7 +18,9 @@ fn blueprint(reader: &Reader, config: Option<&serde_json::Value>) -> Result<Blue
         "apply_residual_connection_post_layernorm",
         "residual connections taken after the norm are not implemented",
     )?;
-    let sizes = Sizes::read(reader, json, "transformer.word_embeddings.weight", "transformer.h.")?;
+    let mut sizes = Sizes::read(reader, json, "transformer.word_embeddings.weight", "transformer.h.")?;
+    // BLOOM's MLP is always four times the width.
+    sizes.d_mlp = 4 * sizes.d_model;
     let config = super::super::ModelConfig {
         norm: NormKind::LayerNorm,
         norm_eps: config_f32(json, "layer_norm_epsilon", 1e-5),

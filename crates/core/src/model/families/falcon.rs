@@ -18,6 +18,8 @@ pub(super) const FAMILY: Family =
 fn blueprint(reader: &Reader, config: Option<&serde_json::Value>) -> Result<Blueprint> {
     let json = require(config, "Falcon")?;
     let mut sizes = Sizes::read(reader, json, "transformer.word_embeddings.weight", "transformer.h.")?;
+    // Falcon's MLP width is its own key (4 x the width by default), not `intermediate_size`.
+    sizes.d_mlp = config_usize(json, &["ffn_hidden_size"]).unwrap_or(4 * sizes.d_model);
     let new_architecture = flag(json, "new_decoder_architecture", false);
     let multi_query = flag(json, "multi_query", true);
     let parallel = flag(json, "parallel_attn", true);

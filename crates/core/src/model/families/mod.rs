@@ -189,6 +189,10 @@ pub(super) fn windows(
             "`sliding_window` {w} is larger than the context `max_position_embeddings` {context}"
         )));
     }
+    let listed = matches!(config.get("layer_types"), Some(serde_json::Value::Array(_)));
+    if window.is_none() && !listed {
+        return Ok(vec![None; layers]);
+    }
     let types = match config.get("layer_types") {
         Some(serde_json::Value::Array(items)) => {
             if items.len() != layers {
