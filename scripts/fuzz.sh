@@ -33,7 +33,7 @@ seed() {
   case $1 in
     model_files)
       # 2-byte config length, config.json, weights (see the target).
-      for f in tests/fixtures/*/model.safetensors; do
+      for f in tests/fixtures/*/model.safetensors tests/fixtures/families/*/model.safetensors; do
         local d; d=$(dirname "$f")
         [ "$(stat -c %s "$f")" -lt 200000 ] || continue
         if [ -f "$d/config.json" ]; then
@@ -45,7 +45,11 @@ seed() {
     config_json)
       { printf '\0'; cat tests/fixtures/gpt2/config.json; } > "$dir/gpt2"
       { printf '\1'; cat tests/fixtures/pythia-hub/config.json; } > "$dir/pythia"
-      { printf '\2'; cat tests/fixtures/llama32/config.json; } > "$dir/llama" ;;
+      { printf '\2'; cat tests/fixtures/llama32/config.json; } > "$dir/llama"
+      { printf '\3'; cat tests/fixtures/families/gemma2/config.json; } > "$dir/gemma2"
+      { printf '\4'; cat tests/fixtures/families/falcon-rw/config.json; } > "$dir/falcon-rw"
+      { printf '\5'; cat tests/fixtures/families/mixtral/config.json; } > "$dir/mixtral"
+      { printf '\6'; cat tests/fixtures/families/olmo2/config.json; } > "$dir/olmo2" ;;
     tokenizer_json)
       cp tests/fixtures/gpt2/tokenizer.json "$dir/gpt2"
       cp tests/fixtures/pythia/tokenizer.json "$dir/pythia"

@@ -287,9 +287,12 @@ fn with_config(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> std::pa
     dir
 }
 
+/// A change to a fixture's config.json.
+type ConfigEdit = Box<dyn FnOnce(&mut serde_json::Value)>;
+
 #[test]
 fn what_headprint_does_not_implement_is_refused_by_name() {
-    let cases: Vec<(&str, Box<dyn FnOnce(&mut serde_json::Value)>, &str)> = vec![
+    let cases: Vec<(&str, ConfigEdit, &str)> = vec![
         ("olmo", Box::new(|c| c["clip_qkv"] = 8.0.into()), "clip_qkv"),
         (
             "phi3",

@@ -16,6 +16,12 @@ pub const PYTHIA: &[u8] = include_bytes!("../../tests/fixtures/pythia-hub/model.
 pub const PYTHIA_CONFIG: &str = include_str!("../../tests/fixtures/pythia-hub/config.json");
 pub const LLAMA: &[u8] = include_bytes!("../../tests/fixtures/llama32/model.safetensors");
 pub const LLAMA_CONFIG: &str = include_str!("../../tests/fixtures/llama32/config.json");
+/// Families with the features beyond the plain block (sandwich norms and soft-caps, ALiBi and a
+/// fused layout, experts and windows, query/key norms over the whole projection).
+pub const GEMMA2: &[u8] = include_bytes!("../../tests/fixtures/families/gemma2/model.safetensors");
+pub const FALCON_RW: &[u8] = include_bytes!("../../tests/fixtures/families/falcon-rw/model.safetensors");
+pub const MIXTRAL: &[u8] = include_bytes!("../../tests/fixtures/families/mixtral/model.safetensors");
+pub const OLMO2: &[u8] = include_bytes!("../../tests/fixtures/families/olmo2/model.safetensors");
 
 /// The character fixture, loaded once per process (the targets that run a model on what they
 /// parse share it).

@@ -1162,6 +1162,33 @@ await test('a model by link opens from the Hub, pins its commit in the share lin
   }
 });
 
+await test('the newer families load through the file input with their references\' numbers', async () => {
+  // Gemma 2 (sandwich norms, soft-caps, windows), Falcon with ALiBi, Mixtral (experts, window):
+  // the grid fills and every head's folded copying scores are the float64 references'.
+  const p = await context.newPage();
+  watch(p);
+  await p.goto(origin + '/#model=demo');
+  await p.waitForSelector('#head-grid .cell', { timeout: 60000 });
+  for (const [name, family] of [['gemma2', 'gemma2'], ['falcon-rw', 'falcon'], ['mixtral', 'mixtral']]) {
+    const folder = path.join(fixtures, 'families', name);
+    await p.setInputFiles('#file-input', ['config.json', 'model.safetensors'].map((f) => path.join(folder, f)));
+    await p.waitForFunction((family) => new RegExp(`${family} · 4 layers × 4 heads`).test(document.querySelector('#model-info')?.textContent ?? ''), family, { timeout: 60000 });
+    await idle(p);
+    expect(await p.locator('#head-grid .cell').count() === 16, `${name}: sixteen heads`);
+    const exported = JSON.parse((await download(p, '#export-json')).bytes.toString());
+    const reference = JSON.parse(fs.readFileSync(path.join(folder, 'expected.json'), 'utf8'));
+    for (const [i, want] of reference.folded.heads.entries()) {
+      const got = exported.folded.heads[i];
+      for (const circuit of ['qk', 'qk_token', 'ov', 'ov_residual']) {
+        const [g, w] = [got[circuit].copying_score, want[circuit].copying_score];
+        expect(Math.abs(g - w) <= 1e-4 * Math.max(1e-2, Math.abs(w)), `${name} L${want.layer}H${want.head} ${circuit}: ${g} | ${w}`);
+      }
+    }
+    if (name === 'gemma2') await shot('loaded-gemma2', false, p);
+  }
+  await p.close();
+});
+
 await test('nothing leaves the page origin and nothing went wrong', async () => {
   const foreign = requests.filter((u) => !u.startsWith(origin) && !u.startsWith('data:') && !u.startsWith('blob:'));
   expect(foreign.length === 0, `foreign requests: ${foreign.join(', ')}`);

@@ -454,7 +454,7 @@ fn ModelBar() -> impl IntoView {
                                 <span>
                                     {format!(
                                         "{} · {} layers × {} heads · d_model {} · d_head {} · vocab {} · {} parameters",
-                                        c.family.name(),
+                                        c.family,
                                         c.layers,
                                         c.heads,
                                         c.d_model,
