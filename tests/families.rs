@@ -256,21 +256,24 @@ fn every_family_runs_on_the_gpu_or_says_which_feature_sent_it_to_the_cpu() {
         let gpu_out = block_on(backend.forward(&model, &runs, &mut |_, _| {})).unwrap().remove(0);
         let cpu_out = forward::run(&model, &tokens).unwrap();
         let beyond = model.config.features.beyond_gpu_forward(model.config.mlp, &model.config.positions);
-        match backend.info().note {
+        let info = backend.forward_info(&model.config);
+        match info.note {
             None => {
-                assert!(beyond.is_empty(), "{name}: the GPU ran {beyond:?}");
+                assert!(beyond.is_empty() && info.name == "gpu", "{name}: the GPU ran {beyond:?}");
                 assert!(pattern_distance(&gpu_out, &cpu_out) <= 1e-4, "{name}: GPU patterns");
                 let logits = (&gpu_out.logits - &cpu_out.logits).abs().max();
                 assert!(logits <= 1e-4 * cpu_out.logits.abs().max().max(1.0), "{name}: GPU logits off by {logits}");
+                assert!(gpu_out.logits != cpu_out.logits, "{name}: the GPU's numbers are the CPU's bits");
                 on_gpu_count += 1;
             }
             Some(note) => {
                 assert!(!beyond.is_empty() && beyond.iter().all(|f| note.contains(f)), "{name}: {note}");
+                assert_eq!(info.name, "cpu", "{name}: the forward pass is reported as the CPU's");
                 assert_eq!((gpu_out.patterns, gpu_out.logits), (cpu_out.patterns, cpu_out.logits), "{name}");
             }
         }
     }
-    assert!(on_gpu_count >= 4, "only {on_gpu_count} families ran on the GPU");
+    assert!(on_gpu_count >= 8, "only {on_gpu_count} families ran on the GPU");
 }
 
 /// A folder with a fixture's weights and its config.json edited by `edit`.

@@ -463,8 +463,20 @@ impl Backend {
         }
     }
 
-    /// [`Backend::info`] for work that ran the forward pass, which a GPU computes in f32.
-    pub fn forward_info(&self) -> BackendInfo {
+    /// [`Backend::info`] for work that ran the forward pass of a model of `config`, which a GPU
+    /// computes in f32: the CPU, with a note naming why, where the GPU's kernels do not compute
+    /// the model's features ([`crate::model::Features::beyond_gpu_forward`]).
+    pub fn forward_info(&self, config: &crate::model::ModelConfig) -> BackendInfo {
+        let beyond = config.features.beyond_gpu_forward(config.mlp, &config.positions);
+        if self.is_gpu() && !beyond.is_empty() {
+            return BackendInfo {
+                note: Some(format!(
+                    "the GPU's forward pass does not compute {} yet: the model ran on the CPU",
+                    beyond.join(", ")
+                )),
+                ..BackendInfo::default()
+            };
+        }
         let info = self.info();
         let arithmetic = info.arithmetic.as_ref().map(|_| "f32".to_string());
         BackendInfo { arithmetic, ..info }
@@ -782,18 +794,14 @@ impl Backend {
         runs: &[(&[usize], Keep<'_>)],
         each_layer: &mut dyn FnMut(usize, usize),
     ) -> Result<Vec<ForwardOutput>> {
+        // A model with features the GPU's kernels do not compute runs on the CPU
+        // (`forward_info` says so); its circuits still run on the GPU.
         #[cfg(feature = "gpu")]
         if let Kind::Gpu(gpu) = &self.kind {
             let config = model.config();
-            let beyond = config.features.beyond_gpu_forward(config.mlp, &config.positions);
-            if beyond.is_empty() {
+            if config.features.beyond_gpu_forward(config.mlp, &config.positions).is_empty() {
                 return gpu.forward(model, runs, each_layer).await;
             }
-            // The circuits still run on the GPU; the note says which part did not.
-            self.note = Some(format!(
-                "the GPU's forward pass does not compute {} yet: the model ran on the CPU",
-                beyond.join(", ")
-            ));
         }
         forward::run_batch(model, runs, each_layer)
     }

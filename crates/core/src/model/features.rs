@@ -169,9 +169,7 @@ impl Features {
         add(self.norm_sites == NormSites::Sandwich, "sandwich norms");
         add(self.norm_sites == NormSites::Post, "post-norms");
         add(self.qk_norm != QkNorm::None, "query/key norms");
-        add(self.attention_scale.is_some(), "an attention scale other than 1/sqrt(d_head)");
-        add(self.attention_softcap.is_some() || self.final_softcap.is_some(), "soft-capping");
-        add(self.layers.iter().any(|l| l.window.is_some()), "sliding windows");
+        add(self.final_softcap.is_some(), "soft-capped logits");
         add(self.layers.iter().any(|l| l.positions.is_some()), "per-layer positions");
         add(self.residual_multiplier.is_some() || self.logits_divisor.is_some(), "residual and logit multipliers");
         add(matches!(mlp, MlpKind::Experts { .. }), "mixtures of experts");

@@ -58,8 +58,17 @@ pub(super) struct ForwardKernels {
 /// A sequence to run, and what to keep of it.
 type Run<'a> = (&'a [usize], Keep<'a>);
 
-/// The eight numbers each kernel reads its settings from (forward.wgsl's `Settings`).
-type Settings = [u32; 8];
+/// The numbers each kernel reads its settings from (forward.wgsl's `Settings`).
+type Settings = [u32; 12];
+
+/// Settings from the first eight numbers, the rest zero (only `attend` reads more).
+fn settings(first: [usize; 8]) -> Settings {
+    let mut all = [0u32; 12];
+    for (to, from) in all.iter_mut().zip(first) {
+        *to = from as u32;
+    }
+    all
+}
 
 /// A dispatch of `pipeline` over `groups`, with the buffers bound at their numbers (0 is the
 /// settings).
@@ -210,7 +219,7 @@ impl Gpu {
         for l in 0..config.layers {
             let layer = model.layer(l, LoadParts::Everything)?;
             let weights = self.upload_layer(&layer)?;
-            self.run_layer(kernels, config, rows, &device, &weights, (&groups, &placed, runs), &mut outputs).await?;
+            self.run_layer(kernels, config, l, rows, &device, &weights, (&groups, &placed, runs), &mut outputs).await?;
             if keeps_heads {
                 let mixed = self.read_matrix(&device.mixed, rows, config.heads * config.d_head).await?;
                 keep_head_outputs(config, &layer, runs, &placed, &mixed, &mut outputs);
@@ -380,6 +389,7 @@ impl Gpu {
         &self,
         kernels: &ForwardKernels,
         config: &ModelConfig,
+        l: usize,
         rows: usize,
         device: &Activations,
         weights: &LayerOnDevice,
@@ -402,7 +412,7 @@ impl Gpu {
                 let half = dims / 2;
                 before.push(Dispatch {
                     pipeline: &kernels.rotary,
-                    settings: [rows, heads, d_head, 0, half, longest * half, 0, 0].map(|v| v as u32),
+                    settings: settings([rows, heads, d_head, 0, half, longest * half, 0, 0]),
                     buffers: vec![(1, table), (4, out), (6, &device.rows_of)],
                     groups: threads(rows * heads * half),
                 });
@@ -410,24 +420,29 @@ impl Gpu {
         }
         self.submit(before).await?;
 
-        let scale = 1.0 / (d_head as f32).sqrt();
+        let scale = config.attention_scale();
+        // A layer's sliding window (0: none) and the scores' soft cap (0: none).
+        let window = config.layer_window(l).unwrap_or(0);
+        let cap = config.features.attention_softcap.map_or(0, f32::to_bits);
         for group in groups {
             let first_row = placed[group.runs.start].first_row;
             let last = &placed[group.runs.end - 1];
             let count = last.first_row + last.len - first_row;
+            let mut attend_settings = settings([
+                rows,
+                config.heads,
+                d_head,
+                count,
+                config.heads / config.kv_heads,
+                scale.to_bits() as usize,
+                first_row,
+                group.first_value,
+            ]);
+            attend_settings[8] = u32::try_from(window).map_err(|_| Error::Gpu(format!("a window of {window}")))?;
+            attend_settings[9] = cap;
             let attend = Dispatch {
                 pipeline: &kernels.attend,
-                settings: [
-                    rows,
-                    config.heads,
-                    d_head,
-                    count,
-                    config.heads / config.kv_heads,
-                    scale.to_bits() as usize,
-                    first_row,
-                    group.first_value,
-                ]
-                .map(|v| v as u32),
+                settings: attend_settings,
                 buffers: vec![
                     (1, &device.queries),
                     (2, &device.keys),
@@ -488,8 +503,16 @@ impl Gpu {
         };
         after.push(Dispatch {
             pipeline: &kernels.activate,
-            settings: [rows * d_mlp, 0, 0, gated.is_some() as usize, activation_code(config.mlp.activation()), 0, 0, 0]
-                .map(|v| v as u32),
+            settings: settings([
+                rows * d_mlp,
+                0,
+                0,
+                gated.is_some() as usize,
+                activation_code(config.mlp.activation()),
+                0,
+                0,
+                0,
+            ]),
             buffers: vec![(1, gated.unwrap_or(&device.unused)), (4, &device.hidden)],
             groups: threads(rows * d_mlp),
         });
@@ -558,14 +581,14 @@ impl Gpu {
                 &logits,
                 Product::Set,
             );
-            let mut settings = product.settings;
-            settings[3] |= 4;
-            settings[4] = start as u32;
-            let mut dispatches = vec![Dispatch { settings, ..product }];
+            let mut transposed = product.settings;
+            transposed[3] |= 4;
+            transposed[4] = start as u32;
+            let mut dispatches = vec![Dispatch { settings: transposed, ..product }];
             if top {
                 dispatches.push(Dispatch {
                     pipeline: &kernels.highest,
-                    settings: [rows, width, 0, 0, 0, 0, 0, 0].map(|v| v as u32),
+                    settings: settings([rows, width, 0, 0, 0, 0, 0, 0]),
                     buffers: vec![(1, &logits), (4, &highest)],
                     groups: (rows.min(SPAN) as u32, rows.div_ceil(SPAN) as u32, 1),
                 });
@@ -666,7 +689,7 @@ impl Gpu {
         );
         let gather = Dispatch {
             pipeline: &kernels.gather,
-            settings: [indices.len(), 0, 0, 0, 0, 0, 0, 0].map(|v| v as u32),
+            settings: settings([indices.len(), 0, 0, 0, 0, 0, 0, 0]),
             buffers: vec![(1, &device.patterns), (4, &gathered), (6, &index_buffer)],
             groups: threads(indices.len()),
         };
@@ -730,7 +753,7 @@ impl Gpu {
         let flags = centred | (norm.bias.is_some() as usize) << 1;
         Dispatch {
             pipeline: &kernels.norm,
-            settings: [rows, config.d_model, 0, flags, config.norm_eps.to_bits() as usize, 0, 0, 0].map(|v| v as u32),
+            settings: settings([rows, config.d_model, 0, flags, config.norm_eps.to_bits() as usize, 0, 0, 0]),
             buffers: vec![
                 (1, &device.residual),
                 (2, &norm.weight),
@@ -750,7 +773,7 @@ impl Gpu {
         for dispatch in &dispatches {
             let settings = self.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("settings"),
-                size: 32,
+                size: std::mem::size_of::<Settings>() as u64,
                 usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
             });
@@ -815,7 +838,7 @@ fn gemm<'a>(
     let flags = bias.is_some() as usize | ((product == Product::Add) as usize) << 1;
     Dispatch {
         pipeline: &kernels.gemm,
-        settings: [m, n, k, flags, 0, 0, 0, 0].map(|v| v as u32),
+        settings: settings([m, n, k, flags, 0, 0, 0, 0]),
         // A product without bias binds its y again where the bias would be: it is never read.
         buffers: vec![(1, x), (2, y), (3, bias.unwrap_or(y)), (4, out)],
         groups: (m.div_ceil(64) as u32, n.div_ceil(64) as u32, 1),

@@ -14,6 +14,12 @@ struct Settings {
     b: u32,
     c: u32,
     d: u32,
+    // Read by `attend` only: the layer's sliding window (0: none), the f32 bits of the scores'
+    // soft cap (0: none); two more to keep the uniform 16-byte aligned.
+    window: u32,
+    cap: u32,
+    unused_e: u32,
+    unused_f: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Settings;
@@ -205,7 +211,8 @@ fn rotary(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups)
 // x: queries, rows (m) x heads * d_head; y: keys and w: values, rows x kv_heads * d_head;
 // rows_of: each row's (start, position); p.n heads, p.k d_head, p.a query heads per key/value
 // head, p.b the f32 bits of the score scale; p.c the first row this dispatch covers and p.flags
-// how many rows it covers; p.d its patterns' offset. out: the patterns, each sequence's heads' len x len patterns one after
+// how many rows it covers; p.d its patterns' offset; p.window: a query t sees keys t - window <
+// k <= t (0: every key up to t); p.cap: scores become cap tanh(score / cap) (0: as they are). out: the patterns, each sequence's heads' len x len patterns one after
 // another (column-major, rows = queries) from the offset `pattern_at` gives; out2: each head's
 // mixed values z, rows x heads * d_head. One group per (row, head): dispatched with
 // group = (row - p.c) within x/z, head in y.
@@ -235,21 +242,29 @@ fn attend(
     }
     workgroupBarrier();
 
+    var first = 0u;
+    if (p.window > 0u && t + 1u > p.window) {
+        first = t + 1u - p.window;
+    }
+    let cap = bitcast<f32>(p.cap);
     var largest = -3.4e38;
-    for (var key = local; key <= t; key += KEYS) {
+    for (var key = first + local; key <= t; key += KEYS) {
         let key_row = start + key;
         var dot = 0.0;
         for (var j = 0u; j < d_head; j++) {
             dot += query[j] * y[key_row + p.m * (kv * d_head + j)];
         }
-        let score = dot * scale;
+        var score = dot * scale;
+        if (p.cap != 0u) {
+            score = tanh(score / cap) * cap;
+        }
         out[pattern + key * len + t] = score;
         largest = max(largest, score);
     }
     let top = group_reduce(local, largest, KEYS, true);
 
     var part = 0.0;
-    for (var key = local; key <= t; key += KEYS) {
+    for (var key = first + local; key <= t; key += KEYS) {
         let weight = exp(out[pattern + key * len + t] - top);
         out[pattern + key * len + t] = weight;
         part += weight;
@@ -257,7 +272,7 @@ fn attend(
     let total = group_reduce(local, part, KEYS, false);
     for (var key = local; key < len; key += KEYS) {
         var weight = 0.0;
-        if (key <= t) {
+        if (key >= first && key <= t) {
             weight = out[pattern + key * len + t] / total;
         }
         out[pattern + key * len + t] = weight;
@@ -267,7 +282,7 @@ fn attend(
 
     for (var j = local; j < d_head; j += KEYS) {
         var mixed = 0.0;
-        for (var key = 0u; key <= t; key++) {
+        for (var key = first; key <= t; key++) {
             mixed += out[pattern + key * len + t] * w[start + key + p.m * (kv * d_head + j)];
         }
         out2[row + p.m * (head * d_head + j)] = mixed;
