@@ -62,10 +62,14 @@ fn main() {
             if asked.get("transient_retry_after").is_some() {
                 faults.transient_retry_after = number("transient_retry_after");
             }
-            for (name, field) in [("stalls", &mut faults.stalls), ("silences", &mut faults.silences), ("drops", &mut faults.drops)] {
-                if let Some(n) = number(name) {
-                    *field = n;
-                }
+            if let Some(n) = number("stalls") {
+                faults.stalls = n;
+            }
+            if let Some(n) = number("silences") {
+                faults.silences = n;
+            }
+            if let Some(n) = number("drops") {
+                faults.drops = n;
             }
             if let Some(n) = asked["drop_after"].as_u64() {
                 faults.drop_after = n;

@@ -700,7 +700,8 @@ fn a_server_that_keeps_failing_is_named_with_its_status_and_the_tries() {
     assert!(!ok && stdout.is_empty());
     let error = stderr.lines().last().unwrap_or_default();
     assert_eq!(
-        error, "headprint: hf:test-org/gpt2/model.safetensors: the server answered 503 (service unavailable); tried 4 times",
+        error,
+        "headprint: hf:test-org/gpt2/model.safetensors: the server answered 503 (service unavailable); tried 4 times",
         "{stderr}"
     );
     assert_eq!(hub.log().iter().filter(|e| e.status == 503).count(), 4, "one try and three retries");
@@ -787,7 +788,8 @@ fn a_stalled_body_is_abandoned_and_resumed_from_the_bytes_received() {
 
     let hub = Imitation::start();
     hub.add_folder("test-org/gpt2", "main", &folder);
-    // The header's request, then the first tensors' (the first two ranged answers) stall halfway.
+    // The first two ranged answers stall halfway: the 8 bytes that give the header's length, then
+    // their resumption.
     hub.faults().stalls = 2;
     let home = scratch("stall");
     let (ok, stdout, stderr) = run_within(&hub, &home, &["fingerprint", "hf:test-org/gpt2", "--json"], &quick, bound);
@@ -832,7 +834,9 @@ fn a_stalled_body_is_abandoned_and_resumed_from_the_bytes_received() {
     assert!(!ok && stdout.is_empty());
     let error = stderr.lines().last().unwrap_or_default();
     assert!(
-        error.starts_with("headprint: hf:test-org/gpt2/model.safetensors: the connection stalled 4 times (no byte for 1 s)"),
+        error.starts_with(
+            "headprint: hf:test-org/gpt2/model.safetensors: the connection stalled 4 times (no byte for 1 s)"
+        ),
         "{stderr}"
     );
     let _ = std::fs::remove_dir_all(home);
@@ -843,11 +847,14 @@ fn the_read_timeout_is_read_from_the_environment_or_refused_in_one_line() {
     let hub = Imitation::start();
     let home = scratch("bad-timeout");
     for bad in ["soon", "0", "-3", "1e9"] {
-        let (ok, _, stderr) = run(&hub, &home, &["fingerprint", "hf:test-org/gpt2"], &[("HEADPRINT_READ_TIMEOUT", bad)]);
+        let (ok, _, stderr) =
+            run(&hub, &home, &["fingerprint", "hf:test-org/gpt2"], &[("HEADPRINT_READ_TIMEOUT", bad)]);
         assert!(!ok);
         assert_eq!(
             stderr.trim_end(),
-            format!("headprint: HEADPRINT_READ_TIMEOUT must be a number of seconds above 0 and at most 3600, not `{bad}`")
+            format!(
+                "headprint: HEADPRINT_READ_TIMEOUT must be a number of seconds above 0 and at most 3600, not `{bad}`"
+            )
         );
     }
     assert!(hub.log().is_empty(), "nothing is asked with a timeout that makes no sense");

@@ -321,7 +321,8 @@ fn serve(stream: TcpStream, origin: Origin, state: &State, cdn: &str) {
         let faults = state.faults.lock().unwrap();
         let every = u64::from(faults.transient_every);
         let ranged = request.headers.contains_key("range") && request.method == "GET";
-        let nth = ranged && every > 0 && (state.ranged_requests.fetch_add(1, Ordering::SeqCst) + 1) % every == 0;
+        let nth =
+            ranged && every > 0 && (state.ranged_requests.fetch_add(1, Ordering::SeqCst) + 1).is_multiple_of(every);
         nth.then(|| (faults.transient_status, faults.transient_retry_after))
     };
     let mut answer = match (origin, request.method.as_str()) {

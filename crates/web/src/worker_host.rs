@@ -207,12 +207,7 @@ impl std::io::Read for Pieces {
 }
 
 impl Transport for XhrTransport {
-    fn get(
-        &self,
-        url: &str,
-        range: Option<(u64, u64)>,
-        _authorization: Option<&str>,
-    ) -> std::io::Result<Response> {
+    fn get(&self, url: &str, range: Option<(u64, u64)>, _authorization: Option<&str>) -> std::io::Result<Response> {
         let asked = range.map(|(first, last)| (first, last.min(first.saturating_add(PIECE - 1))));
         let Answered { status, mut headers, body, url: answered_url } =
             xhr_get(url, asked, timeout_ms(asked.map(|(first, last)| last + 1 - first)))?;

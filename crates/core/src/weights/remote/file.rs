@@ -111,7 +111,14 @@ impl RemoteFile {
     }
 
     /// `fetch`, from `at`, where an earlier answer for these bytes may already have been `cut`.
-    fn resume(&self, state: &mut State, mut at: u64, end: u64, into: &dyn RangeStore, mut cut: Option<Cut>) -> Result<()> {
+    fn resume(
+        &self,
+        state: &mut State,
+        mut at: u64,
+        end: u64,
+        into: &dyn RangeStore,
+        mut cut: Option<Cut>,
+    ) -> Result<()> {
         let (mut drops, mut stalls, mut expiries) = (0, 0, 0);
         loop {
             if let Some(cut) = cut.take() {

@@ -96,8 +96,11 @@ pub struct Client {
     fetched: AtomicU64,
     notes: Mutex<Vec<String>>,
     /// Told each note as it happens (the CLI prints it at once: a stall is never silent).
-    on_note: Option<Box<dyn Fn(&str) + Send + Sync>>,
+    on_note: Option<NoteHook>,
 }
+
+/// What a host does with a note as it happens.
+type NoteHook = Box<dyn Fn(&str) + Send + Sync>;
 
 /// A followed request: the final answer, the URL that gave it, and the first (Hub) answer's
 /// headers when it was a redirect.
@@ -222,7 +225,9 @@ impl Client {
                     let stalled = is_stall(&error);
                     if failures > self.patience.retries {
                         let reason = match stalled {
-                            true => format!("the server did not answer within {}; tried {failures} times", self.timeout()),
+                            true => {
+                                format!("the server did not answer within {}; tried {failures} times", self.timeout())
+                            }
                             false => format!("{error}; tried {failures} times"),
                         };
                         return Err(Error::Network { what: what.into(), reason });
