@@ -859,3 +859,90 @@ fn the_read_timeout_is_read_from_the_environment_or_refused_in_one_line() {
     }
     assert!(hub.log().is_empty(), "nothing is asked with a timeout that makes no sense");
 }
+
+/// The page's pool on a first open of GPT-2 Small by link, replayed natively in the order
+/// `crates/web/src/ui/pool.rs` asks: the lead opens the link and a helper the pinned link, then
+/// the lead alone computes the Grams, every layer's heads and the induction probe (a model the
+/// page's store does not hold whole), keeping what it fetched as the page's `Blob`s do. Until
+/// the overview is complete, each byte is fetched once: at most the file, with the small files
+/// and header the helper fetches. Prints the bytes of each stage.
+#[test]
+fn a_first_open_by_link_in_the_pool_fetches_each_byte_of_gpt2_small_once() {
+    use headprint::analysis::Mode;
+    use headprint::backend::BackendChoice;
+    use headprint::weights::remote::DiskCache;
+    use headprint::worker::pool::GramSum;
+    use headprint::worker::protocol::{GramsData, LinkSource, Reply, Request, Role};
+    use headprint::worker::session::{Session, default_sequence};
+
+    let files = gpt2_small();
+    let size = files.iter().map(|(_, bytes)| bytes.len() as u64).sum::<u64>();
+    let hub = Imitation::start();
+    hub.add_commit("openai-community/gpt2", "main", files);
+    let home = scratch("pool-bytes");
+    let mut workers: Vec<Session> = (0..2)
+        .map(|w| {
+            let mut session =
+                Session::new(|| 0.0).with_transport(|| Box::new(hub_imitation::TcpTransport::default()));
+            session.keep_links_in(Box::new(DiskCache::new(home.join(format!("worker-{w}")))));
+            session
+        })
+        .collect();
+    let quiet = || -> headprint::worker::session::Reporter { std::rc::Rc::new(|_| {}) };
+    let mut ask = |w: usize, request: Request| -> Reply {
+        workers[w].handle(request, Vec::new(), quiet()).unwrap_or_else(|e| panic!("worker {w}: {e}"))
+    };
+    let mut stages: Vec<(String, u64)> = Vec::new();
+    let mut sent = hub.bytes_sent();
+    let mut stage = |name: &str| {
+        let now = hub.bytes_sent();
+        stages.push((name.to_string(), now - sent));
+        sent = now;
+    };
+    let model = 1;
+    let link = |given: &str| Some(LinkSource { link: given.into(), hub: hub.hub.clone(), offline: false });
+    let Reply::Opened { info, tied, segments, .. } =
+        ask(0, Request::Open { model, names: Vec::new(), role: Role::Lead, link: link("hf:openai-community/gpt2") })
+    else {
+        panic!("the lead did not open the model")
+    };
+    stage("the lead opens the link");
+    let pinned = info.link.as_ref().unwrap().pinned.clone();
+    ask(1, Request::Open { model, names: Vec::new(), role: Role::Helper, link: link(&pinned) });
+    stage("the helper opens the pinned link");
+    let mut sum = GramSum::new(info.config.d_model, tied, segments);
+    for segment in 0..segments {
+        let Reply::GramSegment { grams, .. } = ask(0, Request::GramSegment { model, segment }) else { panic!() };
+        sum.add(segment, grams.grams().unwrap()).unwrap();
+    }
+    let grams = GramsData::of(&sum.finish().unwrap());
+    for w in 0..2 {
+        ask(w, Request::SetGrams { model, grams: grams.clone() });
+    }
+    stage("the Grams, on the lead");
+    for layer in 0..info.config.layers {
+        let request = Request::FingerprintLayer { model, mode: Mode::Folded, layer, backend: BackendChoice::Cpu };
+        let Reply::Heads { .. } = ask(0, request) else { panic!("no heads for layer {layer}") };
+    }
+    stage("every layer's heads, on the lead");
+    let sequence = default_sequence(&info.config);
+    let probe = Request::InductionShare {
+        model,
+        sequence,
+        prepend_bos: true,
+        share: 0,
+        shares: 1,
+        backend: BackendChoice::Cpu,
+    };
+    let Reply::InductionShare(_) = ask(0, probe) else { panic!() };
+    stage("the induction probe, on the lead");
+    let total: u64 = stages.iter().map(|(_, bytes)| bytes).sum();
+    for (name, bytes) in &stages {
+        eprintln!("{name}: {:.1} MB", *bytes as f64 / 1e6);
+    }
+    eprintln!("until the overview: {:.1} MB of a {:.1} MB file", total as f64 / 1e6, size as f64 / 1e6);
+    let helper = stages[1].1;
+    assert!(helper < 100_000, "the helper fetches its small files and the header only: {helper} bytes");
+    assert!(total <= size + helper, "{total} bytes fetched until the overview, of a {size}-byte file");
+    let _ = std::fs::remove_dir_all(home);
+}

@@ -373,9 +373,11 @@ impl ByteSource for RemoteFile {
         if self.client.is_offline() {
             return Err(Error::Offline { what: format!("bytes {offset}..{end} of {}", self.name) });
         }
-        // A read inside a planned span fetches the span's windows it touches, whole: fixed
-        // windows, so that neighbouring reads in any order never ask for a byte twice. A small
-        // read fetches itself alone.
+        // A read inside a planned span fetches the span's windows it touches: fixed windows, so
+        // that neighbouring reads in any order never ask for a byte twice. Of each window only
+        // what the store lacks is asked for: a plan that grew (the probe's, after the
+        // fingerprint's) lays its windows across bytes an earlier plan's windows brought. A
+        // small read fetches itself alone.
         let span = state.plan.iter().find(|r| r.start <= offset && offset < r.end).cloned();
         match span.filter(|_| len as u64 >= SMALL_READ) {
             Some(span) => {
@@ -384,8 +386,10 @@ impl ByteSource for RemoteFile {
                 for window in first..=last {
                     let start = span.start + window * LONGEST_REQUEST;
                     let stop = (start + LONGEST_REQUEST).min(span.end);
-                    if !self.store.holds(start, stop - start) {
-                        self.fetch(&mut state, start, stop, self.store.as_ref())?;
+                    // Held runs shorter than a merge gap are asked for again with their
+                    // neighbours rather than split a request in two.
+                    for gap in merge_ranges(self.store.missing(start..stop), MERGE_GAP) {
+                        self.fetch(&mut state, gap.start, gap.end, self.store.as_ref())?;
                     }
                 }
                 if end > span.end {

@@ -17,7 +17,7 @@ pub use http::{Client, Followed, Patience, READ_TIMEOUT_SECONDS, Response, Trans
 pub use link::{DEFAULT_REVISION, HUB_ENDPOINT, ModelLink};
 #[cfg(not(target_arch = "wasm32"))]
 pub use store::DiskCache;
-pub use store::{FileFacts, FileKey, LinkCache, MemoryRanges, NoCache, RangeStore};
+pub use store::{FileFacts, FileKey, LinkCache, MemoryRanges, NoCache, RangeStore, gaps};
 
 use super::{ByteSource, ModelFiles};
 use crate::{Error, Result};
