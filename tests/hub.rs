@@ -882,8 +882,7 @@ fn a_first_open_by_link_in_the_pool_fetches_each_byte_of_gpt2_small_once() {
     let home = scratch("pool-bytes");
     let mut workers: Vec<Session> = (0..2)
         .map(|w| {
-            let mut session =
-                Session::new(|| 0.0).with_transport(|| Box::new(hub_imitation::TcpTransport::default()));
+            let mut session = Session::new(|| 0.0).with_transport(|| Box::new(hub_imitation::TcpTransport::default()));
             session.keep_links_in(Box::new(DiskCache::new(home.join(format!("worker-{w}")))));
             session
         })

@@ -179,7 +179,6 @@ struct Pieces {
 
 impl std::io::Read for Pieces {
     fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
-        use std::io::Read;
         loop {
             let read = self.current.read(buffer)?;
             if read > 0 || buffer.is_empty() || self.next > self.last {
