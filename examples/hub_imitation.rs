@@ -8,7 +8,9 @@
 //! A repository may be given at a revision: `--repo ORG/NAME@step1000=FOLDER`; `--gpt2-small
 //! ORG/NAME=REVISION` serves a random GPT-2 Small in the Hub's layout. Prints one line
 //! of JSON with the two origins' addresses once it is listening, and one line of counts for
-//! each `sent` read from stdin.
+//! each `sent` read from stdin. A line `faults {JSON}` switches faults on (the fields of
+//! `hub_imitation::Faults` that the browser tests use: `transient_every`, `transient_status`,
+//! `transient_retry_after`, `stalls`, `silences`, `drops`, `drop_after`) and is answered `{}`.
 
 #[path = "../tests/hub_imitation/mod.rs"]
 mod hub_imitation;
@@ -47,6 +49,33 @@ fn main() {
     for line in std::io::stdin().lines().map_while(Result::ok) {
         if line.trim() == "sent" {
             println!("{}", serde_json::json!({"bytes": hub.bytes_sent(), "requests": hub.log().len()}));
+        } else if let Some(json) = line.trim().strip_prefix("faults ") {
+            let asked: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+            let number = |name: &str| asked[name].as_u64().map(|n| n as u32);
+            let mut faults = hub.faults();
+            if let Some(n) = number("transient_every") {
+                faults.transient_every = n;
+            }
+            if let Some(n) = number("transient_status") {
+                faults.transient_status = n as u16;
+            }
+            if asked.get("transient_retry_after").is_some() {
+                faults.transient_retry_after = number("transient_retry_after");
+            }
+            if let Some(n) = number("stalls") {
+                faults.stalls = n;
+            }
+            if let Some(n) = number("silences") {
+                faults.silences = n;
+            }
+            if let Some(n) = number("drops") {
+                faults.drops = n;
+            }
+            if let Some(n) = asked["drop_after"].as_u64() {
+                faults.drop_after = n;
+            }
+            drop(faults);
+            println!("{{}}");
         }
     }
     loop {

@@ -76,7 +76,6 @@ fn main() -> ExitCode {
     open::configure(LinkSettings { offline: cli.offline });
     progress::configure(cli.quiet);
     let outcome = run(cli.command);
-    open::print_notes();
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -4,11 +4,13 @@
 
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use headprint::Result;
 use headprint::weights::ModelFiles;
 use headprint::weights::remote::{
-    Client, DiskCache, HUB_ENDPOINT, LinkCache, ModelLink, NoCache, Opener, Patience, hf_cache_root,
+    Client, DiskCache, HUB_ENDPOINT, LinkCache, ModelLink, NoCache, Opener, Patience, READ_TIMEOUT_SECONDS,
+    hf_cache_root,
 };
 use serde_json::json;
 
@@ -30,17 +32,34 @@ pub fn configure(settings: LinkSettings) {
 }
 
 /// One client for the run, so that two models of a comparison share the rate limits and notes.
-fn client() -> Arc<Client> {
-    CLIENT
-        .get_or_init(|| {
-            let token = std::env::var("HF_TOKEN").ok().or_else(|| std::env::var("HUGGING_FACE_HUB_TOKEN").ok());
-            let client = Client::new(Box::new(UreqTransport::new()), &hub_endpoint(), token, Patience::default());
-            let env_offline =
-                std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| matches!(v.as_str(), "1" | "true" | "TRUE" | "yes"));
-            let offline = SETTINGS.get().is_some_and(|s| s.offline) || env_offline;
-            Arc::new(if offline { client.offline() } else { client })
-        })
-        .clone()
+fn client() -> Result<Arc<Client>> {
+    if let Some(client) = CLIENT.get() {
+        return Ok(client.clone());
+    }
+    let patience = Patience { read_timeout_seconds: read_timeout()?, ..Patience::default() };
+    let transport = UreqTransport::new(Duration::from_secs_f64(patience.read_timeout_seconds));
+    let token = std::env::var("HF_TOKEN").ok().or_else(|| std::env::var("HUGGING_FACE_HUB_TOKEN").ok());
+    let client = Client::new(Box::new(transport), &hub_endpoint(), token, patience)
+        .on_note(|note| crate::progress::say(&format!("note: {note}")));
+    let env_offline =
+        std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| matches!(v.as_str(), "1" | "true" | "TRUE" | "yes"));
+    let offline = SETTINGS.get().is_some_and(|s| s.offline) || env_offline;
+    Ok(CLIENT.get_or_init(|| Arc::new(if offline { client.offline() } else { client })).clone())
+}
+
+/// How long a server may stay silent before a request is abandoned and asked again:
+/// `HEADPRINT_READ_TIMEOUT` seconds, else 20.
+fn read_timeout() -> Result<f64> {
+    let Some(text) = std::env::var("HEADPRINT_READ_TIMEOUT").ok().filter(|t| !t.trim().is_empty()) else {
+        return Ok(READ_TIMEOUT_SECONDS);
+    };
+    // More than an hour is most likely milliseconds meant as seconds.
+    match text.trim().parse::<f64>() {
+        Ok(seconds) if seconds.is_finite() && seconds > 0.0 && seconds <= 3600.0 => Ok(seconds),
+        _ => Err(headprint::Error::Io(format!(
+            "HEADPRINT_READ_TIMEOUT must be a number of seconds above 0 and at most 3600, not `{text}`"
+        ))),
+    }
 }
 
 fn hub_endpoint() -> String {
@@ -97,7 +116,7 @@ pub fn open(model: &str) -> Result<Opened> {
             reason: "a url: link relative to a page works in the page; here give http:// or https://".into(),
         });
     }
-    let client = client();
+    let client = client()?;
     let fetched_before = client.bytes_fetched();
     let disk = DiskCache::default_root().map(DiskCache::new);
     let memory = NoCache { budget: MEMORY_BUDGET };
@@ -128,13 +147,4 @@ pub fn open(model: &str) -> Result<Opened> {
 /// Body bytes fetched so far in this run, when a link was opened.
 pub fn bytes_fetched() -> Option<u64> {
     CLIENT.get().map(|client| client.bytes_fetched())
-}
-
-/// What the network did that the user should know, once each, on stderr.
-pub fn print_notes() {
-    if let Some(client) = CLIENT.get() {
-        for note in client.notes() {
-            eprintln!("note: {note}");
-        }
-    }
 }

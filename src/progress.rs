@@ -3,13 +3,17 @@
 //! a terminal and without `--quiet`: nothing changes on stdout.
 
 use std::fmt::Write;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
 static QUIET: AtomicBool = AtomicBool::new(false);
+/// The bar drawn now, if any: a line said meanwhile is printed above it, not through it.
+static SHOWN: Mutex<Option<(u64, ProgressBar)>> = Mutex::new(None);
+/// Numbers each stage, so that a stage dropped late does not forget a newer one's bar.
+static STAGES: AtomicU64 = AtomicU64::new(0);
 /// When the run began: the download rate is over the whole run.
 static START: OnceLock<Instant> = OnceLock::new();
 
@@ -21,6 +25,7 @@ pub fn configure(quiet: bool) {
 /// One stage's bar; cleared when dropped.
 pub struct Stage {
     bar: ProgressBar,
+    id: u64,
 }
 
 /// A bar for `label` counting `unit`s to `total` (None: a spinner).
@@ -28,10 +33,20 @@ pub fn stage(label: &str, total: Option<usize>, unit: &'static str) -> Stage {
     let target =
         if QUIET.load(Ordering::Relaxed) { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr() };
     let bar = ProgressBar::with_draw_target(total.map(|t| t as u64), target);
-    let stage = Stage { bar };
+    let stage = Stage { bar, id: STAGES.fetch_add(1, Ordering::Relaxed) };
     stage.switch(label, total.is_some(), unit);
     stage.bar.enable_steady_tick(Duration::from_millis(200));
+    *SHOWN.lock().unwrap_or_else(|e| e.into_inner()) = Some((stage.id, stage.bar.clone()));
     stage
+}
+
+/// A line on stderr as it happens (a note of the network's), above the bar when one is drawn.
+/// `--quiet` hides bars only, never notes.
+pub fn say(line: &str) {
+    match SHOWN.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        Some((_, bar)) => bar.suspend(|| eprintln!("{line}")),
+        None => eprintln!("{line}"),
+    }
 }
 
 fn style(counted: bool, unit: &'static str) -> Option<ProgressStyle> {
@@ -83,6 +98,10 @@ impl Stage {
 impl Drop for Stage {
     fn drop(&mut self) {
         self.bar.finish_and_clear();
+        let mut shown = SHOWN.lock().unwrap_or_else(|e| e.into_inner());
+        if shown.as_ref().is_some_and(|(id, _)| *id == self.id) {
+            *shown = None;
+        }
     }
 }
 

@@ -536,7 +536,7 @@ fn the_pages_worker_opens_a_model_by_link_with_the_local_files_numbers() {
     let folder = fixture("pythia-hub");
     let commit = hub.add_folder("test-org/pythia", "main", &folder);
     let load = |link: Option<LinkSource>, files: Vec<Box<dyn ByteSource>>, names: Vec<String>| {
-        let mut session = Session::new(|| 0.0).with_transport(|| Box::new(hub_imitation::TcpTransport));
+        let mut session = Session::new(|| 0.0).with_transport(|| Box::new(hub_imitation::TcpTransport::default()));
         let request =
             Request::Load { model: 1, names, analyse: true, prepend_bos: true, backend: BackendChoice::Cpu, link };
         match session.handle(request, files, std::rc::Rc::new(|_| {})) {
@@ -570,7 +570,7 @@ fn a_worker_given_a_store_keeps_what_it_fetched_and_reopens_offline_from_it() {
     let commit = hub.add_folder("test-org/gpt2", "main", &fixture("gpt2"));
     let store = scratch("worker-store");
     let load = |link: &str, offline: bool| {
-        let mut session = Session::new(|| 0.0).with_transport(|| Box::new(hub_imitation::TcpTransport));
+        let mut session = Session::new(|| 0.0).with_transport(|| Box::new(hub_imitation::TcpTransport::default()));
         session.keep_links_in(Box::new(DiskCache::new(store.clone())));
         let link = Some(LinkSource { link: link.into(), hub: hub.hub.clone(), offline });
         let request = Request::Load {
@@ -602,4 +602,346 @@ fn a_worker_given_a_store_keeps_what_it_fetched_and_reopens_offline_from_it() {
         elsewhere.starts_with("offline: hf:test-org/other") && elsewhere.contains("not stored here"),
         "{elsewhere}"
     );
+}
+
+/// The CLI as `run` starts it, killed if it has not finished within `bound`: a network fault
+/// must cost retries, never a run that hangs.
+fn run_within(
+    hub: &Imitation,
+    home: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    bound: std::time::Duration,
+) -> (bool, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_headprint"));
+    command
+        .args(args)
+        .env("HF_ENDPOINT", &hub.hub)
+        .env("HEADPRINT_CACHE", home.join("headprint"))
+        .env("HF_HUB_CACHE", home.join("hf-empty"))
+        .env_remove("HF_TOKEN")
+        .env_remove("HUGGING_FACE_HUB_TOKEN")
+        .env_remove("HF_HUB_OFFLINE")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let mut child = command.spawn().expect("runs");
+    let started = std::time::Instant::now();
+    while child.try_wait().expect("waits").is_none() {
+        if started.elapsed() > bound {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("`headprint {}` still ran after {bound:?}", args.join(" "));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("its output");
+    (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+/// Statuses a CDN answers while it restarts or is overloaded.
+const TRANSIENT: [(u16, &str); 5] = [
+    (503, "503 (service unavailable)"),
+    (500, "500 (internal server error)"),
+    (502, "502 (bad gateway)"),
+    (504, "504 (gateway timeout)"),
+    (408, "408 (request timeout)"),
+];
+
+#[test]
+fn transient_statuses_are_asked_again_and_give_the_local_numbers() {
+    let folder = fixture("gpt2");
+    let expected = local(&["fingerprint", folder.to_str().unwrap(), "--json"]);
+    for (status, named) in TRANSIENT {
+        let hub = Imitation::start();
+        hub.add_folder("test-org/gpt2", "main", &folder);
+        {
+            let mut faults = hub.faults();
+            faults.transient_every = 2;
+            faults.transient_status = status;
+        }
+        let home = scratch(&format!("transient-{status}"));
+        let bound = std::time::Duration::from_secs(60);
+        let (ok, stdout, stderr) = run_within(&hub, &home, &["fingerprint", "hf:test-org/gpt2", "--json"], &[], bound);
+        assert!(ok, "{status}: {stderr}");
+        let report: Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(without_link(report), expected, "{status}: the local numbers, bit for bit");
+        let log = hub.log();
+        let faulted = log.iter().filter(|e| e.status == status).count();
+        assert!(faulted >= 2, "{status}: every second byte request failed ({faulted} did)");
+        assert!(stderr.contains(&format!("note: the server answered {named}; asked again")), "{status}: {stderr}");
+        // Every range that failed was asked again, the same bytes.
+        for (i, entry) in log.iter().enumerate().filter(|(_, e)| e.status == status) {
+            assert!(
+                log[i + 1..].iter().any(|later| later.range == entry.range && later.status != status),
+                "{status}: {:?} was not asked again",
+                entry.range
+            );
+        }
+        let _ = std::fs::remove_dir_all(home);
+    }
+}
+
+#[test]
+fn a_server_that_keeps_failing_is_named_with_its_status_and_the_tries() {
+    let folder = fixture("gpt2");
+    let hub = Imitation::start();
+    hub.add_folder("test-org/gpt2", "main", &folder);
+    {
+        let mut faults = hub.faults();
+        faults.transient_every = 1;
+        faults.transient_status = 503;
+    }
+    let home = scratch("transient-always");
+    let bound = std::time::Duration::from_secs(60);
+    let (ok, stdout, stderr) = run_within(&hub, &home, &["fingerprint", "hf:test-org/gpt2"], &[], bound);
+    assert!(!ok && stdout.is_empty());
+    let error = stderr.lines().last().unwrap_or_default();
+    assert_eq!(
+        error,
+        "headprint: hf:test-org/gpt2/model.safetensors: the server answered 503 (service unavailable); tried 4 times",
+        "{stderr}"
+    );
+    assert_eq!(hub.log().iter().filter(|e| e.status == 503).count(), 4, "one try and three retries");
+
+    // A Retry-After longer than headprint waits is an error that says how long, at once.
+    hub.faults().transient_retry_after = Some(1000);
+    let (ok, _, stderr) = run_within(&hub, &home, &["fingerprint", "hf:test-org/gpt2"], &[], bound);
+    assert!(!ok);
+    let error = stderr.lines().last().unwrap_or_default();
+    assert!(error.ends_with("the server answered 503 (service unavailable) and asks to wait 1000 s"), "{stderr}");
+    let _ = std::fs::remove_dir_all(home);
+}
+
+/// The imitation's TCP client, recording the waits the client asks for instead of sleeping.
+struct RecordedWaits {
+    inner: hub_imitation::TcpTransport,
+    waits: std::sync::Arc<std::sync::Mutex<Vec<f64>>>,
+}
+
+impl headprint::weights::remote::Transport for RecordedWaits {
+    fn get(
+        &self,
+        url: &str,
+        range: Option<(u64, u64)>,
+        authorization: Option<&str>,
+    ) -> std::io::Result<headprint::weights::remote::Response> {
+        self.inner.get(url, range, authorization)
+    }
+    fn wait(&self, seconds: f64) {
+        self.waits.lock().unwrap().push(seconds);
+    }
+}
+
+#[test]
+fn retry_after_is_honoured_and_backoff_doubles_without_it() {
+    use headprint::weights::remote::{Client, ModelLink, NoCache, Opener, Patience};
+    let folder = fixture("gpt2");
+    let local_bytes = std::fs::read(folder.join("model.safetensors")).unwrap();
+    for (retry_after, every) in [(Some(7), 2), (None, 1)] {
+        let hub = Imitation::start();
+        hub.add_folder("test-org/gpt2", "main", &folder);
+        {
+            let mut faults = hub.faults();
+            faults.transient_every = every;
+            faults.transient_status = 503;
+            faults.transient_retry_after = retry_after;
+        }
+        let waits = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let transport = RecordedWaits { inner: hub_imitation::TcpTransport::default(), waits: waits.clone() };
+        let client = std::sync::Arc::new(Client::new(Box::new(transport), &hub.hub, None, Patience::default()));
+        let cache = NoCache { budget: 1 << 30 };
+        let opener = Opener::new(client.clone(), &cache, &hub.hub);
+        let opened = opener.open(&ModelLink::parse("hf:test-org/gpt2").unwrap());
+        match retry_after {
+            Some(seconds) => {
+                let opened = opened.expect("a 503 on every second request is waited out");
+                let file = &opened.files.weights[0];
+                // In three reads, each its own request, each byte compared with the local file's.
+                let third = local_bytes.len() / 3;
+                let mut read = Vec::new();
+                for (offset, len) in [(0, third), (third, third), (2 * third, local_bytes.len() - 2 * third)] {
+                    read.extend(file.read_range(offset as u64, len).expect("read through the 503s"));
+                }
+                assert!(read == local_bytes, "the bytes read equal the local file's");
+                let waits = waits.lock().unwrap().clone();
+                assert!(!waits.is_empty() && waits.iter().all(|&w| w == seconds as f64), "{waits:?}");
+                assert!(client.notes().iter().any(|n| n.contains("503 (service unavailable); asked again")));
+            }
+            None => {
+                let error = opened.err().expect("a 503 on every request gives up").to_string();
+                assert!(error.ends_with("the server answered 503 (service unavailable); tried 4 times"), "{error}");
+                assert_eq!(*waits.lock().unwrap(), vec![0.5, 1.0, 2.0], "backoff doubles from 0.5 s");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_stalled_body_is_abandoned_and_resumed_from_the_bytes_received() {
+    let folder = fixture("gpt2");
+    let expected = local(&["fingerprint", folder.to_str().unwrap(), "--json"]);
+    let quick = [("HEADPRINT_READ_TIMEOUT", "1")];
+    let bound = std::time::Duration::from_secs(60);
+
+    let hub = Imitation::start();
+    hub.add_folder("test-org/gpt2", "main", &folder);
+    // The first two ranged answers stall halfway: the 8 bytes that give the header's length, then
+    // their resumption.
+    hub.faults().stalls = 2;
+    let home = scratch("stall");
+    let (ok, stdout, stderr) = run_within(&hub, &home, &["fingerprint", "hf:test-org/gpt2", "--json"], &quick, bound);
+    assert!(ok, "{stderr}");
+    assert_eq!(without_link(serde_json::from_str(&stdout).unwrap()), expected, "the local numbers, bit for bit");
+    let log = hub.log();
+    let stalled: Vec<&Logged> = log.iter().filter(|e| e.origin == Origin::Cdn && e.range.is_some()).take(2).collect();
+    for entry in &stalled {
+        let (first, last) = asked(entry).unwrap();
+        let half = (last + 1 - first) / 2;
+        assert_eq!(entry.sent, half, "the imitation stalled after half: {entry:?}");
+        let resumed = log.iter().any(|e| asked(e) == Some((first + half, last)));
+        assert!(resumed, "the rest of {first}-{last} is asked from byte {}: {log:?}", first + half);
+        assert!(
+            stderr.contains(&format!(
+                "note: the connection stalled (no byte for 1 s) reading hf:test-org/gpt2/model.safetensors; resumed at byte {}",
+                first + half
+            )),
+            "{stderr}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(home);
+
+    // A server that accepts the connection and never answers: asked again after the timeout.
+    let hub = Imitation::start();
+    hub.add_folder("test-org/gpt2", "main", &folder);
+    hub.faults().silences = 2;
+    let home = scratch("silence");
+    let (ok, stdout, stderr) = run_within(&hub, &home, &["fingerprint", "hf:test-org/gpt2", "--json"], &quick, bound);
+    assert!(ok, "{stderr}");
+    assert_eq!(without_link(serde_json::from_str(&stdout).unwrap()), expected);
+    assert!(stderr.contains("note: the server did not answer within 1 s; asked again"), "{stderr}");
+    assert_eq!(hub.log().iter().filter(|e| e.status == 0).count(), 2, "two requests went unanswered");
+    let _ = std::fs::remove_dir_all(home);
+
+    // A server that stalls every time: four tries, then one line that says so.
+    let hub = Imitation::start();
+    hub.add_folder("test-org/gpt2", "main", &folder);
+    hub.faults().stalls = 1000;
+    let home = scratch("stall-always");
+    let (ok, stdout, stderr) = run_within(&hub, &home, &["fingerprint", "hf:test-org/gpt2"], &quick, bound);
+    assert!(!ok && stdout.is_empty());
+    let error = stderr.lines().last().unwrap_or_default();
+    assert!(
+        error.starts_with(
+            "headprint: hf:test-org/gpt2/model.safetensors: the connection stalled 4 times (no byte for 1 s)"
+        ),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(home);
+}
+
+#[test]
+fn the_read_timeout_is_read_from_the_environment_or_refused_in_one_line() {
+    let hub = Imitation::start();
+    let home = scratch("bad-timeout");
+    for bad in ["soon", "0", "-3", "1e9"] {
+        let (ok, _, stderr) =
+            run(&hub, &home, &["fingerprint", "hf:test-org/gpt2"], &[("HEADPRINT_READ_TIMEOUT", bad)]);
+        assert!(!ok);
+        assert_eq!(
+            stderr.trim_end(),
+            format!(
+                "headprint: HEADPRINT_READ_TIMEOUT must be a number of seconds above 0 and at most 3600, not `{bad}`"
+            )
+        );
+    }
+    assert!(hub.log().is_empty(), "nothing is asked with a timeout that makes no sense");
+}
+
+/// The page's pool on a first open of GPT-2 Small by link, replayed natively in the order
+/// `crates/web/src/ui/pool.rs` asks: the lead opens the link and a helper the pinned link, then
+/// the lead alone computes the Grams, every layer's heads and the induction probe (a model the
+/// page's store does not hold whole), keeping what it fetched as the page's `Blob`s do. Until
+/// the overview is complete, each byte is fetched once: at most the file, with the small files
+/// and header the helper fetches. Prints the bytes of each stage.
+#[test]
+fn a_first_open_by_link_in_the_pool_fetches_each_byte_of_gpt2_small_once() {
+    use headprint::analysis::Mode;
+    use headprint::backend::BackendChoice;
+    use headprint::weights::remote::DiskCache;
+    use headprint::worker::pool::GramSum;
+    use headprint::worker::protocol::{GramsData, LinkSource, Reply, Request, Role};
+    use headprint::worker::session::{Session, default_sequence};
+
+    let files = gpt2_small();
+    let size = files.iter().map(|(_, bytes)| bytes.len() as u64).sum::<u64>();
+    let hub = Imitation::start();
+    hub.add_commit("openai-community/gpt2", "main", files);
+    let home = scratch("pool-bytes");
+    let mut workers: Vec<Session> = (0..2)
+        .map(|w| {
+            let mut session = Session::new(|| 0.0).with_transport(|| Box::new(hub_imitation::TcpTransport::default()));
+            session.keep_links_in(Box::new(DiskCache::new(home.join(format!("worker-{w}")))));
+            session
+        })
+        .collect();
+    let quiet = || -> headprint::worker::session::Reporter { std::rc::Rc::new(|_| {}) };
+    let mut ask = |w: usize, request: Request| -> Reply {
+        workers[w].handle(request, Vec::new(), quiet()).unwrap_or_else(|e| panic!("worker {w}: {e}"))
+    };
+    let mut stages: Vec<(String, u64)> = Vec::new();
+    let mut sent = hub.bytes_sent();
+    let mut stage = |name: &str| {
+        let now = hub.bytes_sent();
+        stages.push((name.to_string(), now - sent));
+        sent = now;
+    };
+    let model = 1;
+    let link = |given: &str| Some(LinkSource { link: given.into(), hub: hub.hub.clone(), offline: false });
+    let Reply::Opened { info, tied, segments, .. } =
+        ask(0, Request::Open { model, names: Vec::new(), role: Role::Lead, link: link("hf:openai-community/gpt2") })
+    else {
+        panic!("the lead did not open the model")
+    };
+    stage("the lead opens the link");
+    let pinned = info.link.as_ref().unwrap().pinned.clone();
+    ask(1, Request::Open { model, names: Vec::new(), role: Role::Helper, link: link(&pinned) });
+    stage("the helper opens the pinned link");
+    let mut sum = GramSum::new(info.config.d_model, tied, segments);
+    for segment in 0..segments {
+        let Reply::GramSegment { grams, .. } = ask(0, Request::GramSegment { model, segment }) else { panic!() };
+        sum.add(segment, grams.grams().unwrap()).unwrap();
+    }
+    let grams = GramsData::of(&sum.finish().unwrap());
+    for w in 0..2 {
+        ask(w, Request::SetGrams { model, grams: grams.clone() });
+    }
+    stage("the Grams, on the lead");
+    for layer in 0..info.config.layers {
+        let request = Request::FingerprintLayer { model, mode: Mode::Folded, layer, backend: BackendChoice::Cpu };
+        let Reply::Heads { .. } = ask(0, request) else { panic!("no heads for layer {layer}") };
+    }
+    stage("every layer's heads, on the lead");
+    let sequence = default_sequence(&info.config);
+    let probe = Request::InductionShare {
+        model,
+        sequence,
+        prepend_bos: true,
+        share: 0,
+        shares: 1,
+        backend: BackendChoice::Cpu,
+    };
+    let Reply::InductionShare(_) = ask(0, probe) else { panic!() };
+    stage("the induction probe, on the lead");
+    let total: u64 = stages.iter().map(|(_, bytes)| bytes).sum();
+    for (name, bytes) in &stages {
+        eprintln!("{name}: {:.1} MB", *bytes as f64 / 1e6);
+    }
+    eprintln!("until the overview: {:.1} MB of a {:.1} MB file", total as f64 / 1e6, size as f64 / 1e6);
+    let helper = stages[1].1;
+    assert!(helper < 100_000, "the helper fetches its small files and the header only: {helper} bytes");
+    assert!(total <= size + helper, "{total} bytes fetched until the overview, of a {size}-byte file");
+    let _ = std::fs::remove_dir_all(home);
 }

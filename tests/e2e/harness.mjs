@@ -102,5 +102,10 @@ export async function hubImitation(root, args) {
     child.stdin.write('sent\n');
     return JSON.parse(await nextLine());
   };
-  return { child, addresses: JSON.parse(await nextLine()), served };
+  // Switches the imitation's faults on (`hub_imitation::Faults`'s fields, by name).
+  const faults = async (switches) => {
+    child.stdin.write(`faults ${JSON.stringify(switches)}\n`);
+    await nextLine();
+  };
+  return { child, addresses: JSON.parse(await nextLine()), served, faults };
 }

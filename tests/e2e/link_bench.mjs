@@ -3,7 +3,10 @@
 // opened by link in headless Chromium, as a user opens `hf:openai-community/gpt2`. Reports the
 // time and the bytes the server sent until every head is fingerprinted and until the overview
 // with the induction probe is shown, then the same link opened again in a fresh page, from the
-// page's store.
+// page's store. On the first open it checks that each byte was fetched about once: until every
+// head is fingerprinted, at most the tensors the fingerprint reads; until the overview, at most
+// the file; each with 1 MB for the small files and headers each worker fetches. It exits
+// non-zero, after the table, when a bound is passed.
 // Usage: node tests/e2e/link_bench.mjs [dist-dir]  (after scripts/build-page.sh and
 // `cargo build --release --example hub_imitation`) -> prints a Markdown table.
 import path from 'node:path';
@@ -65,8 +68,21 @@ try {
   server.close();
   imitation.child.kill();
 }
+// GPT-2 Small's embeddings, attention weights and biases and norms, f32 (what `hub.rs`'s
+// `gpt2_small_in_its_real_shape_fingerprints_from_the_hub_within_280_mb` counts), and its file.
+const fingerprintReads = 4 * (50257 * 768 + 1024 * 768 + 2 * 768 + 12 * (4 * 768 + 768 * 2304 + 2304 + 768 * 768 + 768));
+const fileBytes = 548_105_232;
+const perWorker = 1e6;
+const first = rows[0];
+const overBounds = [];
+if (first.headsBytes > fingerprintReads + perWorker) overBounds.push(`every head fingerprinted after ${size(first.headsBytes)}, above ${size(fingerprintReads)} read`);
+if (first.overviewBytes > fileBytes + perWorker) overBounds.push(`the overview after ${size(first.overviewBytes)}, above the ${size(fileBytes)} file`);
 console.log('| visit | every head fingerprinted | bytes sent by then | overview with the induction probe | bytes sent by then |');
 console.log('|---|---|---|---|---|');
 for (const r of rows) {
   console.log(`| ${r.visit} | ${(r.headsWall / 1000).toFixed(1)} s | ${size(r.headsBytes)} | ${(r.overviewWall / 1000).toFixed(1)} s | ${size(r.overviewBytes)} |`);
+}
+if (overBounds.length) {
+  console.error(`fetched more than once: ${overBounds.join('; ')}`);
+  process.exit(1);
 }

@@ -1189,6 +1189,42 @@ await test('the newer families load through the file input with their references
   await p.close();
 });
 
+await test('a model by link survives transient statuses and a stalled connection, with the local numbers', async () => {
+  const imitation = await hubImitation(root, ['--repo', `test-org/gpt2=${path.join(fixtures, 'gpt2')}`]);
+  try {
+    const { addresses, faults } = imitation;
+    // Every third request for a byte range answers 503, and the first range's answer stalls
+    // halfway: the worker's request for it times out (20 s) and is asked again.
+    await faults({ transient_every: 3, transient_status: 503, stalls: 1 });
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, acceptDownloads: true, serviceWorkers: 'block' });
+    const p = await context.newPage();
+    p.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+    await p.goto(`${origin}/#hub=${encodeURIComponent(addresses.hub)}`);
+    await p.waitForSelector('#head-grid .cell', { timeout: 60000 });
+    await idle(p);
+    await p.fill('#model-link', 'hf:test-org/gpt2');
+    await p.click('#open-link');
+    // The stall is said while the load waits it out, never silently.
+    await p.waitForSelector('#stalled', { timeout: 60000 });
+    const note = (await p.textContent('#stalled')).trim();
+    expect(/^The connection stalled: no answer within \d+ s from 127\.0\.0\.1:\d+; asked again for what was missing\.$/.test(note), `the note: ${note}`);
+    const pinned = `hf:test-org/gpt2@${addresses.commits['test-org/gpt2@main']}`;
+    await p.waitForFunction((name) => (document.querySelector('#model-name')?.textContent ?? '').trim() === name, pinned, { timeout: 90000 });
+    await idle(p);
+    const byLink = JSON.parse((await download(p, '#export-json')).bytes.toString());
+    await p.setInputFiles('#file-input', ['config.json', 'tokenizer.json', 'model.safetensors'].map((f) => path.join(fixtures, 'gpt2', f)));
+    await p.waitForFunction((name) => !['', name].includes((document.querySelector('#model-name')?.textContent ?? '').trim()), pinned, { timeout: 60000 });
+    await idle(p);
+    const byFiles = JSON.parse((await download(p, '#export-json')).bytes.toString());
+    expect(byLink.folded.heads.length > 0 && JSON.stringify(byLink.folded.heads) === JSON.stringify(byFiles.folded.heads),
+      'through the faults, the local files\' numbers, bit for bit');
+    expect(byLink.induction?.uniform_random && JSON.stringify(byLink.induction.uniform_random) === JSON.stringify(byFiles.induction?.uniform_random), 'and the probe\'s');
+    await context.close();
+  } finally {
+    imitation.child.kill();
+  }
+});
+
 await test('nothing leaves the page origin and nothing went wrong', async () => {
   const foreign = requests.filter((u) => !u.startsWith(origin) && !u.startsWith('data:') && !u.startsWith('blob:'));
   expect(foreign.length === 0, `foreign requests: ${foreign.join(', ')}`);

@@ -11,8 +11,9 @@
 //!   `206` + `Content-Range` for one range, `416` + `bytes */N` past the end.
 //!
 //! Faults switch on real servers' misbehaviour: ignoring `Range`, dropping the connection after
-//! some bytes, expiring signed URLs, changing a file's ETag, shrinking a file. Every request is
-//! logged and every body byte counted.
+//! some bytes, expiring signed URLs, changing a file's ETag, shrinking a file, transient statuses
+//! (`503` and the like) on every Nth byte request, a body that stalls halfway, a request never
+//! answered. Every request is logged and every body byte counted.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -65,6 +66,18 @@ pub struct Faults {
     pub shrink_after: u32,
     /// Web files are served with no `ETag` (as `python -m http.server` serves them).
     pub no_etag: bool,
+    /// Every this many-th request that asks for a byte range (on either origin) is answered
+    /// `transient_status` instead, with `Retry-After: transient_retry_after` when that is set.
+    /// 0: never.
+    pub transient_every: u32,
+    pub transient_status: u16,
+    pub transient_retry_after: Option<u32>,
+    /// The next this many ranged file answers send half their body, then nothing more until the
+    /// client gives up and closes the connection (a stalled CDN).
+    pub stalls: u32,
+    /// The next this many requests get no answer at all, not even a status line, until the
+    /// client gives up (a server that accepted the connection and hangs).
+    pub silences: u32,
 }
 
 #[derive(Default)]
@@ -84,6 +97,8 @@ struct State {
     /// Uses of each signed URL so far.
     uses: Mutex<HashMap<String, u32>>,
     cdn_requests: AtomicU64,
+    /// Requests that asked for a byte range so far (for `transient_every`).
+    ranged_requests: AtomicU64,
     signed: AtomicU64,
     sent: AtomicU64,
     /// Requests read so far, which numbers each in the log.
@@ -258,15 +273,18 @@ struct Answer {
     range: (usize, usize),
     /// Drop the connection after this many body bytes.
     drop_after: Option<u64>,
+    /// After this many body bytes, send nothing more until the client leaves.
+    stall_after: Option<u64>,
 }
 
 impl Answer {
     fn empty(status: u16) -> Answer {
-        Answer { status, headers: Vec::new(), body: Arc::new(Vec::new()), range: (0, 0), drop_after: None }
+        let body = Arc::new(Vec::new());
+        Answer { status, headers: Vec::new(), body, range: (0, 0), drop_after: None, stall_after: None }
     }
     fn text(status: u16, text: &str) -> Answer {
         let body = Arc::new(text.as_bytes().to_vec());
-        Answer { status, headers: Vec::new(), range: (0, body.len()), body, drop_after: None }
+        Answer { status, headers: Vec::new(), range: (0, body.len()), body, drop_after: None, stall_after: None }
     }
     fn header(mut self, name: &str, value: impl Into<String>) -> Answer {
         self.headers.push((name.into(), value.into()));
@@ -277,7 +295,45 @@ impl Answer {
 fn serve(stream: TcpStream, origin: Origin, state: &State, cdn: &str) {
     let Some(request) = read_request(&stream) else { return };
     let received = state.received.fetch_add(1, Ordering::SeqCst);
+    let log = |status: u16, sent: u64| {
+        state.log.lock().unwrap().push(Logged {
+            origin,
+            method: request.method.clone(),
+            path: request.path.clone(),
+            range: request.headers.get("range").cloned(),
+            authorization: request.headers.get("authorization").cloned(),
+            status,
+            sent,
+            received,
+        })
+    };
+    let silent = {
+        let mut faults = state.faults.lock().unwrap();
+        let silent = faults.silences > 0;
+        faults.silences = faults.silences.saturating_sub(1);
+        silent
+    };
+    if silent {
+        wait_for_the_client_to_leave(&stream);
+        return log(0, 0);
+    }
+    let transient = {
+        let faults = state.faults.lock().unwrap();
+        let every = u64::from(faults.transient_every);
+        let ranged = request.headers.contains_key("range") && request.method == "GET";
+        let nth =
+            ranged && every > 0 && (state.ranged_requests.fetch_add(1, Ordering::SeqCst) + 1).is_multiple_of(every);
+        nth.then(|| (faults.transient_status, faults.transient_retry_after))
+    };
     let mut answer = match (origin, request.method.as_str()) {
+        _ if transient.is_some() => {
+            let (status, retry_after) = transient.unwrap_or_default();
+            let answer = Answer::text(status, "the imitation's transient fault");
+            match retry_after {
+                Some(seconds) => answer.header("Retry-After", seconds.to_string()),
+                None => answer,
+            }
+        }
         (_, "OPTIONS") => Answer::empty(204)
             .header("Access-Control-Allow-Methods", "GET, HEAD")
             .header("Access-Control-Allow-Headers", "Range, Authorization"),
@@ -300,16 +356,25 @@ fn serve(stream: TcpStream, origin: Origin, state: &State, cdn: &str) {
     }
     let sent = write_answer(&stream, &answer, request.method == "HEAD");
     state.sent.fetch_add(sent, Ordering::Relaxed);
-    state.log.lock().unwrap().push(Logged {
-        origin,
-        method: request.method.clone(),
-        path: request.path.clone(),
-        range: request.headers.get("range").cloned(),
-        authorization: request.headers.get("authorization").cloned(),
-        status: answer.status,
-        sent,
-        received,
-    });
+    log(answer.status, sent);
+}
+
+/// Holds a connection open, sending nothing, until the client closes it (or a minute passes,
+/// so that a client that never gives up cannot keep a thread forever).
+fn wait_for_the_client_to_leave(mut stream: &TcpStream) {
+    use std::io::Read;
+    let _ = stream.flush();
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_millis(20)));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut buffer = [0u8; 1024];
+    while std::time::Instant::now() < deadline {
+        match stream.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => break,
+        }
+    }
 }
 
 fn write_answer(mut stream: &TcpStream, answer: &Answer, head: bool) -> u64 {
@@ -322,13 +387,16 @@ fn write_answer(mut stream: &TcpStream, answer: &Answer, head: bool) -> u64 {
     if stream.write_all(text.as_bytes()).is_err() || head {
         return 0;
     }
-    let limit = answer.drop_after.map_or(body.len(), |n| (n as usize).min(body.len()));
+    let limit = answer.drop_after.or(answer.stall_after).map_or(body.len(), |n| (n as usize).min(body.len()));
     let mut sent = 0u64;
     for chunk in body[..limit].chunks(64 << 10) {
         if stream.write_all(chunk).is_err() {
             break;
         }
         sent += chunk.len() as u64;
+    }
+    if answer.stall_after.is_some() {
+        wait_for_the_client_to_leave(stream);
     }
     let _ = stream.flush();
     let _ = stream.shutdown(Shutdown::Both);
@@ -345,8 +413,13 @@ fn reason(status: u16) -> &'static str {
         401 => "Unauthorized",
         403 => "Forbidden",
         404 => "Not Found",
+        408 => "Request Timeout",
         416 => "Range Not Satisfiable",
         429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
         _ => "Other",
     }
 }
@@ -481,12 +554,20 @@ fn ranged(request: &Request, bytes: Arc<Vec<u8>>, etag: &str, state: &State) -> 
         faults.drops -= 1;
         faults.drop_after
     });
+    let stall_after = match range {
+        Some(Ok((first, last))) if faults.stalls > 0 => {
+            faults.stalls -= 1;
+            Some((last + 1 - first) as u64 / 2)
+        }
+        _ => None,
+    };
     drop(faults);
     let answer = match range {
-        None => Answer { status: 200, headers: Vec::new(), body: bytes, range: (0, len), drop_after },
+        None => Answer { status: 200, headers: Vec::new(), body: bytes, range: (0, len), drop_after, stall_after },
         Some(Err(())) => return Answer::text(416, "").header("Content-Range", format!("bytes */{len}")),
         Some(Ok((first, last))) => {
-            Answer { status: 206, headers: Vec::new(), body: bytes, range: (first, last + 1), drop_after }
+            let range = (first, last + 1);
+            Answer { status: 206, headers: Vec::new(), body: bytes, range, drop_after, stall_after }
                 .header("Content-Range", format!("bytes {first}-{last}/{len}"))
         }
     };
@@ -617,8 +698,18 @@ pub fn gpt2_small() -> Vec<(String, Vec<u8>)> {
 }
 
 /// A plain HTTP/1.1 client over a TCP socket, as a host's `Transport` for tests of the core
-/// (the worker session) that run without the CLI's client.
-pub struct TcpTransport;
+/// (the worker session) that run without the CLI's client. Each read waits at most
+/// `read_timeout` (a stalled server gives `WouldBlock` or `TimedOut`, as the core expects).
+pub struct TcpTransport {
+    pub read_timeout: std::time::Duration,
+}
+
+impl Default for TcpTransport {
+    fn default() -> Self {
+        let seconds = headprint::weights::remote::READ_TIMEOUT_SECONDS;
+        TcpTransport { read_timeout: std::time::Duration::from_secs_f64(seconds) }
+    }
+}
 
 impl headprint::weights::remote::Transport for TcpTransport {
     fn get(
@@ -626,10 +717,11 @@ impl headprint::weights::remote::Transport for TcpTransport {
         url: &str,
         range: Option<(u64, u64)>,
         authorization: Option<&str>,
-    ) -> Result<headprint::weights::remote::Response, String> {
-        let rest = url.strip_prefix("http://").ok_or("only http:// here")?;
+    ) -> std::io::Result<headprint::weights::remote::Response> {
+        let rest = url.strip_prefix("http://").ok_or_else(|| std::io::Error::other("only http:// here"))?;
         let (host, path) = rest.split_once('/').map_or((rest, "/".to_string()), |(h, p)| (h, format!("/{p}")));
-        let mut stream = TcpStream::connect(host).map_err(|e| e.to_string())?;
+        let mut stream = TcpStream::connect(host)?;
+        stream.set_read_timeout(Some(self.read_timeout))?;
         let mut head = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
         if let Some((first, last)) = range {
             head.push_str(&format!("Range: bytes={first}-{last}\r\n"));
@@ -638,15 +730,19 @@ impl headprint::weights::remote::Transport for TcpTransport {
             head.push_str(&format!("Authorization: {authorization}\r\n"));
         }
         head.push_str("\r\n");
-        stream.write_all(head.as_bytes()).map_err(|e| e.to_string())?;
+        stream.write_all(head.as_bytes())?;
         let mut reader = BufReader::new(stream);
         let mut status_line = String::new();
-        reader.read_line(&mut status_line).map_err(|e| e.to_string())?;
-        let status = status_line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or("no status line")?;
+        reader.read_line(&mut status_line)?;
+        let status = status_line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| std::io::Error::other("no status line"))?;
         let mut headers = Vec::new();
         loop {
             let mut line = String::new();
-            if reader.read_line(&mut line).map_err(|e| e.to_string())? == 0 || line == "\r\n" {
+            if reader.read_line(&mut line)? == 0 || line == "\r\n" {
                 break;
             }
             if let Some((name, value)) = line.split_once(':') {

@@ -265,6 +265,14 @@ impl RangeStore for StoredRanges {
         self.end_run();
         self.memory.holds(offset, len) || self.walk(offset, len, |_, _, _| true)
     }
+
+    fn missing(&self, range: std::ops::Range<u64>) -> Vec<std::ops::Range<u64>> {
+        self.end_run();
+        let pieces = self.pieces.borrow();
+        let held = pieces.iter().map(|(start, blob)| *start..start + blob.size() as u64);
+        let in_blobs = headprint::weights::remote::gaps(held, range);
+        in_blobs.into_iter().flat_map(|gap| self.memory.missing(gap)).collect()
+    }
 }
 
 impl Drop for StoredRanges {

@@ -85,6 +85,12 @@ fn connect_worker(ctx: Ctx) {
         on_memory: Box::new(move |bytes| ctx.worker_memory.set(bytes)),
         on_trouble: Box::new(move |message| ctx.show_error(message)),
         on_hashing: Box::new(move |progress| ctx.hashing.set(progress)),
+        on_stall: Box::new(move |note| {
+            ctx.stalled.update(|stalled| {
+                let count = stalled.as_ref().map_or(0, |(count, _)| *count) + 1;
+                *stalled = Some((count, note));
+            })
+        }),
     });
     // Start the worker (and its copy of the wasm) while the demo model downloads.
     workers::warm_up();
@@ -517,6 +523,19 @@ fn ModelBar() -> impl IntoView {
                                 </span>
                             }
                         })
+                }}
+                {move || {
+                    // A stall is never silent: progress stopped for the timeout, and this says
+                    // why, while the work it interrupted goes on.
+                    let working = ctx.busy.with(Option::is_some) || ctx.progress.with(Option::is_some);
+                    ctx.stalled.get().filter(|_| working).map(|(count, note)| {
+                        let times = if count > 1 { format!(" ({count} times)") } else { String::new() };
+                        view! {
+                            <span id="stalled">
+                                {format!(" The connection stalled{times}: {note}; asked again for what was missing.")}
+                            </span>
+                        }
+                    })
                 }}
                 {move || {
                     // A suite's run shows only when nothing bigger is named.

@@ -282,6 +282,9 @@ pub struct Ctx {
     pub progress: RwSignal<Option<Progress>>,
     /// The share link's SHA-256, while the hashing worker reads the files.
     pub hashing: RwSignal<Option<Progress>>,
+    /// Requests the workers abandoned since the current load began, because the server stopped
+    /// answering (they are asked again), and the last one's note.
+    pub stalled: RwSignal<Option<(u32, String)>>,
     /// Suites being run (verdict tables), by request: named in the busy line, with Cancel.
     pub running: RwSignal<Vec<(u64, String)>>,
     /// Heads fingerprinted so far while a model loads (the grid fills as they come).
@@ -342,6 +345,7 @@ impl Default for Ctx {
             busy: RwSignal::new(None),
             progress: RwSignal::new(None),
             hashing: RwSignal::new(None),
+            stalled: RwSignal::new(None),
             running: RwSignal::new(Vec::new()),
             preview: RwSignal::new(None),
             loading: RwSignal::new(None),
@@ -389,6 +393,7 @@ impl Drop for InFlight {
 pub async fn load(ctx: Ctx, label: String, demo: bool, files: ModelSource) {
     ctx.busy.set(Some(format!("Loading {label}…")));
     ctx.preview.set(None);
+    ctx.stalled.set(None);
     ctx.loading.set(Some(label.clone()));
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let names = files.names();

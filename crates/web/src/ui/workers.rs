@@ -74,6 +74,9 @@ pub struct Hooks {
     pub on_trouble: Box<dyn Fn(String)>,
     /// The hashing worker's progress; `None` when it has ended (answered or cancelled).
     pub on_hashing: Box<dyn Fn(Option<Progress>)>,
+    /// A worker gave up on a request to a server that stopped answering, and asks again: what
+    /// it says (which host, after how long).
+    pub on_stall: Box<dyn Fn(String)>,
 }
 
 /// What a model is read from: named files as the browser holds them (`File`s, or the fetched
@@ -258,6 +261,11 @@ fn on_message(index: usize, event: web_sys::MessageEvent) {
             }
         }
         Some(stored::KEEP) => stored::indexed_db::keep(&data),
+        Some("stalled") => {
+            if let Some(hooks) = hooks() {
+                (hooks.on_stall)(field(&data, "json").as_string().unwrap_or_default());
+            }
+        }
         Some("reply") => {
             let waiting = CLIENT.with_borrow_mut(|c| {
                 c.failures = 0;

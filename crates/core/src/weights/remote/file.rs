@@ -6,7 +6,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use super::FileFacts;
-use super::http::{Client, Followed, Response, content_range};
+use super::http::{Client, Cut, Followed, Response, content_range};
 use super::store::{RangeStore, merge_ranges};
 use crate::weights::ByteSource;
 use crate::{Error, Result};
@@ -53,10 +53,10 @@ struct State {
 /// One fetch's outcome that the caller may retry.
 enum Attempt {
     Done,
-    /// The connection dropped after the bytes before `at` were kept.
+    /// The connection dropped, or stalled, after the bytes before `at` were kept.
     Dropped {
         at: u64,
-        reason: String,
+        cut: Cut,
     },
     /// The signed URL expired: resolve the address again.
     Expired,
@@ -75,7 +75,8 @@ impl RemoteFile {
         Self { name, address, size, pinned_etag, client, store, state: Mutex::new(State::default()) }
     }
 
-    /// Keeps what the request that found the file brought (its first bytes: the header).
+    /// Keeps what the request that found the file brought (its first bytes: the header length),
+    /// resuming it where it broke or stalled.
     pub(super) fn keep_first_answer(&self, followed: Followed) -> Result<()> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if followed.url != self.address {
@@ -83,40 +84,74 @@ impl RemoteFile {
         }
         let mut response = followed.response;
         let end = self.size.min(super::FIRST_BYTES);
-        match response.status {
+        let kept = match response.status {
             206 if content_range(&response).is_some_and(|(first, _)| first == 0) => {
                 self.check_content_etag(&mut state, &response)?;
-                self.keep_body(&mut response, 0, end, self.store.as_ref())?;
+                self.keep_body(&mut response, 0, end, self.store.as_ref())?
             }
             200 => {
                 self.client.note_once(IGNORED_RANGES);
                 self.check_content_etag(&mut state, &response)?;
-                self.keep_body(&mut response, 0, end, self.store.as_ref())?;
+                self.keep_body(&mut response, 0, end, self.store.as_ref())?
             }
             // Nothing kept: the bytes are fetched when read.
-            _ => {}
+            _ => Attempt::Done,
+        };
+        drop(response);
+        match kept {
+            Attempt::Dropped { at, cut } => self.resume(&mut state, at, end, self.store.as_ref(), Some(cut)),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
-    /// Fetches `start..end` into the store, resuming a dropped connection and resolving an
-    /// expired URL again.
+    /// Fetches `start..end` into the store, resuming a connection that dropped or stalled from
+    /// the first byte not received, and resolving an expired URL again.
     fn fetch(&self, state: &mut State, start: u64, end: u64, into: &dyn RangeStore) -> Result<()> {
-        let (mut at, mut drops, mut expiries) = (start, 0, 0);
-        while at < end {
+        self.resume(state, start, end, into, None)
+    }
+
+    /// `fetch`, from `at`, where an earlier answer for these bytes may already have been `cut`.
+    fn resume(
+        &self,
+        state: &mut State,
+        mut at: u64,
+        end: u64,
+        into: &dyn RangeStore,
+        mut cut: Option<Cut>,
+    ) -> Result<()> {
+        let (mut drops, mut stalls, mut expiries) = (0, 0, 0);
+        loop {
+            if let Some(cut) = cut.take() {
+                match cut.stalled {
+                    true => stalls += 1,
+                    false => drops += 1,
+                }
+                if drops + stalls > self.client.patience().retries {
+                    let how = match (drops, stalls) {
+                        (_, 0) => format!("dropped {drops} times"),
+                        (0, _) => format!("stalled {stalls} times"),
+                        _ => format!("dropped {drops} times and stalled {stalls} times"),
+                    };
+                    return Err(Error::Network {
+                        what: self.name.clone(),
+                        reason: format!("the connection {how} ({})", cut.reason),
+                    });
+                }
+                if cut.stalled {
+                    // Progress stopped for the timeout: the user is told why.
+                    self.client.note_once(&format!(
+                        "the connection stalled ({}) reading {}; resumed at byte {at}",
+                        cut.reason, self.name
+                    ));
+                }
+                self.client.wait(self.client.backoff(drops + stalls));
+            }
+            if at >= end {
+                return Ok(());
+            }
             match self.attempt(state, at, end, into)? {
                 Attempt::Done => return Ok(()),
-                Attempt::Dropped { at: kept_to, reason } => {
-                    drops += 1;
-                    if drops > self.client.patience().retries {
-                        return Err(Error::Network {
-                            what: self.name.clone(),
-                            reason: format!("the connection dropped {drops} times ({reason})"),
-                        });
-                    }
-                    self.client.wait(self.client.backoff(drops));
-                    at = kept_to;
-                }
+                Attempt::Dropped { at: kept_to, cut: why } => (at, cut) = (kept_to, Some(why)),
                 Attempt::Expired => {
                     expiries += 1;
                     state.location = None;
@@ -129,7 +164,6 @@ impl RemoteFile {
                 }
             }
         }
-        Ok(())
     }
 
     fn attempt(&self, state: &mut State, start: u64, end: u64, into: &dyn RangeStore) -> Result<Attempt> {
@@ -177,14 +211,15 @@ impl RemoteFile {
                 self.check_content_etag(state, &response)?;
                 // Every later read would stream the file from its start again: what the
                 // analysis will read is kept from this stream, before and after the bytes asked.
-                if !self.keep_planned(&mut response, 0, start, &state.plan, into) {
-                    return Ok(Attempt::Dropped { at: start, reason: "the body ended early".into() });
+                if let Err(cut) = self.keep_planned(&mut response, 0, start, &state.plan, into) {
+                    return Ok(Attempt::Dropped { at: start, cut });
                 }
                 let kept = self.keep_body(&mut response, start, end, into)?;
                 if matches!(kept, Attempt::Done) {
                     // Up to the last planned byte, then the connection is dropped.
                     let last = state.plan.last().map_or(end, |span| span.end.max(end));
-                    self.keep_planned(&mut response, end, last, &state.plan, into);
+                    // What the stream did not bring is fetched when read.
+                    let _ = self.keep_planned(&mut response, end, last, &state.plan, into);
                 }
                 Ok(kept)
             }
@@ -205,10 +240,10 @@ impl RemoteFile {
         while at < end {
             let want = usize::try_from((end - at).min(CHUNK as u64)).unwrap_or(CHUNK);
             let read = match response.body.read(&mut buffer[..want]) {
-                Ok(0) => return Ok(Attempt::Dropped { at, reason: format!("the body ended at byte {at}") }),
+                Ok(0) => return Ok(Attempt::Dropped { at, cut: Cut::ended(format!("the body ended at byte {at}")) }),
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Ok(Attempt::Dropped { at, reason: e.to_string() }),
+                Err(e) => return Ok(Attempt::Dropped { at, cut: Cut::of(&e, &self.client) }),
             };
             self.client.count(read as u64);
             into.put(at, &buffer[..read])?;
@@ -218,7 +253,7 @@ impl RemoteFile {
     }
 
     /// Reads the body from `at` to `until`, keeping the planned bytes and dropping the rest;
-    /// false where the stream ended first (what was not kept is fetched when read).
+    /// Err where the stream ended or stalled first (what was not kept is fetched when read).
     fn keep_planned(
         &self,
         response: &mut Response,
@@ -226,7 +261,7 @@ impl RemoteFile {
         until: u64,
         plan: &[Range<u64>],
         into: &dyn RangeStore,
-    ) -> bool {
+    ) -> std::result::Result<(), Cut> {
         for span in plan {
             if span.end <= at {
                 continue;
@@ -235,14 +270,18 @@ impl RemoteFile {
                 break;
             }
             let (start, stop) = (span.start.max(at), span.end.min(until));
-            if skip(&mut response.body, start - at, &self.client).is_err()
-                || !matches!(self.keep_body(response, start, stop, into), Ok(Attempt::Done))
-            {
-                return false;
+            skip(&mut response.body, start - at, &self.client)?;
+            match self.keep_body(response, start, stop, into) {
+                Ok(Attempt::Done) => {}
+                Ok(Attempt::Dropped { cut, .. }) => return Err(cut),
+                Ok(Attempt::Expired) | Err(_) => return Err(Cut::ended("the stream could not be kept".into())),
             }
             at = stop;
         }
-        at >= until || skip(&mut response.body, until - at, &self.client).is_ok()
+        if at < until {
+            skip(&mut response.body, until - at, &self.client)?;
+        }
+        Ok(())
     }
 
     fn check_pin(&self, etag: Option<&str>, what: &str) -> Result<()> {
@@ -298,10 +337,11 @@ pub(super) fn version_of(followed: &Followed) -> Option<String> {
 }
 
 /// Reads and drops `count` bytes of a body (a server that ignored `Range`).
-fn skip(body: &mut Box<dyn Read + Send>, count: u64, client: &Client) -> std::result::Result<(), String> {
-    let copied = std::io::copy(&mut body.take(count), &mut std::io::sink()).map_err(|e| e.to_string())?;
+fn skip(body: &mut Box<dyn Read + Send>, count: u64, client: &Client) -> std::result::Result<(), Cut> {
+    let copied = std::io::copy(&mut body.take(count), &mut std::io::sink());
+    let copied = copied.map_err(|e| Cut::of(&e, client))?;
     client.count(copied);
-    if copied < count { Err(format!("the body ended at byte {copied}")) } else { Ok(()) }
+    if copied < count { Err(Cut::ended(format!("the body ended at byte {copied}"))) } else { Ok(()) }
 }
 
 impl ByteSource for RemoteFile {
@@ -333,9 +373,11 @@ impl ByteSource for RemoteFile {
         if self.client.is_offline() {
             return Err(Error::Offline { what: format!("bytes {offset}..{end} of {}", self.name) });
         }
-        // A read inside a planned span fetches the span's windows it touches, whole: fixed
-        // windows, so that neighbouring reads in any order never ask for a byte twice. A small
-        // read fetches itself alone.
+        // A read inside a planned span fetches the span's windows it touches: fixed windows, so
+        // that neighbouring reads in any order never ask for a byte twice. Of each window only
+        // what the store lacks is asked for: a plan that grew (the probe's, after the
+        // fingerprint's) lays its windows across bytes an earlier plan's windows brought. A
+        // small read fetches itself alone.
         let span = state.plan.iter().find(|r| r.start <= offset && offset < r.end).cloned();
         match span.filter(|_| len as u64 >= SMALL_READ) {
             Some(span) => {
@@ -344,8 +386,10 @@ impl ByteSource for RemoteFile {
                 for window in first..=last {
                     let start = span.start + window * LONGEST_REQUEST;
                     let stop = (start + LONGEST_REQUEST).min(span.end);
-                    if !self.store.holds(start, stop - start) {
-                        self.fetch(&mut state, start, stop, self.store.as_ref())?;
+                    // Held runs shorter than a merge gap are asked for again with their
+                    // neighbours rather than split a request in two.
+                    for gap in merge_ranges(self.store.missing(start..stop), MERGE_GAP) {
+                        self.fetch(&mut state, gap.start, gap.end, self.store.as_ref())?;
                     }
                 }
                 if end > span.end {

@@ -1,7 +1,8 @@
 //! One GET at a time over whatever HTTP the host has (the CLI's client, the tab's XHR), with
 //! what every caller needs around it: redirects followed by hand (the Hub's headers are on the
-//! redirect itself), waits on `429`, retries of dropped connections, and a readable error for
-//! every status a Hub or a static host answers with.
+//! redirect itself), waits on `429`, retries of transient statuses (`408`, `5xx`), of dropped
+//! connections and of servers that stop answering, and a readable error for every status a Hub
+//! or a static host answers with.
 
 use std::io::Read;
 use std::sync::Mutex;
@@ -25,13 +26,13 @@ impl Response {
 /// The host's HTTP: one GET, never following redirects, sending `Range: bytes=START-END` (END
 /// inclusive) when asked and `Authorization` only when given. An `Err` is a connection that
 /// could not be made or broke before the status line.
+///
+/// A transport gives up on a server that stops answering: connecting, waiting for the status
+/// line, and each read of the body are bounded (`Patience::read_timeout_seconds`). Such an
+/// error, from `get` or from reading the body, has the kind `TimedOut` (or `WouldBlock`, as a
+/// socket's read timeout gives it on Unix), which the client tells the user about as a stall.
 pub trait Transport: Send + Sync {
-    fn get(
-        &self,
-        url: &str,
-        range: Option<(u64, u64)>,
-        authorization: Option<&str>,
-    ) -> std::result::Result<Response, String>;
+    fn get(&self, url: &str, range: Option<(u64, u64)>, authorization: Option<&str>) -> std::io::Result<Response>;
     /// Waits before a retry (`429`'s `Retry-After`, a dropped connection's backoff).
     fn wait(&self, seconds: f64);
 }
@@ -47,13 +48,38 @@ pub struct Patience {
     pub longest_wait_seconds: f64,
     /// `429`s in a row waited out before giving up.
     pub rate_limit_waits: u32,
+    /// How long a server may stay silent (connecting, before its status line, between two reads
+    /// of a body) before the request is abandoned and asked again. The transport enforces it;
+    /// the client names it in what it says.
+    pub read_timeout_seconds: f64,
 }
+
+/// The read timeout unless `HEADPRINT_READ_TIMEOUT` says otherwise: `huggingface_hub` waits
+/// 10 s (`HF_HUB_DOWNLOAD_TIMEOUT`); a classroom's Wi-Fi gets twice that.
+pub const READ_TIMEOUT_SECONDS: f64 = 20.0;
 
 impl Default for Patience {
     fn default() -> Self {
-        Self { retries: 3, backoff_seconds: 0.5, longest_wait_seconds: 120.0, rate_limit_waits: 5 }
+        Self {
+            retries: 3,
+            backoff_seconds: 0.5,
+            longest_wait_seconds: 120.0,
+            rate_limit_waits: 5,
+            read_timeout_seconds: READ_TIMEOUT_SECONDS,
+        }
     }
 }
+
+/// Whether an I/O error is a server that stopped answering (a read or connect timeout), rather
+/// than a connection that broke.
+pub fn is_stall(error: &std::io::Error) -> bool {
+    matches!(error.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock)
+}
+
+/// Statuses that say "try again shortly": a request timeout, and the errors a server or a
+/// gateway gives while it restarts or is overloaded (curl's `--retry` and `huggingface_hub`
+/// retry the same ones).
+const TRANSIENT: [u16; 5] = [408, 500, 502, 503, 504];
 
 /// Redirects followed for one request (the Hub uses one: a relative `307` or a `302` to its CDN).
 const MOST_REDIRECTS: usize = 5;
@@ -69,7 +95,12 @@ pub struct Client {
     offline: bool,
     fetched: AtomicU64,
     notes: Mutex<Vec<String>>,
+    /// Told each note as it happens (the CLI prints it at once: a stall is never silent).
+    on_note: Option<NoteHook>,
 }
+
+/// What a host does with a note as it happens.
+type NoteHook = Box<dyn Fn(&str) + Send + Sync>;
 
 /// A followed request: the final answer, the URL that gave it, and the first (Hub) answer's
 /// headers when it was a redirect.
@@ -101,7 +132,14 @@ impl Client {
             offline: false,
             fetched: AtomicU64::new(0),
             notes: Mutex::new(Vec::new()),
+            on_note: None,
         }
+    }
+
+    /// A client that tells `on_note` each note as it happens, besides keeping it for `notes`.
+    pub fn on_note(mut self, on_note: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.on_note = Some(Box::new(on_note));
+        self
     }
 
     /// A client that never touches the network.
@@ -130,9 +168,15 @@ impl Client {
 
     /// Says `note` once, however often it happens.
     pub(super) fn note_once(&self, note: &str) {
-        let mut notes = self.notes.lock().unwrap_or_else(|e| e.into_inner());
-        if !notes.iter().any(|n| n == note) {
+        {
+            let mut notes = self.notes.lock().unwrap_or_else(|e| e.into_inner());
+            if notes.iter().any(|n| n == note) {
+                return;
+            }
             notes.push(note.to_string());
+        }
+        if let Some(on_note) = &self.on_note {
+            on_note(note);
         }
     }
 
@@ -155,8 +199,10 @@ impl Client {
     }
 
     /// GET `url`, following redirects, waiting out `429`s and retrying connections that could
-    /// not be made. `what` names the request in errors (a file, a repository). Statuses other
-    /// than 2xx come back as errors, except those `keep` lists, which the caller handles.
+    /// not be made, servers that did not answer in time and transient statuses (`408`, `500`,
+    /// `502`, `503`, `504`), after `Retry-After` when the answer has one, else with backoff.
+    /// `what` names the request in errors (a file, a repository). Statuses other than 2xx come
+    /// back as errors, except those `keep` lists, which the caller handles.
     pub fn get(&self, url: &str, range: Option<(u64, u64)>, what: &str, keep: &[u16]) -> Result<Followed> {
         if self.offline {
             return Err(Error::Offline { what: what.into() });
@@ -165,6 +211,7 @@ impl Client {
         let mut first_headers = Vec::new();
         let mut redirects = 0;
         let mut rate_limited = 0;
+        // Tries that failed, of every kind but `429` (which has its own count).
         let mut failures = 0;
         loop {
             let authorization = match (&self.token, self.is_hub(&url)) {
@@ -173,13 +220,20 @@ impl Client {
             };
             let response = match self.transport.get(&url, range, authorization.as_deref()) {
                 Ok(response) => response,
-                Err(reason) => {
+                Err(error) => {
                     failures += 1;
+                    let stalled = is_stall(&error);
                     if failures > self.patience.retries {
-                        return Err(Error::Network {
-                            what: what.into(),
-                            reason: format!("{reason} (tried {failures} times)"),
-                        });
+                        let reason = match stalled {
+                            true => {
+                                format!("the server did not answer within {}; tried {failures} times", self.timeout())
+                            }
+                            false => format!("{error}; tried {failures} times"),
+                        };
+                        return Err(Error::Network { what: what.into(), reason });
+                    }
+                    if stalled {
+                        self.note_once(&format!("the server did not answer within {}; asked again", self.timeout()));
                     }
                     self.wait(self.backoff(failures));
                     continue;
@@ -215,12 +269,38 @@ impl Client {
                     self.note_once("the server limited the request rate (429); waited as it asked");
                     self.wait(seconds);
                 }
+                status if TRANSIENT.contains(&status) && !keep.contains(&status) => {
+                    failures += 1;
+                    let named = format!("{status} ({})", transient_name(status));
+                    let asked = retry_after(&response);
+                    if failures > self.patience.retries {
+                        return Err(Error::Network {
+                            what: what.into(),
+                            reason: format!("the server answered {named}; tried {failures} times"),
+                        });
+                    }
+                    if let Some(seconds) = asked.filter(|&s| s > self.patience.longest_wait_seconds) {
+                        return Err(Error::Network {
+                            what: what.into(),
+                            reason: format!("the server answered {named} and asks to wait {seconds:.0} s"),
+                        });
+                    }
+                    self.note_once(&format!("the server answered {named}; asked again"));
+                    // The same address again: a CDN's signed address stays valid, and one that
+                    // expired meanwhile is resolved again by its caller.
+                    self.wait(asked.unwrap_or_else(|| self.backoff(failures)));
+                }
                 status if (200..300).contains(&status) || keep.contains(&status) => {
                     return Ok(Followed { response, url, first_headers });
                 }
                 _ => return Err(self.status_error(&response, &url, what)),
             }
         }
+    }
+
+    /// The read timeout, as the user's messages say it ("20 s").
+    pub(super) fn timeout(&self) -> String {
+        format!("{} s", self.patience.read_timeout_seconds)
     }
 
     /// The error a failed status means, in words.
@@ -257,8 +337,39 @@ pub(super) fn not_found(response: &Response, what: &str) -> Error {
     Error::NotFound { what: what.into(), detail: detail.into() }
 }
 
-/// A whole body of at most `limit` bytes, counted as it is read; Err names why it stopped.
-pub(super) fn read_all(response: &mut Response, client: &Client, limit: u64) -> std::result::Result<Vec<u8>, String> {
+/// A transient status in words.
+fn transient_name(status: u16) -> &'static str {
+    match status {
+        408 => "request timeout",
+        500 => "internal server error",
+        502 => "bad gateway",
+        503 => "service unavailable",
+        504 => "gateway timeout",
+        _ => "a transient error",
+    }
+}
+
+/// Why a body stopped before its end: it broke, or the server stopped sending (a stall).
+pub(super) struct Cut {
+    pub reason: String,
+    pub stalled: bool,
+}
+
+impl Cut {
+    pub(super) fn of(error: &std::io::Error, client: &Client) -> Cut {
+        match is_stall(error) {
+            true => Cut { reason: format!("no byte for {}", client.timeout()), stalled: true },
+            false => Cut { reason: error.to_string(), stalled: false },
+        }
+    }
+
+    pub(super) fn ended(reason: String) -> Cut {
+        Cut { reason, stalled: false }
+    }
+}
+
+/// A whole body of at most `limit` bytes, counted as it is read; Err says why it stopped.
+pub(super) fn read_all(response: &mut Response, client: &Client, limit: u64) -> std::result::Result<Vec<u8>, Cut> {
     let mut bytes = Vec::new();
     let mut buffer = vec![0u8; 64 << 10];
     loop {
@@ -268,11 +379,11 @@ pub(super) fn read_all(response: &mut Response, client: &Client, limit: u64) -> 
                 client.count(n as u64);
                 bytes.extend_from_slice(&buffer[..n]);
                 if bytes.len() as u64 > limit {
-                    return Err(format!("more than {limit} bytes"));
+                    return Err(Cut::ended(format!("more than {limit} bytes")));
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(Cut::of(&e, client)),
         }
     }
 }

@@ -13,11 +13,11 @@ mod store;
 use std::sync::Arc;
 
 pub use file::{LONGEST_REQUEST, MERGE_GAP, RemoteFile};
-pub use http::{Client, Followed, Patience, Response, Transport};
+pub use http::{Client, Followed, Patience, READ_TIMEOUT_SECONDS, Response, Transport, is_stall};
 pub use link::{DEFAULT_REVISION, HUB_ENDPOINT, ModelLink};
 #[cfg(not(target_arch = "wasm32"))]
 pub use store::DiskCache;
-pub use store::{FileFacts, FileKey, LinkCache, MemoryRanges, NoCache, RangeStore};
+pub use store::{FileFacts, FileKey, LinkCache, MemoryRanges, NoCache, RangeStore, gaps};
 
 use super::{ByteSource, ModelFiles};
 use crate::{Error, Result};
@@ -213,9 +213,10 @@ impl<'a> Opener<'a> {
         })
     }
 
-    /// A small file whole (None for a `404`), asked again when the connection drops.
+    /// A small file whole (None for a `404`), asked again from its start when the connection
+    /// drops or stalls (small files are not worth resuming by range).
     fn whole(&self, url: &str, what: &str) -> Result<Whole> {
-        let mut drops = 0;
+        let mut cuts = 0;
         loop {
             let mut followed = self.client.get(url, None, what, &[404])?;
             let commit = followed.hub_header("x-repo-commit").map(str::to_string);
@@ -232,19 +233,26 @@ impl<'a> Opener<'a> {
             let read =
                 http::read_all(&mut followed.response, &self.client, SMALL_FILE_LIMIT).and_then(|bytes| match length {
                     Some(length) if length != bytes.len() as u64 => {
-                        Err(format!("the body ended at byte {} of {length}", bytes.len()))
+                        Err(http::Cut::ended(format!("the body ended at byte {} of {length}", bytes.len())))
                     }
                     _ => Ok(bytes),
                 });
             match read {
                 Ok(bytes) => return Ok(Whole { commit, bytes: Some(bytes), missing: None }),
-                Err(reason) => {
-                    drops += 1;
-                    if drops > self.client.patience().retries {
-                        let reason = format!("the connection dropped {drops} times ({reason})");
+                Err(cut) => {
+                    cuts += 1;
+                    let verb = if cut.stalled { "stalled" } else { "dropped" };
+                    if cuts > self.client.patience().retries {
+                        let reason = format!("the connection {verb} {cuts} times ({})", cut.reason);
                         return Err(Error::Network { what: what.into(), reason });
                     }
-                    self.client.wait(self.client.backoff(drops));
+                    if cut.stalled {
+                        self.client.note_once(&format!(
+                            "the connection stalled ({}) reading {what}; asked for it again",
+                            cut.reason
+                        ));
+                    }
+                    self.client.wait(self.client.backoff(cuts));
                 }
             }
         }

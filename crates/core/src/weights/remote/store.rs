@@ -18,6 +18,32 @@ pub trait RangeStore: crate::parallel::Shareable {
     fn put(&self, offset: u64, bytes: &[u8]) -> Result<()>;
     /// Whether all of `len` bytes at `offset` are held.
     fn holds(&self, offset: u64, len: u64) -> bool;
+    /// The parts of `range` not held, in order. A store that cannot tell says all of it.
+    fn missing(&self, range: Range<u64>) -> Vec<Range<u64>> {
+        if self.holds(range.start, range.end - range.start) { Vec::new() } else { vec![range] }
+    }
+}
+
+/// The parts of `range` that `held` (sorted, not overlapping) does not cover.
+pub fn gaps(held: impl IntoIterator<Item = Range<u64>>, range: Range<u64>) -> Vec<Range<u64>> {
+    let mut gaps = Vec::new();
+    let mut at = range.start;
+    for piece in held {
+        if piece.end <= at {
+            continue;
+        }
+        if piece.start >= range.end {
+            break;
+        }
+        if piece.start > at {
+            gaps.push(at..piece.start);
+        }
+        at = at.max(piece.end);
+    }
+    if at < range.end {
+        gaps.push(at..range.end);
+    }
+    gaps
 }
 
 /// Ranges held in memory, in chunks of at most `CHUNK_BYTES`; beyond `budget` bytes, chunks
@@ -63,6 +89,12 @@ impl RangeStore for MemoryRanges {
 
     fn holds(&self, offset: u64, len: u64) -> bool {
         self.walk(offset, len, |_, _, _| {})
+    }
+
+    fn missing(&self, range: Range<u64>) -> Vec<Range<u64>> {
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let from = held.range(..=range.start).next_back().map_or(range.start, |(start, _)| *start);
+        gaps(held.range(from..range.end).map(|(start, chunk)| *start..*start + chunk.len() as u64), range)
     }
 
     fn put(&self, offset: u64, bytes: &[u8]) -> Result<()> {
@@ -200,7 +232,7 @@ mod disk {
     use std::path::{Path, PathBuf};
     use std::sync::Mutex;
 
-    use super::{FileFacts, FileKey, LinkCache, MemoryRanges, RangeStore, merge_ranges, short_hash};
+    use super::{FileFacts, FileKey, LinkCache, MemoryRanges, RangeStore, gaps, merge_ranges, short_hash};
     use crate::Result;
 
     /// headprint's own cache folder: `ranges` of large files in sparse files beside the list of
@@ -340,6 +372,11 @@ mod disk {
             self.on_disk(offset, len) || self.spill.holds(offset, len)
         }
 
+        fn missing(&self, range: Range<u64>) -> Vec<Range<u64>> {
+            let on_disk = gaps(self.held.lock().unwrap_or_else(|e| e.into_inner()).clone(), range);
+            on_disk.into_iter().flat_map(|gap| self.spill.missing(gap)).collect()
+        }
+
         fn get(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
             if !self.on_disk(offset, len as u64) {
                 return self.spill.get(offset, len);
@@ -393,6 +430,18 @@ mod tests {
         assert_eq!(store.get(15, 4), Some(vec![3; 4]));
         assert!(!store.holds(10, 5) && !store.holds(19, 2));
         assert!(store.holds(15, 4) && !store.holds(0, 1));
+    }
+
+    #[test]
+    fn what_a_store_lacks_is_named_in_order() {
+        assert_eq!(gaps(vec![10..20, 30..40], 0..50), vec![0..10, 20..30, 40..50]);
+        assert_eq!(gaps(vec![10..20, 30..40], 12..35), vec![20..30]);
+        assert_eq!(gaps(std::iter::once(0..100), 10..20), Vec::<Range<u64>>::new());
+        let store = MemoryRanges::new(1 << 20);
+        store.put(10, &[1; 10]).unwrap();
+        store.put(30, &[1; 10]).unwrap();
+        assert_eq!(store.missing(15..45), vec![20..30, 40..45]);
+        assert_eq!(store.missing(30..40), Vec::<Range<u64>>::new());
     }
 
     #[test]
