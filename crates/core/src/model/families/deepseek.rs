@@ -15,7 +15,7 @@ pub(super) const FAMILY: Family = Family {
 };
 
 fn blueprint(_: &Reader, _: Option<&serde_json::Value>) -> Result<Blueprint> {
-    Err(Error::UnknownFamily(
+    Err(Error::BadModel(
         "DeepSeek's latent attention (deepseek_v2, deepseek_v3) is not supported: its heads read keys and values \
          through a shared low-rank latent and a rotary key shared by all heads, so they have no per-head QK and OV \
          circuits of the shapes headprint analyses"
