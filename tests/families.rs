@@ -9,6 +9,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use crate::common;
+use crate::hub::HeaderOnly;
 use crate::hub_imitation::safetensors_header;
 
 use common::*;
@@ -68,21 +69,7 @@ fn every_family_runs_as_transformers_runs_it() {
         let model = load(&folder(name), LoadParts::Everything);
         let reference = expected(&folder(name));
         let output = forward::run(&model, &tokens_of(&reference)).unwrap_or_else(|e| panic!("{name}: {e}"));
-        for (layer, heads) in reference["forward"]["patterns"].as_array().unwrap().iter().enumerate() {
-            for (head, rows) in heads.as_array().unwrap().iter().enumerate() {
-                for (q, row) in rows.as_array().unwrap().iter().enumerate() {
-                    for (k, value) in floats(row).into_iter().enumerate() {
-                        let got = output.patterns[layer][head][(q, k)] as f64;
-                        assert_close(got, value, 1.0, &format!("{name} pattern L{layer}H{head} [{q},{k}]"));
-                    }
-                }
-            }
-        }
-        for (t, row) in reference["forward"]["logits"].as_array().unwrap().iter().enumerate() {
-            for (v, value) in floats(row).into_iter().enumerate() {
-                assert_close(output.logits[(t, v)] as f64, value, 1.0, &format!("{name} logits [{t},{v}]"));
-            }
-        }
+        crate::reference::check_forward(name, &output, &reference);
     }
 }
 
@@ -368,36 +355,6 @@ fn a_multimodal_gemma_3_checkpoint_reads_its_text_model() {
     let fingerprint =
         |m: &Model| serde_json::to_value(fingerprint_model(m, Mode::Folded).unwrap()).unwrap()["heads"].clone();
     assert_eq!(fingerprint(&multimodal), fingerprint(&text_only));
-}
-
-/// A file that holds a real header, claims its full size, reads as zeros past the header and
-/// records what it is told will be read.
-struct HeaderOnly {
-    name: String,
-    header: Vec<u8>,
-    len: u64,
-    announced: Arc<Mutex<Vec<Range<u64>>>>,
-}
-
-impl ByteSource for HeaderOnly {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn len(&self) -> u64 {
-        self.len
-    }
-    fn read_range(&self, offset: u64, len: usize) -> headprint::Result<Vec<u8>> {
-        let mut bytes = vec![0u8; len];
-        let start = offset as usize;
-        if start < self.header.len() {
-            let end = (start + len).min(self.header.len());
-            bytes[..end - start].copy_from_slice(&self.header[start..end]);
-        }
-        Ok(bytes)
-    }
-    fn will_read(&self, ranges: Vec<Range<u64>>) {
-        self.announced.lock().unwrap().extend(ranges);
-    }
 }
 
 /// A one-file model of these tensors, opened to be streamed: the tensor bytes its fingerprint

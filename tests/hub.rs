@@ -431,11 +431,11 @@ fn gpt2_small_in_its_real_shape_fingerprints_from_the_hub_within_280_mb() {
 
 /// A file that holds a real header and claims its full size, reads as zeros past the header
 /// and records what it is told will be read (no memory for the 16 GB it stands for).
-struct HeaderOnly {
-    name: String,
-    header: Vec<u8>,
-    len: u64,
-    announced: std::sync::Arc<std::sync::Mutex<Vec<std::ops::Range<u64>>>>,
+pub(crate) struct HeaderOnly {
+    pub name: String,
+    pub header: Vec<u8>,
+    pub len: u64,
+    pub announced: std::sync::Arc<std::sync::Mutex<Vec<std::ops::Range<u64>>>>,
 }
 
 impl headprint::weights::ByteSource for HeaderOnly {

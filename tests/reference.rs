@@ -117,20 +117,25 @@ fn forward_pass_matches_hugging_face() {
         let tokens: Vec<usize> =
             reference["forward"]["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as usize).collect();
         let output = forward::run(&model, &tokens).expect("forward");
-        for (layer, heads) in reference["forward"]["patterns"].as_array().unwrap().iter().enumerate() {
-            for (head, rows) in heads.as_array().unwrap().iter().enumerate() {
-                for (q, row) in rows.as_array().unwrap().iter().enumerate() {
-                    for (k, value) in floats(row).into_iter().enumerate() {
-                        let got = output.patterns[layer][head][(q, k)] as f64;
-                        assert_close(got, value, 1.0, &format!("{name} pattern L{layer}H{head} [{q},{k}]"));
-                    }
+        check_forward(name, &output, &reference);
+    }
+}
+
+/// A forward pass's patterns and logits against the reference's `forward` block.
+pub(crate) fn check_forward(name: &str, output: &forward::ForwardOutput, reference: &serde_json::Value) {
+    for (layer, heads) in reference["forward"]["patterns"].as_array().unwrap().iter().enumerate() {
+        for (head, rows) in heads.as_array().unwrap().iter().enumerate() {
+            for (q, row) in rows.as_array().unwrap().iter().enumerate() {
+                for (k, value) in floats(row).into_iter().enumerate() {
+                    let got = output.patterns[layer][head][(q, k)] as f64;
+                    assert_close(got, value, 1.0, &format!("{name} pattern L{layer}H{head} [{q},{k}]"));
                 }
             }
         }
-        for (t, row) in reference["forward"]["logits"].as_array().unwrap().iter().enumerate() {
-            for (v, value) in floats(row).into_iter().enumerate() {
-                assert_close(output.logits[(t, v)] as f64, value, 1.0, &format!("{name} logits [{t},{v}]"));
-            }
+    }
+    for (t, row) in reference["forward"]["logits"].as_array().unwrap().iter().enumerate() {
+        for (v, value) in floats(row).into_iter().enumerate() {
+            assert_close(output.logits[(t, v)] as f64, value, 1.0, &format!("{name} logits [{t},{v}]"));
         }
     }
 }
