@@ -4,7 +4,6 @@
 
 mod commands;
 mod driver;
-mod http;
 mod loaded;
 mod open;
 mod print;
@@ -17,7 +16,6 @@ use clap::{Parser, Subcommand};
 use headprint::Result;
 
 use crate::commands::{attention, compare, figure, fingerprint, ov_logits, probe};
-use crate::open::LinkSettings;
 
 #[derive(Parser)]
 #[command(name = "headprint", version, about = "Spectral fingerprints of attention heads, next to what they do")]
@@ -73,7 +71,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    open::configure(LinkSettings { offline: cli.offline });
+    open::configure(cli.offline);
     progress::configure(cli.quiet);
     let outcome = run(cli.command);
     match outcome {

@@ -1,9 +1,9 @@
 //! What the commands print: JSON, and the small pieces their tables share.
 
-use headprint::probes::induction::{InductionReport, RepeatSource, Spread};
-use headprint::tokens::Bos;
 use headprint::{Error, Result};
 use serde_json::Value;
+
+pub use headprint_native::describe::{bos as describe_bos, mean_spread, show, sources as describe_sources};
 
 use crate::open::LinkFacts;
 
@@ -28,37 +28,3 @@ pub fn print_json_from(value: &impl serde::Serialize, link: Option<&LinkFacts>) 
     Ok(())
 }
 
-/// Makes whitespace tokens visible in tables.
-pub fn show(token: &str) -> String {
-    token.replace('\n', "\\n").replace(' ', "␣")
-}
-
-/// A mean with its spread over sequences: `mean ± std [min, max]`.
-pub fn mean_spread(mean: f64, spread: &Spread) -> String {
-    format!("{mean:.4} ± {:.4} [{:.4}, {:.4}]", spread.std, spread.min, spread.max)
-}
-
-/// Where a probe's sequences came from: their seeds, or the given tokens.
-pub fn describe_sources(report: &InductionReport) -> String {
-    let seeds: Vec<String> = report
-        .sequences
-        .iter()
-        .filter_map(|s| match s.source {
-            RepeatSource::UniformRandom { seed } => Some(format!("random seed {seed}")),
-            RepeatSource::TextWindow { seed } => Some(format!("text window seed {seed}")),
-            RepeatSource::Given => None,
-        })
-        .collect();
-    match (seeds.first(), seeds.last()) {
-        (Some(first), Some(last)) if seeds.len() > 1 => format!("{first} .. {last}"),
-        (Some(first), _) => first.clone(),
-        _ => "given tokens".into(),
-    }
-}
-
-pub fn describe_bos(bos: Option<&Bos>) -> String {
-    match bos {
-        Some(b) => format!("BOS {} (id {}, from {}) prepended", show(&b.token), b.id, b.source),
-        None => "no BOS".into(),
-    }
-}

@@ -5,12 +5,13 @@
 #[cfg(not(target_arch = "wasm32"))]
 use rayon::prelude::*;
 
-/// What several threads may read at once natively (`Sync`); every type in the tab, where each
-/// worker is one thread (its file handles are JavaScript objects, which are not `Sync`).
+/// What several threads may read at once natively (`Sync`), and hand to another thread
+/// (`Send`: the Python package computes off the interpreter's thread); every type in the tab,
+/// where each worker is one thread (its file handles are JavaScript objects, which are neither).
 #[cfg(not(target_arch = "wasm32"))]
-pub trait Shareable: Sync {}
+pub trait Shareable: Send + Sync {}
 #[cfg(not(target_arch = "wasm32"))]
-impl<T: Sync + ?Sized> Shareable for T {}
+impl<T: Send + Sync + ?Sized> Shareable for T {}
 #[cfg(target_arch = "wasm32")]
 pub trait Shareable {}
 #[cfg(target_arch = "wasm32")]

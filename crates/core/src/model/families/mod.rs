@@ -26,6 +26,7 @@ mod phi3;
 mod qwen;
 mod smollm3;
 mod stablelm;
+mod transformer_lens;
 
 use nalgebra::{DMatrix, DVector};
 
@@ -81,6 +82,7 @@ const FAMILIES: &[&Family] = &[
     &granite::FAMILY,
     &smollm3::FAMILY,
     &deepseek::FAMILY,
+    &transformer_lens::FAMILY,
 ];
 
 /// The family of a checkpoint: config.json's `model_type` when it has one, else the first

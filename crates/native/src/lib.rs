@@ -1,0 +1,8 @@
+//! Opening a model on a native machine, by path or by link, as the command line and the Python
+//! package both do: the same caches (the local Hugging Face cache, headprint's own), the same
+//! `HF_*` variables and the same patience with servers. How progress and the network's notes
+//! are shown is the caller's (`open::configure`).
+
+pub mod describe;
+mod http;
+pub mod open;

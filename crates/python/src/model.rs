@@ -1,0 +1,350 @@
+//! A model as Python holds it: its files (opened from a path or link, or made of the tensors a
+//! Python object holds), its tokenizer, and the results already computed, so that asking for
+//! the eigenvalues after the fingerprint computes nothing again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use headprint::analysis::ov_logits::top_k;
+use headprint::analysis::{FingerprintStage, HeadId, Mode, ModelFingerprint, OvTokenLogits, fingerprint_stream_watched};
+use headprint::backend::{Backend, BackendChoice, block_on};
+use headprint::compare::{ComparisonRow, spearman_table};
+use headprint::model::ModelStream;
+use headprint::probes::attention_patterns;
+use headprint::probes::induction::{InductionReport, induction_probe_with_progress, random_first_copies};
+use headprint::tokens::{Bos, Tokenizer, choose_bos, with_bos};
+use headprint::weights::{ByteSource, ModelFiles};
+use headprint::{Error, Result};
+use numpy::{PyArray1, PyArrayMethods};
+use pyo3::prelude::*;
+use serde_json::{Value, json};
+
+use crate::running::{StopFlag, Stoppable, off_the_lock};
+
+/// What a probe's sequences are: the same arguments give the same report.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct ProbeKey {
+    length: usize,
+    sequences: usize,
+    seed: u64,
+    bos: bool,
+}
+
+/// An induction probe's report, the BOS its sequences began with, and the backend that ran it.
+struct Probed {
+    report: InductionReport,
+    bos: Option<Bos>,
+    backend: Value,
+}
+
+struct Held {
+    files: ModelFiles,
+    tokenizer: Tokenizer,
+    link: Option<Value>,
+    label: String,
+    stop: StopFlag,
+    fingerprints: Mutex<HashMap<(bool, String), Arc<ModelFingerprint>>>,
+    probes: Mutex<HashMap<(ProbeKey, String), Arc<Probed>>>,
+}
+
+impl Held {
+    fn stream(&self) -> Result<ModelStream<'_>> {
+        ModelStream::open(&self.files)
+    }
+
+    fn bos(&self, model: &ModelStream, wanted: bool) -> Option<Bos> {
+        if wanted { choose_bos(model, &self.tokenizer) } else { None }
+    }
+}
+
+fn backend_choice(name: &str) -> Result<BackendChoice> {
+    match name {
+        "auto" => Ok(BackendChoice::Auto),
+        "gpu" => Ok(BackendChoice::Gpu),
+        "cpu" => Ok(BackendChoice::Cpu),
+        other => Err(Error::Invalid(format!("backend \"{other}\": choose \"auto\", \"gpu\" or \"cpu\""))),
+    }
+}
+
+fn to_json(value: &impl serde::Serialize) -> Result<Value> {
+    serde_json::to_value(value).map_err(|e| Error::Internal(e.to_string()))
+}
+
+fn text(value: &Value) -> String {
+    value.to_string()
+}
+
+/// A model that headprint has opened. Made by `headprint.load`; every function takes it.
+#[pyclass(module = "headprint", frozen)]
+pub struct Model {
+    held: Arc<Held>,
+}
+
+impl Model {
+    /// The model whose files are `files`, every read of them stoppable by Ctrl-C.
+    pub fn new(mut files: ModelFiles, link: Option<Value>, label: String) -> Result<Model> {
+        let stop = StopFlag::default();
+        files.weights = std::mem::take(&mut files.weights)
+            .into_iter()
+            .map(|inner| Box::new(Stoppable { inner, stop: stop.clone() }) as Box<dyn ByteSource>)
+            .collect();
+        let tokenizer = Tokenizer::for_model(&ModelStream::open(&files)?, files.tokenizer_json.as_deref())?;
+        let held = Held {
+            files,
+            tokenizer,
+            link,
+            label,
+            stop,
+            fingerprints: Mutex::default(),
+            probes: Mutex::default(),
+        };
+        Ok(Model { held: Arc::new(held) })
+    }
+
+    fn fingerprint(&self, held: &Held, raw: bool, backend: &str, progress: &crate::running::Progress) -> Result<Arc<ModelFingerprint>> {
+        let key = (raw, backend.to_string());
+        if let Some(done) = held.fingerprints.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Ok(done.clone());
+        }
+        let model = held.stream()?;
+        let mut computing = Backend::select(backend_choice(backend)?)?;
+        let mode = if raw { Mode::Raw } else { Mode::Folded };
+        let report = fingerprint_stream_watched(&model, mode, &mut computing, &mut |stage, done, total| {
+            progress.set(if stage == FingerprintStage::Grams { "Grams" } else { "heads" }, done, total)
+        })?;
+        let report = Arc::new(report);
+        held.fingerprints.lock().unwrap_or_else(|e| e.into_inner()).insert(key, report.clone());
+        Ok(report)
+    }
+
+    fn induction(
+        &self,
+        held: &Held,
+        key: ProbeKey,
+        backend: &str,
+        progress: &crate::running::Progress,
+    ) -> Result<Arc<Probed>> {
+        let cache_key = (key.clone(), backend.to_string());
+        if let Some(done) = held.probes.lock().unwrap_or_else(|e| e.into_inner()).get(&cache_key) {
+            return Ok(done.clone());
+        }
+        let model = held.stream()?;
+        let bos = held.bos(&model, key.bos);
+        let copies = random_first_copies(&held.tokenizer.ordinary_ids(&model), key.length, key.seed, key.sequences)?;
+        let mut computing = Backend::select(backend_choice(backend)?)?;
+        let bos_id = bos.as_ref().map(|b| b.id);
+        let report = block_on(computing.with_fallback(async |computing| {
+            induction_probe_with_progress(&model, &copies, bos_id, computing, &mut |done, total| {
+                progress.set("probe", done, total)
+            })
+            .await
+        }))?;
+        let backend = to_json(&computing.forward_info(&model.config))?;
+        let done = Arc::new(Probed { report, bos, backend });
+        held.probes.lock().unwrap_or_else(|e| e.into_inner()).insert(cache_key, done.clone());
+        Ok(done)
+    }
+}
+
+#[pymethods]
+impl Model {
+    /// How tables name the model: the path, the pinned link, or what Python object it came from.
+    #[getter]
+    fn label(&self) -> String {
+        self.held.label.clone()
+    }
+
+    /// The model's facts as the fingerprint's JSON gives them (family, layers, heads, widths).
+    #[getter]
+    fn facts(&self) -> PyResult<String> {
+        let model = self.held.stream().map_err(crate::error)?;
+        let summary = headprint::analysis::ModelSummary::from_config(&model.config, model.parameter_count);
+        Ok(text(&to_json(&summary).map_err(crate::error)?))
+    }
+
+    /// Every head's fingerprint: the CLI's `fingerprint --json`, as a JSON string.
+    #[pyo3(signature = (raw, backend, progress=None))]
+    fn fingerprint_json(&self, py: Python<'_>, raw: bool, backend: String, progress: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
+        let (held, this) = (self.held.clone(), self.clone_ref());
+        off_the_lock(py, &self.held.stop, progress, move |shown| {
+            let report = this.fingerprint(&held, raw, &backend, &shown)?;
+            let mut value = to_json(&*report)?;
+            if let (Some(link), Some(object)) = (&held.link, value.as_object_mut()) {
+                object.insert("model_link".into(), link.clone());
+            }
+            Ok(text(&value))
+        })
+    }
+
+    /// The induction probe: the CLI's `probe --induction --json`, as a JSON string.
+    #[pyo3(signature = (length, sequences, seed, bos, threshold, backend, progress=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn induction_json(
+        &self,
+        py: Python<'_>,
+        length: usize,
+        sequences: usize,
+        seed: u64,
+        bos: bool,
+        threshold: f64,
+        backend: String,
+        progress: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<String> {
+        let (held, this) = (self.held.clone(), self.clone_ref());
+        let key = ProbeKey { length, sequences, seed, bos };
+        off_the_lock(py, &self.held.stop, progress, move |shown| {
+            let done = this.induction(&held, key, &backend, &shown)?;
+            let Probed { report, bos: bos_token, backend: info } = &*done;
+            let mut value = to_json(report)?;
+            if let Some(object) = value.as_object_mut() {
+                object.insert("backend".into(), info.clone());
+                object.insert("prepend_bos".into(), json!(bos));
+                object.insert("bos_token".into(), json!(bos_token));
+                object.insert("threshold".into(), json!(threshold));
+                object.insert("induction_heads".into(), json!(report.induction_heads(threshold)));
+                if let Some(link) = &held.link {
+                    object.insert("model_link".into(), link.clone());
+                }
+            }
+            Ok(text(&value))
+        })
+    }
+
+    /// Attention patterns on `tokens` (ids) or `text`: (patterns [layers, heads, query, key],
+    /// the ids run, the backend's JSON).
+    #[pyo3(signature = (tokens, text_in, bos, backend, progress=None))]
+    fn attention<'py>(
+        &self,
+        py: Python<'py>,
+        tokens: Option<Vec<usize>>,
+        text_in: Option<String>,
+        bos: bool,
+        backend: String,
+        progress: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<(Bound<'py, PyAny>, Vec<usize>, String)> {
+        let held = self.held.clone();
+        let (patterns, shape, ids, info) = off_the_lock(py, &self.held.stop, progress, move |_| {
+            let ids = match (tokens, text_in) {
+                (Some(ids), _) => ids,
+                (None, Some(text)) => held.tokenizer.encode(&text)?,
+                (None, None) => return Err(Error::BadTokens("give token ids or a string".into())),
+            };
+            let model = held.stream()?;
+            let bos_id = held.bos(&model, bos).map(|b| b.id);
+            let ids = with_bos(bos_id, &ids);
+            let mut computing = Backend::select(backend_choice(&backend)?)?;
+            let computed =
+                block_on(computing.with_fallback(async |computing| attention_patterns(&model, &ids, computing).await))?;
+            let info = text(&to_json(&computing.forward_info(&model.config))?);
+            let n = ids.len();
+            let (layers, heads) = (computed.len(), computed.first().map_or(0, Vec::len));
+            let mut flat = Vec::with_capacity(layers * heads * n * n);
+            for pattern in computed.iter().flatten() {
+                // nalgebra is column-major; the array is [query, key] row-major.
+                flat.extend(pattern.transpose().iter().copied());
+            }
+            Ok((flat, [layers, heads, n, n], ids, info))
+        })?;
+        let array = PyArray1::from_vec(py, patterns).reshape(shape)?;
+        Ok((array.into_any(), ids, info))
+    }
+
+    /// One head's token-space OV circuit read as self-copy logits: the CLI's `ov-logits --json`
+    /// top lists, as a JSON string.
+    fn ov_logits_json(&self, py: Python<'_>, head: String, top: usize, raw: bool) -> PyResult<String> {
+        let held = self.held.clone();
+        off_the_lock(py, &self.held.stop, None, move |_| {
+            let model = held.stream()?;
+            let id = HeadId::parse(&head, &model.config)?;
+            let mode = if raw { Mode::Raw } else { Mode::Folded };
+            let logits = OvTokenLogits::of_head(&model, id, mode)?;
+            let listed = |values: &[f64]| -> Vec<Value> {
+                top_k(values, top)
+                    .into_iter()
+                    .map(|i| json!({"token": held.tokenizer.token_text(i), "id": i, "value": values[i]}))
+                    .collect()
+            };
+            let value = json!({
+                "head": id.to_string(),
+                "mode": mode.name(),
+                "top_raw": listed(&logits.diagonal()),
+                "top_normalised": listed(&logits.normalised_diagonal()),
+            });
+            Ok(text(&value))
+        })
+    }
+
+    /// The study's table row of this model, from its fingerprint and induction probe (computed
+    /// here unless already held): the CLI's `compare --json` entry, as a JSON string.
+    #[pyo3(signature = (raw, length, sequences, seed, bos, threshold, backend, progress=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn compare_json(
+        &self,
+        py: Python<'_>,
+        raw: bool,
+        length: usize,
+        sequences: usize,
+        seed: u64,
+        bos: bool,
+        threshold: f64,
+        backend: String,
+        progress: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<String> {
+        let (held, this) = (self.held.clone(), self.clone_ref());
+        let key = ProbeKey { length, sequences, seed, bos };
+        off_the_lock(py, &self.held.stop, progress, move |shown| {
+            let fingerprint = this.fingerprint(&held, raw, &backend, &shown)?;
+            let done = this.induction(&held, key, &backend, &shown)?;
+            let Probed { report, bos: bos_token, backend: info } = &*done;
+            let sequence = format!(
+                "{} sequences of {} tokens repeated twice ({}); {}",
+                report.sequences.len(),
+                length,
+                headprint_native::describe::sources(report),
+                headprint_native::describe::bos(bos_token.as_ref())
+            );
+            let row = ComparisonRow::new(&held.label, &fingerprint, Some(report), &sequence, threshold);
+            let mut value = to_json(&row)?;
+            if let Some(object) = value.as_object_mut() {
+                object.insert("bos_token".into(), json!(bos_token));
+                object.insert("induction_head_names".into(), json!(report.induction_heads(threshold)));
+                object.insert("head_scores".into(), json!(report.heads));
+                object.insert("spearman".into(), to_json(&spearman_table(&fingerprint, report))?);
+                object.insert("backend".into(), to_json(&fingerprint.backend)?);
+                object.insert("probe_backend".into(), info.clone());
+                if let Some(link) = &held.link {
+                    object.insert("model_link".into(), link.clone());
+                }
+            }
+            Ok(text(&value))
+        })
+    }
+
+    /// The layer x head grid of OV copying scores as SVG (the CLI's `figure copying`), from the
+    /// fingerprint held for (`raw`, `backend`), computed here if there is none.
+    #[pyo3(signature = (raw, backend, title))]
+    fn grid_svg(&self, py: Python<'_>, raw: bool, backend: String, title: String) -> PyResult<String> {
+        let (held, this) = (self.held.clone(), self.clone_ref());
+        off_the_lock(py, &self.held.stop, None, move |shown| {
+            let fingerprint = this.fingerprint(&held, raw, &backend, &shown)?;
+            let figure = headprint::figures::output::Figure::Copying(headprint::figures::copying::CopyingScores {
+                layers: fingerprint.model.layers,
+                heads: fingerprint.model.heads,
+                values: fingerprint.heads.iter().map(|h| h.ov.error.is_none().then_some(h.ov.copying_score)).collect(),
+                title,
+            });
+            let bytes = figure.render(headprint::figures::output::Format::Svg)?;
+            String::from_utf8(bytes).map_err(|e| Error::Internal(e.to_string()))
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<headprint.Model {}>", self.held.label)
+    }
+}
+
+impl Model {
+    fn clone_ref(&self) -> Model {
+        Model { held: self.held.clone() }
+    }
+}
