@@ -3,7 +3,6 @@
 //! and hands each subcommand to its file in `commands/`.
 
 mod commands;
-mod driver;
 mod loaded;
 mod open;
 mod print;

@@ -16,7 +16,7 @@ use headprint::backend::{Backend, BackendChoice, BackendInfo};
 use headprint::compare::INDUCTION_HEAD_THRESHOLD;
 use headprint::probes::induction::DEFAULT_SEQUENCES;
 
-use crate::driver;
+use headprint_native::driver;
 
 /// The model and the output format, as most commands take them.
 #[derive(Args)]

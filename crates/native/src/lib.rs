@@ -4,5 +4,7 @@
 //! are shown is the caller's (`open::configure`).
 
 pub mod describe;
+#[cfg(unix)]
+pub mod driver;
 mod http;
 pub mod open;

@@ -66,6 +66,12 @@ fn backend_choice(name: &str) -> Result<BackendChoice> {
     }
 }
 
+/// The backend asked for, the GPU driver's harmless chatter kept off stderr while it opens.
+fn select(name: &str) -> Result<Backend> {
+    let choice = backend_choice(name)?;
+    headprint_native::driver::quietly(|| Backend::select(choice))
+}
+
 fn to_json(value: &impl serde::Serialize) -> Result<Value> {
     serde_json::to_value(value).map_err(|e| Error::Internal(e.to_string()))
 }
@@ -107,7 +113,7 @@ impl Model {
             return Ok(done.clone());
         }
         let model = held.stream()?;
-        let mut computing = Backend::select(backend_choice(backend)?)?;
+        let mut computing = select(backend)?;
         let mode = if raw { Mode::Raw } else { Mode::Folded };
         let report = fingerprint_stream_watched(&model, mode, &mut computing, &mut |stage, done, total| {
             progress.set(if stage == FingerprintStage::Grams { "Grams" } else { "heads" }, done, total)
@@ -131,7 +137,7 @@ impl Model {
         let model = held.stream()?;
         let bos = held.bos(&model, key.bos);
         let copies = random_first_copies(&held.tokenizer.ordinary_ids(&model), key.length, key.seed, key.sequences)?;
-        let mut computing = Backend::select(backend_choice(backend)?)?;
+        let mut computing = select(backend)?;
         let bos_id = bos.as_ref().map(|b| b.id);
         let report = block_on(computing.with_fallback(async |computing| {
             induction_probe_with_progress(&model, &copies, bos_id, computing, &mut |done, total| {
@@ -232,7 +238,7 @@ impl Model {
             let model = held.stream()?;
             let bos_id = held.bos(&model, bos).map(|b| b.id);
             let ids = with_bos(bos_id, &ids);
-            let mut computing = Backend::select(backend_choice(&backend)?)?;
+            let mut computing = select(&backend)?;
             let computed =
                 block_on(computing.with_fallback(async |computing| attention_patterns(&model, &ids, computing).await))?;
             let info = text(&to_json(&computing.forward_info(&model.config))?);
