@@ -8,10 +8,14 @@ scripts/setup.sh $( [ "$page_tests" = yes ] && echo --page )
 scripts/check_docs.sh
 cargo fmt --all -- --check
 cargo clippy --all-targets --release -- -D warnings
+cargo clippy --release -p headprint-python -- -D warnings
 # The core and the page for the browser (the core alone too: it must build without the page).
 cargo clippy --target wasm32-unknown-unknown -p headprint -p headprint-web --lib -- -D warnings
 cargo build --target wasm32-unknown-unknown -p headprint --lib
 cargo test --release
+# The Python package, built by maturin and tested against the CLI just built (the tests that
+# need torch run in `scripts/python_tests.sh --torch`).
+scripts/python_tests.sh
 # Every fuzz target replays its committed corpus and fuzzes 8 s (the instrumented build is slow
 # cold): a parser that panics again on a known input shows here.
 scripts/fuzz.sh --ci 8

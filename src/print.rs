@@ -27,4 +27,3 @@ pub fn print_json_from(value: &impl serde::Serialize, link: Option<&LinkFacts>) 
     println!("{}", serde_json::to_string(&value).map_err(|e| Error::Internal(e.to_string()))?);
     Ok(())
 }
-

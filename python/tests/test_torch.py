@@ -12,8 +12,11 @@ import headprint
 from conftest import FIXTURES
 
 pytestmark = pytest.mark.torch
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+try:
+    import torch
+    import transformers
+except ImportError:  # deselected by `-m "not torch"`; run with scripts/python_tests.sh --torch
+    torch = transformers = None
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama", "families/qwen3", "families/gemma2", "families/mixtral"])

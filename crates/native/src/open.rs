@@ -47,11 +47,12 @@ fn client() -> Result<Arc<Client>> {
     let patience = Patience { read_timeout_seconds: read_timeout()?, ..Patience::default() };
     let transport = UreqTransport::new(Duration::from_secs_f64(patience.read_timeout_seconds));
     let token = std::env::var("HF_TOKEN").ok().or_else(|| std::env::var("HUGGING_FACE_HUB_TOKEN").ok());
-    let client = Client::new(Box::new(transport), &hub_endpoint(), token, patience)
-        .on_note(|note| match SETTINGS.get().and_then(|s| s.on_note.as_ref()) {
+    let client = Client::new(Box::new(transport), &hub_endpoint(), token, patience).on_note(|note| {
+        match SETTINGS.get().and_then(|s| s.on_note.as_ref()) {
             Some(on_note) => on_note(note),
             None => eprintln!("note: {note}"),
-        });
+        }
+    });
     let env_offline =
         std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| matches!(v.as_str(), "1" | "true" | "TRUE" | "yes"));
     let offline = SETTINGS.get().is_some_and(|s| s.offline) || env_offline;

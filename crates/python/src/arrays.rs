@@ -78,8 +78,9 @@ impl HeldTensors {
         let mut offset = 0usize;
         let mut buffers = Vec::with_capacity(tensors.len());
         for tensor in tensors {
-            let width = dtype_bytes(&tensor.dtype)
-                .ok_or_else(|| Error::Invalid(format!("{}: dtype {} is not one headprint reads", tensor.name, tensor.dtype)))?;
+            let width = dtype_bytes(&tensor.dtype).ok_or_else(|| {
+                Error::Invalid(format!("{}: dtype {} is not one headprint reads", tensor.name, tensor.dtype))
+            })?;
             let expected = tensor.shape.iter().product::<usize>() * width;
             if tensor.bytes.len_bytes() != expected {
                 return Err(Error::Invalid(format!(

@@ -16,7 +16,12 @@ use pyo3::prelude::*;
 use crate::arrays::{Bytes, HeldTensor, HeldTensors};
 use crate::model::Model;
 
-create_exception!(headprint, Error, PyValueError, "What headprint could not do, in one line: a bad file, link or argument.");
+create_exception!(
+    headprint,
+    Error,
+    PyValueError,
+    "What headprint could not do, in one line: a bad file, link or argument."
+);
 
 /// The core's error as `headprint.Error`, with the message the CLI prints.
 pub(crate) fn error(error: headprint::Error) -> PyErr {
@@ -75,7 +80,10 @@ fn configure_links(offline: bool, on_note: Py<PyAny>) {
             let _ = on_note.call1(py, (note,));
         })
     };
-    headprint_native::open::configure(headprint_native::open::LinkSettings { offline, on_note: Some(Box::new(on_note)) });
+    headprint_native::open::configure(headprint_native::open::LinkSettings {
+        offline,
+        on_note: Some(Box::new(on_note)),
+    });
 }
 
 #[pymodule]

@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use headprint::analysis::ov_logits::top_k;
-use headprint::analysis::{FingerprintStage, HeadId, Mode, ModelFingerprint, OvTokenLogits, fingerprint_stream_watched};
+use headprint::analysis::{
+    FingerprintStage, HeadId, Mode, ModelFingerprint, OvTokenLogits, fingerprint_stream_watched,
+};
 use headprint::backend::{Backend, BackendChoice, block_on};
 use headprint::compare::{ComparisonRow, spearman_table};
 use headprint::model::ModelStream;
@@ -95,19 +97,18 @@ impl Model {
             .map(|inner| Box::new(Stoppable { inner, stop: stop.clone() }) as Box<dyn ByteSource>)
             .collect();
         let tokenizer = Tokenizer::for_model(&ModelStream::open(&files)?, files.tokenizer_json.as_deref())?;
-        let held = Held {
-            files,
-            tokenizer,
-            link,
-            label,
-            stop,
-            fingerprints: Mutex::default(),
-            probes: Mutex::default(),
-        };
+        let held =
+            Held { files, tokenizer, link, label, stop, fingerprints: Mutex::default(), probes: Mutex::default() };
         Ok(Model { held: Arc::new(held) })
     }
 
-    fn fingerprint(&self, held: &Held, raw: bool, backend: &str, progress: &crate::running::Progress) -> Result<Arc<ModelFingerprint>> {
+    fn fingerprint(
+        &self,
+        held: &Held,
+        raw: bool,
+        backend: &str,
+        progress: &crate::running::Progress,
+    ) -> Result<Arc<ModelFingerprint>> {
         let key = (raw, backend.to_string());
         if let Some(done) = held.fingerprints.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Ok(done.clone());
@@ -170,7 +171,13 @@ impl Model {
 
     /// Every head's fingerprint: the CLI's `fingerprint --json`, as a JSON string.
     #[pyo3(signature = (raw, backend, progress=None))]
-    fn fingerprint_json(&self, py: Python<'_>, raw: bool, backend: String, progress: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
+    fn fingerprint_json(
+        &self,
+        py: Python<'_>,
+        raw: bool,
+        backend: String,
+        progress: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<String> {
         let (held, this) = (self.held.clone(), self.clone_ref());
         off_the_lock(py, &self.held.stop, progress, move |shown| {
             let report = this.fingerprint(&held, raw, &backend, &shown)?;

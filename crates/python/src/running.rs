@@ -88,7 +88,8 @@ pub fn off_the_lock<T: Send + 'static>(
         })
         .map_err(|e| crate::error(Error::Internal(format!("cannot start a thread: {e}"))))?;
     loop {
-        let waited = py.detach(|| receiver.lock().unwrap_or_else(|e| e.into_inner()).recv_timeout(Duration::from_millis(100)));
+        let waited =
+            py.detach(|| receiver.lock().unwrap_or_else(|e| e.into_inner()).recv_timeout(Duration::from_millis(100)));
         if let (Some(report), Some((stage, done, total))) = (report, progress.take()) {
             report.call1((stage, done, total))?;
         }

@@ -15,8 +15,8 @@
 use nalgebra::DMatrix;
 
 use super::super::{
-    Activation, Attention, Blueprint, Layer, LayerMap, LoadParts, Mlp, MlpKind, ModelConfig, Norm, NormKind,
-    Positions, Reader, RopeScaling, Sources, check_dimensions, config_f32, config_usize,
+    Activation, Attention, Blueprint, Layer, LayerMap, LoadParts, Mlp, MlpKind, ModelConfig, Norm, NormKind, Positions,
+    Reader, RopeScaling, Sources, check_dimensions, config_f32, config_usize,
 };
 use super::{Family, flag, refuse_set, require, text};
 use crate::{Error, Result};
@@ -75,7 +75,9 @@ fn blueprint(reader: &Reader, config: Option<&serde_json::Value>) -> Result<Blue
         config_usize(cfg, &["d_vocab"])?,
     );
     if cfg.get("d_vocab_out").and_then(|v| v.as_u64()).is_some_and(|out| out as usize != vocab) {
-        return Err(Error::BadConfig("cfg.d_vocab_out differs from cfg.d_vocab: the unembedding must read the embedding's tokens".into()));
+        return Err(Error::BadConfig(
+            "cfg.d_vocab_out differs from cfg.d_vocab: the unembedding must read the embedding's tokens".into(),
+        ));
     }
     let attention_only = flag(cfg, "attn_only", false);
     let d_mlp = if attention_only { 0 } else { config_usize(cfg, &["d_mlp"])? };
@@ -171,7 +173,12 @@ impl TransformerLensLayers {
 /// A per-head weight [heads, rows, cols] as one matrix: `rows x (heads · cols)` with head h's
 /// columns at h · cols (W_Q, W_K, W_V), or `(heads · rows) x cols` with its rows at h · rows
 /// (W_O, whose stored bytes are already that matrix).
-fn per_head(reader: &mut Reader, name: &str, [heads, rows, cols]: [usize; 3], side_by_side: bool) -> Result<DMatrix<f32>> {
+fn per_head(
+    reader: &mut Reader,
+    name: &str,
+    [heads, rows, cols]: [usize; 3],
+    side_by_side: bool,
+) -> Result<DMatrix<f32>> {
     let tensor = reader.tensor(name, &[heads, rows, cols])?;
     if !side_by_side {
         return Ok(DMatrix::from_row_slice(heads * rows, cols, &tensor.data));
