@@ -266,7 +266,8 @@ pub fn run_batch(
     let mut outputs: Vec<ForwardOutput> = runs.iter().map(|_| ForwardOutput::empty(config.layers)).collect();
     for l in 0..config.layers {
         let layer = model.layer(l, LoadParts::Everything)?;
-        if layer.mlp.is_none() && layer.experts.is_none() {
+        let has_mlp = layer.mlp.is_some() || layer.experts.is_some();
+        if !has_mlp && !config.features.attention_only {
             return Err(Error::MissingMlp);
         }
         for ((residual, output), (_, keep)) in residuals.iter_mut().zip(&mut outputs).zip(runs) {
@@ -276,22 +277,26 @@ pub fn run_batch(
             output.keep_patterns(keep.patterns, layer_patterns);
             output.keep_head_outputs(layer_head_outputs);
             let attention_out = branch_output(config, layer.attention_out_norm.as_ref(), attention_out);
-            let mlp_out = |residual: &DMatrix<f32>| -> DMatrix<f32> {
+            // None for an attention-only block.
+            let mlp_out = |residual: &DMatrix<f32>| -> Option<DMatrix<f32>> {
                 let normed = normalise_or_not(residual, layer.ln2.as_ref(), config);
                 let out = match (&layer.experts, &layer.mlp) {
                     (Some(experts), _) => mixture(config, experts, &normed),
                     (None, Some(mlp)) => feed_forward(mlp, config.mlp.activation(), &normed),
-                    (None, None) => unreachable!("checked above: the layer has an MLP or experts"),
+                    (None, None) => return None,
                 };
-                branch_output(config, layer.mlp_out_norm.as_ref(), out)
+                Some(branch_output(config, layer.mlp_out_norm.as_ref(), out))
             };
             if config.parallel_residual {
-                let mlp_out = mlp_out(residual);
-                *residual += attention_out + mlp_out;
+                match mlp_out(residual) {
+                    Some(mlp_out) => *residual += attention_out + mlp_out,
+                    None => *residual += attention_out,
+                }
             } else {
                 *residual += attention_out;
-                let mlp_out = mlp_out(residual);
-                *residual += mlp_out;
+                if let Some(mlp_out) = mlp_out(residual) {
+                    *residual += mlp_out;
+                }
             }
         }
         each_layer(l + 1, config.layers + 1);

@@ -87,32 +87,38 @@ pub fn off_the_lock<T: Send + 'static>(
             let _ = sender.send(outcome.unwrap_or_else(|_| Err(Error::Internal("the computation panicked".into()))));
         })
         .map_err(|e| crate::error(Error::Internal(format!("cannot start a thread: {e}"))))?;
-    loop {
+    // Stops the work and waits for it to end, so that nothing runs on after the call returns.
+    let stop_and_wait = |py: Python<'_>| {
+        stop.raise();
+        py.detach(|| {
+            let _ = receiver.lock().unwrap_or_else(|e| e.into_inner()).recv();
+        });
+    };
+    let outcome = loop {
         let waited =
             py.detach(|| receiver.lock().unwrap_or_else(|e| e.into_inner()).recv_timeout(Duration::from_millis(100)));
         if let (Some(report), Some((stage, done, total))) = (report, progress.take()) {
-            report.call1((stage, done, total))?;
+            // Ctrl-C may arrive inside the callback (tqdm's drawing is Python code).
+            if let Err(raised) = report.call1((stage, done, total)) {
+                if waited.is_err() {
+                    stop_and_wait(py);
+                }
+                break Err(raised);
+            }
         }
         match waited {
-            Ok(outcome) => {
-                let _ = worker.join();
-                return outcome.map_err(crate::error);
-            }
+            Ok(outcome) => break outcome.map_err(crate::error),
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 if let Err(interrupt) = py.check_signals() {
-                    stop.raise();
-                    // The work ends at its next read; wait for it so that nothing runs on after.
-                    py.detach(|| {
-                        let _ = receiver.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                    });
-                    let _ = worker.join();
-                    return Err(interrupt);
+                    stop_and_wait(py);
+                    break Err(interrupt);
                 }
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
-                let _ = worker.join();
-                return Err(crate::error(Error::Internal("the computation ended without a result".into())));
+                break Err(crate::error(Error::Internal("the computation ended without a result".into())));
             }
         }
-    }
+    };
+    let _ = worker.join();
+    outcome
 }

@@ -143,6 +143,8 @@ pub struct Features {
     pub residual_multiplier: Option<f32>,
     /// The final logits divided by this (Granite's `logits_scaling`).
     pub logits_divisor: Option<f32>,
+    /// Blocks with attention and no MLP (TransformerLens's attention-only models).
+    pub attention_only: bool,
 }
 
 impl Features {
@@ -175,6 +177,7 @@ impl Features {
         add(matches!(mlp, MlpKind::Experts { .. }), "mixtures of experts");
         add(matches!(positions, Positions::Alibi { .. }), "ALiBi");
         add(matches!(positions, Positions::Rotary { interleaved: true, .. }), "interleaved rotary");
+        add(self.attention_only, "attention-only blocks");
         beyond
     }
 }

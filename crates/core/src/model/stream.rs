@@ -118,7 +118,8 @@ impl Weights for Model {
     }
     fn layer(&self, l: usize, parts: LoadParts) -> Result<Cow<'_, Layer>> {
         let layer = &self.layers[l];
-        if parts == LoadParts::Everything && layer.mlp.is_none() && layer.experts.is_none() {
+        let mlp_missing = layer.mlp.is_none() && layer.experts.is_none() && !self.config.features.attention_only;
+        if parts == LoadParts::Everything && mlp_missing {
             return Err(crate::Error::MissingMlp);
         }
         Ok(Cow::Borrowed(layer))

@@ -135,6 +135,7 @@ fn blueprint(reader: &Reader, config: Option<&serde_json::Value>) -> Result<Blue
         config_special_ids: Vec::new(),
         characters: false,
     };
+    config.features.attention_only = attention_only;
     // TransformerLens divides the scores by `attn_scale` (√d_head unless set), or by nothing.
     config.features.attention_scale = Some(match flag(cfg, "use_attn_scale", true) {
         true => 1.0 / config_f32(cfg, "attn_scale", (d_head as f32).sqrt()),
