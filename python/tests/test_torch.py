@@ -90,3 +90,39 @@ def test_a_hooked_transformer_runs_the_reference_forward_pass():
     assert np.abs(ours - np.array(reference["patterns"])).max() <= 1e-4
     frame = headprint.fingerprint(model, backend="cpu")
     assert frame.attrs["mode"] == "as given" and len(frame) == 4
+
+
+CONVERTERS = {"families/qwen2": "convert_qwen2_weights", "families/gptj": "convert_gptj_weights", "families/opt": "convert_opt_weights"}
+
+
+@pytest.mark.parametrize("name", sorted(CONVERTERS))
+def test_family_weights_are_read_as_transformer_lens_converts_them(name, tmp_path):
+    """TransformerLens's own weight converter for the family, unprocessed (no fold, no
+    centring), against headprint's family file on the same transformers model: every head's
+    four circuits the same, and TransformerLens's float32 eigenvalues beside them."""
+    import shutil
+
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    from transformer_lens.loading_from_pretrained import convert_hf_model_config
+    from transformer_lens.pretrained import weight_conversions
+
+    # TransformerLens picks hard-coded configs by words in a model's name: a neutral folder.
+    folder = tmp_path / "fixture"
+    shutil.copytree(FIXTURES / name, folder)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder)
+    fields = convert_hf_model_config(str(folder))
+    cfg = HookedTransformerConfig(**{k: v for k, v in fields.items() if k in HookedTransformerConfig.__dataclass_fields__})
+    tl = HookedTransformer(cfg)
+    converted = getattr(weight_conversions, CONVERTERS[name])(hf, cfg)
+    tl.load_and_process_state_dict(
+        converted, fold_ln=False, center_writing_weights=False, center_unembed=False, fold_value_biases=False
+    )
+    for circuit in ("ov", "qk", "ov_residual", "qk_token"):
+        from_files = headprint.eigenvalues(hf, circuit, raw=True, backend="cpu")
+        from_tl = headprint.eigenvalues(tl, circuit, backend="cpu")
+        scale = max(1.0, np.abs(from_files).max())
+        assert np.abs(np.sort_complex(from_files) - np.sort_complex(from_tl)).max() <= 1e-10 * scale, (name, circuit)
+    for circuit, theirs in (("ov_residual", tl.OV), ("qk", tl.QK)):
+        ours = np.sort_complex(headprint.eigenvalues(hf, circuit, raw=True, backend="cpu"))
+        theirs = np.sort_complex(theirs.eigenvalues.detach().numpy().astype(np.complex128))
+        assert np.abs(ours - theirs).max() <= 1e-4 * max(1.0, np.abs(theirs).max()), (name, circuit)
