@@ -313,6 +313,34 @@ fn what_headprint_does_not_implement_is_refused_by_name() {
 }
 
 #[test]
+fn falcon_checkpoints_saved_for_falcons_own_code_read_as_their_transformers_versions() {
+    // Before transformers took Falcon in, its checkpoints said `RefinedWebModel` (7B's layout)
+    // or `RefinedWeb` (40B's, whose two norms marked the new architecture) and used the short
+    // keys of Falcon's own configuration class.
+    for (name, model_type) in [("falcon-mq", "RefinedWebModel"), ("falcon-new", "RefinedWeb")] {
+        let dir = with_config(name, |c| {
+            let c = c.as_object_mut().unwrap();
+            c.insert("model_type".into(), model_type.into());
+            c.remove("new_decoder_architecture");
+            for (long, short) in
+                [("num_attention_heads", "n_head"), ("num_hidden_layers", "n_layer"), ("num_kv_heads", "n_head_kv")]
+            {
+                if let Some(value) = c.remove(long) {
+                    c.insert(short.into(), value);
+                }
+            }
+        });
+        let old = Model::load(&ModelFiles::from_path(&dir).unwrap(), LoadParts::Everything).unwrap();
+        let current = load(&folder(name), LoadParts::Everything);
+        assert_eq!(old.config, current.config, "{name}");
+        let fingerprint =
+            |m: &Model| serde_json::to_value(fingerprint_model(m, Mode::Folded).unwrap()).unwrap()["heads"].clone();
+        assert_eq!(fingerprint(&old), fingerprint(&current), "{name}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[test]
 fn a_multimodal_gemma_3_checkpoint_reads_its_text_model() {
     // The Hub's multimodal Gemma 3 files keep the text model under `language_model.model.`,
     // its config in `text_config`: the same model as the text-only fixture.

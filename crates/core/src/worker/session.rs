@@ -830,3 +830,54 @@ fn too_large(config: &ModelConfig, need: u64, held: u64) -> Error {
         gigabytes(WORKER_BUDGET_BYTES),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Sizes;
+    use crate::model::{Activation, MlpKind, ModelConfig, NormKind, NormSites, Positions, QkNorm};
+
+    fn config(mlp: MlpKind) -> ModelConfig {
+        ModelConfig {
+            family: "test".into(),
+            layers: 2,
+            heads: 8,
+            kv_heads: 2,
+            d_model: 256,
+            d_head: 32,
+            d_mlp: 1024,
+            vocab: 1000,
+            context: None,
+            norm: NormKind::RmsNorm,
+            norm_eps: 1e-6,
+            positions: Positions::Nope,
+            mlp,
+            parallel_residual: false,
+            features: Default::default(),
+            bos_token_id: None,
+            config_special_ids: Vec::new(),
+            characters: false,
+        }
+    }
+
+    #[test]
+    fn a_layer_counts_every_experts_matrices_and_the_router() {
+        let gated = Sizes::of(&config(MlpKind::Gated(Activation::Silu)), true);
+        let experts = Sizes::of(&config(MlpKind::Experts { experts: 8, top_k: 2, activation: Activation::Silu }), true);
+        // Seven more experts of three d_model x d_mlp matrices, and the router's d_model x 8, in f32.
+        assert_eq!(experts.layer - gated.layer, 4 * (7 * 3 * 256 * 1024 + 256 * 8));
+        assert_eq!(experts.attention, gated.attention);
+    }
+
+    #[test]
+    fn norms_that_fold_into_the_attention_add_its_folded_copy() {
+        let plain = config(MlpKind::Gated(Activation::Silu));
+        let mut qk_norms = plain.clone();
+        qk_norms.features.qk_norm = QkNorm::PerHead;
+        let mut post_norms = plain.clone();
+        post_norms.features.norm_sites = NormSites::Post;
+        let attention = (256 * (8 * 32 + 2 * 2 * 32) + 8 * 32 * 256) as u64;
+        for folded in [qk_norms, post_norms] {
+            assert_eq!(Sizes::of(&folded, true).attention - Sizes::of(&plain, true).attention, 4 * attention);
+        }
+    }
+}

@@ -3,7 +3,9 @@
 //! and the new decoder architecture's per key/value group [q x (heads / kv_heads), k, v].
 //! Blocks are parallel (one norm shared, or `ln_attn` and `ln_mlp`) or sequential
 //! (`post_attention_layernorm`); positions are rotary or ALiBi (the bias added before the
-//! 1/sqrt(d_head) scale, its slopes in bf16, as Falcon computes them).
+//! 1/sqrt(d_head) scale, its slopes in bf16, as Falcon computes them). Checkpoints saved for
+//! Falcon's own code before transformers took it in say `RefinedWebModel` (7B's layout) or
+//! `RefinedWeb` (40B's) and `n_head_kv`; their layout is read from the tensors they hold.
 
 use super::super::{
     Activation, Blueprint, MlpKind, ModelConfig, NormKind, Positions, Reader, Sources, check_dimensions, config_f32,
@@ -12,19 +14,28 @@ use super::super::{
 use super::{Family, FusedQkv, Layout, MlpNames, QkvNames, Sizes, activation, config_from, flag, require};
 use crate::Result;
 
-pub(super) const FAMILY: Family =
-    Family { name: "falcon", model_types: &["falcon"], marker: None, mlp_parts: &[".mlp."], blueprint };
+pub(super) const FAMILY: Family = Family {
+    name: "falcon",
+    model_types: &["falcon", "RefinedWebModel", "RefinedWeb"],
+    marker: None,
+    mlp_parts: &[".mlp."],
+    blueprint,
+};
 
 fn blueprint(reader: &Reader, config: Option<&serde_json::Value>) -> Result<Blueprint> {
     let json = require(config, "Falcon")?;
     let mut sizes = Sizes::read(reader, json, "transformer.word_embeddings.weight", "transformer.h.")?;
     // Falcon's MLP width is its own key (4 x the width by default), not `intermediate_size`.
     sizes.d_mlp = config_usize(json, &["ffn_hidden_size"]).unwrap_or(4 * sizes.d_model);
-    let new_architecture = flag(json, "new_decoder_architecture", false);
+    // Falcon's own code kept the new architecture's two norms (`ln_attn`, `ln_mlp`) without
+    // the flag that transformers later added.
+    let refined_web = super::text(json, "model_type").is_some_and(|t| t.starts_with("RefinedWeb"));
+    let new_architecture =
+        flag(json, "new_decoder_architecture", false) || (refined_web && reader.has("transformer.h.0.ln_attn.weight"));
     let multi_query = flag(json, "multi_query", true);
     let parallel = flag(json, "parallel_attn", true);
     sizes.kv_heads = match (new_architecture, multi_query) {
-        (true, _) => config_usize(json, &["num_kv_heads"]).unwrap_or(sizes.heads),
+        (true, _) => config_usize(json, &["num_kv_heads", "n_head_kv"]).unwrap_or(sizes.heads),
         (false, true) => 1,
         (false, false) => sizes.heads,
     };
