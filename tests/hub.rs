@@ -154,6 +154,39 @@ fn a_hub_model_equals_its_local_files_fetches_no_mlp_and_reopens_with_no_network
 }
 
 #[test]
+fn the_newer_families_by_link_equal_their_local_files_and_fetch_no_mlp_or_expert_byte() {
+    let hub = Imitation::start();
+    for name in ["gemma2", "qwen3", "mixtral", "falcon-rw"] {
+        let folder = fixture(&format!("families/{name}"));
+        let repo = format!("test-org/{name}");
+        hub.add_folder(&repo, "main", &folder);
+        let home = scratch(name);
+        hub.clear_log();
+        let link = format!("hf:{repo}");
+        let report = json_of(run(&hub, &home, &["fingerprint", &link, "--json"], &[]));
+        assert_eq!(without_link(report), local(&["fingerprint", folder.to_str().unwrap(), "--json"]), "{name}");
+        let feed_forward = tensor_ranges(&folder.join("model.safetensors"), |n| {
+            n.contains(".mlp.") || n.contains(".block_sparse_moe.")
+        });
+        assert!(!feed_forward.is_empty(), "{name}");
+        for entry in hub.log().iter().filter(|e| e.origin == Origin::Cdn) {
+            let (first, last) = asked(entry).expect("every weight request asks for one range");
+            assert!(
+                feed_forward.iter().all(|&(start, end)| last < start || first >= end),
+                "{name}: the fingerprint asked for an MLP or expert weight's bytes: {:?}",
+                entry.range
+            );
+        }
+        // The probe fetches the rest and runs as it runs on the local files.
+        let args = ["probe", "--induction", "--len", "6", "--sequences", "2", "--json"];
+        let probe = json_of(run(&hub, &home, &[&args[..1], &[link.as_str()], &args[1..]].concat(), &[]));
+        let expected = local(&[&args[..1], &[folder.to_str().unwrap()], &args[1..]].concat());
+        assert_eq!(without_link(probe), expected, "{name}");
+        let _ = std::fs::remove_dir_all(home);
+    }
+}
+
+#[test]
 fn a_sharded_model_by_link_equals_its_local_files() {
     let hub = Imitation::start();
     let folder = fixture("llama");
