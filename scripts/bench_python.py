@@ -8,11 +8,17 @@ save_pretrained):
 
 Each round, in turn on the same files, on the CPU:
 - cli:        `headprint fingerprint DIR --json --backend cpu` (a process: load, Grams, 144 heads);
+- cli-tl:     the same on the HookedTransformer's weights written to a folder in the layout the
+              package hands the core (the `transformer_lens` family): folded and centred, W_U no
+              longer tied to W_E, so three vocabulary Grams where the files' tied GPT-2 needs one;
 - py-path:    `headprint.fingerprint(DIR, backend="cpu")`, the same from Python;
 - py-tl:      `headprint.fingerprint(tl_model, backend="cpu")` on a HookedTransformer holding the
               same weights, folded and centred as `from_pretrained` leaves them (read anew each
               round: the package's cache of Python models is cleared);
-- tl-ov-qk:   TransformerLens's own `model.OV.eigenvalues` and `model.QK.eigenvalues`.
+- tl-ov-qk:   TransformerLens's own `model.OV.eigenvalues` and `model.QK.eigenvalues` (the
+              residual-space circuits only, which is what the issue's target names);
+- tl-four:    TransformerLens on the four circuits headprint reports: those two and the
+              token-space `(W_E @ OV @ W_U)` and `(W_E @ QK @ W_E.T)` eigenvalues.
 The HookedTransformer is built once, offline, as `from_pretrained` builds it (the hub's config of
 gpt2, TransformerLens's GPT-2 weight conversion, `load_and_process_state_dict`), and not timed.
 """
@@ -35,6 +41,7 @@ from headprint import _readers
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "bench-data" / "gpt2-small-random"
+TL_FOLDER = ROOT / "bench-data" / "gpt2-small-random-as-transformer-lens"
 
 
 def write_model():
@@ -58,6 +65,16 @@ def hooked():
     return model
 
 
+def write_as_transformer_lens(model):
+    """The HookedTransformer's weights as the package reads them, written as files."""
+    from safetensors.numpy import save_file
+
+    config, named, _, _ = _readers.transformer_lens_parts(model)
+    TL_FOLDER.mkdir(parents=True, exist_ok=True)
+    (TL_FOLDER / "config.json").write_text(json.dumps(config))
+    save_file({name: _readers._array(value, name)[1] for name, value in named}, TL_FOLDER / "model.safetensors")
+
+
 def timed(work):
     start = time.perf_counter()
     work()
@@ -70,6 +87,7 @@ def main():
     args = parser.parse_args()
     write_model()
     model = hooked()
+    write_as_transformer_lens(model)
     cli = ROOT / "target" / "release" / "headprint"
 
     def tl_eigenvalues():
@@ -77,15 +95,24 @@ def main():
             model.OV.eigenvalues
             model.QK.eigenvalues
 
+    def tl_four():
+        with torch.no_grad():
+            model.OV.eigenvalues
+            model.QK.eigenvalues
+            (model.W_E @ model.OV @ model.W_U).eigenvalues
+            (model.W_E @ model.QK @ model.W_E.T).eigenvalues
+
     def python_tl():
         _readers._made.clear()
         headprint.fingerprint(model, backend="cpu")
 
     runs = {
         "cli": lambda: subprocess.run([cli, "fingerprint", FOLDER, "--json", "--backend", "cpu"], check=True, capture_output=True),
+        "cli-tl": lambda: subprocess.run([cli, "fingerprint", TL_FOLDER, "--json", "--backend", "cpu"], check=True, capture_output=True),
         "py-path": lambda: headprint.fingerprint(FOLDER, backend="cpu"),
         "py-tl": python_tl,
         "tl-ov-qk": tl_eigenvalues,
+        "tl-four": tl_four,
     }
     times = {name: [] for name in runs}
     for _ in range(args.rounds):
@@ -94,7 +121,10 @@ def main():
     medians = {name: statistics.median(values) for name, values in times.items()}
     for name, values in times.items():
         print(f"{name:<10} median {medians[name]:7.3f} s   rounds {' '.join(f'{v:.3f}' for v in values)}")
-    print(f"py-tl / cli: {medians['py-tl'] / medians['cli']:.2f}   py-path / cli: {medians['py-path'] / medians['cli']:.2f}")
+    print(
+        f"py-path / cli: {medians['py-path'] / medians['cli']:.2f}   py-tl / cli-tl: {medians['py-tl'] / medians['cli-tl']:.2f}"
+        f"   py-tl / tl-ov-qk: {medians['py-tl'] / medians['tl-ov-qk']:.2f}"
+    )
     print(json.dumps({"rounds": times, "torch_threads": torch.get_num_threads()}))
 
 

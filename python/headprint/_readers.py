@@ -95,6 +95,13 @@ def is_transformer_lens(obj: Any) -> bool:
 
 def from_transformer_lens(model: Any, tokenizer: Any = None) -> Model:
     """A HookedTransformer as it holds its weights (fold_ln, centring: as the user loaded it)."""
+    config, named, tokenizer_json, label = transformer_lens_parts(model, tokenizer)
+    return _headprint.from_tensors(json.dumps(config), _tensors(named), tokenizer_json, label)
+
+
+def transformer_lens_parts(model: Any, tokenizer: Any = None) -> tuple[dict, list, Optional[bytes], str]:
+    """What headprint reads of a HookedTransformer: the config, the named tensors in the
+    `transformer_lens` family's layout, the tokenizer's JSON and a label."""
     cfg = model.cfg
     config = {key: _plain(getattr(cfg, key)) for key in _TL_KEYS if hasattr(cfg, key)}
     config["model_type"] = "hooked_transformer"
@@ -131,7 +138,7 @@ def from_transformer_lens(model: Any, tokenizer: Any = None) -> Model:
     named.append(("unembed.W_U", w_u.T.contiguous() if hasattr(w_u, "contiguous") else np.ascontiguousarray(w_u.T)))
     named.append(("unembed.b_U", model.b_U))
     label = f"HookedTransformer {config.get('model_name', '')}".strip()
-    return _headprint.from_tensors(json.dumps(config), _tensors(named), _tokenizer_json(tokenizer), label)
+    return config, named, _tokenizer_json(tokenizer), label
 
 
 def is_transformers(obj: Any) -> bool:
