@@ -222,7 +222,8 @@ def compare(
 ) -> pd.DataFrame:
     """The spectral-fingerprint study's table: one row per model with its parameters, mean QK
     imaginary fraction, induction heads and prefix-copy accuracy, and the Spearman ρ of every
-    spectral feature against every behavioural score across its heads (``rho_<feature>_<score>``)."""
+    spectral feature against every behavioural score across its heads (``rho_<feature>_<score>``),
+    and the mode its spectra were read in (a HookedTransformer's weights are used as given)."""
     if not models:
         raise Error("compare needs at least one model")
     rows = []
@@ -232,7 +233,7 @@ def compare(
         entry = json.loads(
             _run(held.compare_json, as_stored, length, sequences, seed, bos, threshold, backend)
         )
-        row: dict = {}
+        row: dict = {"mode": _mode(given, raw)}
         for key in ("model", "parameters", "heads", "mean_qk_imaginary_fraction", "induction_heads",
                     "prefix_copy_accuracy", "threshold", "sequence"):
             row[key] = entry[key]
@@ -240,6 +241,4 @@ def compare(
         for correlation in entry["spearman"]:
             row[f"rho_{correlation['spectral'].replace('.', '_')}_{correlation['behavioural']}"] = correlation["rho"]
         rows.append(row)
-    frame = pd.DataFrame(rows).set_index("model")
-    frame.attrs.update(mode="raw" if raw else "folded")
-    return frame
+    return pd.DataFrame(rows).set_index("model")

@@ -110,6 +110,7 @@ def test_compare_is_the_cli_table(cli):
     expected = cli("compare", *paths, "--len", 10, "--sequences", 2, "--backend", "cpu")
     frame = headprint.compare(*paths, length=10, sequences=2, backend="cpu")
     assert list(frame.index) == [m["model"] for m in expected["models"]]
+    assert list(frame["mode"]) == ["folded", "folded"]
     for entry in expected["models"]:
         row = frame.loc[entry["model"]]
         for key in ("parameters", "heads", "mean_qk_imaginary_fraction", "induction_heads", "prefix_copy_accuracy", "sequence"):
