@@ -57,6 +57,51 @@ impl Held {
     fn bos(&self, model: &ModelStream, wanted: bool) -> Option<Bos> {
         if wanted { choose_bos(model, &self.tokenizer) } else { None }
     }
+
+    /// The fingerprint in `raw` or folded mode on `backend`, computed unless already held.
+    fn fingerprint(
+        &self,
+        raw: bool,
+        backend: &str,
+        progress: &crate::running::Progress,
+    ) -> Result<Arc<ModelFingerprint>> {
+        let key = (raw, backend.to_string());
+        if let Some(done) = self.fingerprints.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Ok(done.clone());
+        }
+        let model = self.stream()?;
+        let mut computing = select(backend)?;
+        let mode = if raw { Mode::Raw } else { Mode::Folded };
+        let report = fingerprint_stream_watched(&model, mode, &mut computing, &mut |stage, done, total| {
+            progress.set(if stage == FingerprintStage::Grams { "Grams" } else { "heads" }, done, total)
+        })?;
+        let report = Arc::new(report);
+        self.fingerprints.lock().unwrap_or_else(|e| e.into_inner()).insert(key, report.clone());
+        Ok(report)
+    }
+
+    /// The induction probe on the sequences `key` names, computed unless already held.
+    fn induction(&self, key: ProbeKey, backend: &str, progress: &crate::running::Progress) -> Result<Arc<Probed>> {
+        let cache_key = (key.clone(), backend.to_string());
+        if let Some(done) = self.probes.lock().unwrap_or_else(|e| e.into_inner()).get(&cache_key) {
+            return Ok(done.clone());
+        }
+        let model = self.stream()?;
+        let bos = self.bos(&model, key.bos);
+        let copies = random_first_copies(&self.tokenizer.ordinary_ids(&model), key.length, key.seed, key.sequences)?;
+        let mut computing = select(backend)?;
+        let bos_id = bos.as_ref().map(|b| b.id);
+        let report = block_on(computing.with_fallback(async |computing| {
+            induction_probe_with_progress(&model, &copies, bos_id, computing, &mut |done, total| {
+                progress.set("probe", done, total)
+            })
+            .await
+        }))?;
+        let backend = to_json(&computing.forward_info(&model.config))?;
+        let done = Arc::new(Probed { report, bos, backend });
+        self.probes.lock().unwrap_or_else(|e| e.into_inner()).insert(cache_key, done.clone());
+        Ok(done)
+    }
 }
 
 fn backend_choice(name: &str) -> Result<BackendChoice> {
@@ -101,56 +146,6 @@ impl Model {
             Held { files, tokenizer, link, label, stop, fingerprints: Mutex::default(), probes: Mutex::default() };
         Ok(Model { held: Arc::new(held) })
     }
-
-    fn fingerprint(
-        &self,
-        held: &Held,
-        raw: bool,
-        backend: &str,
-        progress: &crate::running::Progress,
-    ) -> Result<Arc<ModelFingerprint>> {
-        let key = (raw, backend.to_string());
-        if let Some(done) = held.fingerprints.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-            return Ok(done.clone());
-        }
-        let model = held.stream()?;
-        let mut computing = select(backend)?;
-        let mode = if raw { Mode::Raw } else { Mode::Folded };
-        let report = fingerprint_stream_watched(&model, mode, &mut computing, &mut |stage, done, total| {
-            progress.set(if stage == FingerprintStage::Grams { "Grams" } else { "heads" }, done, total)
-        })?;
-        let report = Arc::new(report);
-        held.fingerprints.lock().unwrap_or_else(|e| e.into_inner()).insert(key, report.clone());
-        Ok(report)
-    }
-
-    fn induction(
-        &self,
-        held: &Held,
-        key: ProbeKey,
-        backend: &str,
-        progress: &crate::running::Progress,
-    ) -> Result<Arc<Probed>> {
-        let cache_key = (key.clone(), backend.to_string());
-        if let Some(done) = held.probes.lock().unwrap_or_else(|e| e.into_inner()).get(&cache_key) {
-            return Ok(done.clone());
-        }
-        let model = held.stream()?;
-        let bos = held.bos(&model, key.bos);
-        let copies = random_first_copies(&held.tokenizer.ordinary_ids(&model), key.length, key.seed, key.sequences)?;
-        let mut computing = select(backend)?;
-        let bos_id = bos.as_ref().map(|b| b.id);
-        let report = block_on(computing.with_fallback(async |computing| {
-            induction_probe_with_progress(&model, &copies, bos_id, computing, &mut |done, total| {
-                progress.set("probe", done, total)
-            })
-            .await
-        }))?;
-        let backend = to_json(&computing.forward_info(&model.config))?;
-        let done = Arc::new(Probed { report, bos, backend });
-        held.probes.lock().unwrap_or_else(|e| e.into_inner()).insert(cache_key, done.clone());
-        Ok(done)
-    }
 }
 
 #[pymethods]
@@ -178,9 +173,9 @@ impl Model {
         backend: String,
         progress: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<String> {
-        let (held, this) = (self.held.clone(), self.clone_ref());
+        let held = self.held.clone();
         off_the_lock(py, &self.held.stop, progress, move |shown| {
-            let report = this.fingerprint(&held, raw, &backend, &shown)?;
+            let report = held.fingerprint(raw, &backend, &shown)?;
             let mut value = to_json(&*report)?;
             if let (Some(link), Some(object)) = (&held.link, value.as_object_mut()) {
                 object.insert("model_link".into(), link.clone());
@@ -203,10 +198,10 @@ impl Model {
         backend: String,
         progress: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<String> {
-        let (held, this) = (self.held.clone(), self.clone_ref());
+        let held = self.held.clone();
         let key = ProbeKey { length, sequences, seed, bos };
         off_the_lock(py, &self.held.stop, progress, move |shown| {
-            let done = this.induction(&held, key, &backend, &shown)?;
+            let done = held.induction(key, &backend, &shown)?;
             let Probed { report, bos: bos_token, backend: info } = &*done;
             let mut value = to_json(report)?;
             if let Some(object) = value.as_object_mut() {
@@ -303,11 +298,11 @@ impl Model {
         backend: String,
         progress: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<String> {
-        let (held, this) = (self.held.clone(), self.clone_ref());
+        let held = self.held.clone();
         let key = ProbeKey { length, sequences, seed, bos };
         off_the_lock(py, &self.held.stop, progress, move |shown| {
-            let fingerprint = this.fingerprint(&held, raw, &backend, &shown)?;
-            let done = this.induction(&held, key, &backend, &shown)?;
+            let fingerprint = held.fingerprint(raw, &backend, &shown)?;
+            let done = held.induction(key, &backend, &shown)?;
             let Probed { report, bos: bos_token, backend: info } = &*done;
             let sequence = format!(
                 "{} sequences of {} tokens repeated twice ({}); {}",
@@ -337,9 +332,9 @@ impl Model {
     /// fingerprint held for (`raw`, `backend`), computed here if there is none.
     #[pyo3(signature = (raw, backend, title))]
     fn grid_svg(&self, py: Python<'_>, raw: bool, backend: String, title: String) -> PyResult<String> {
-        let (held, this) = (self.held.clone(), self.clone_ref());
+        let held = self.held.clone();
         off_the_lock(py, &self.held.stop, None, move |shown| {
-            let fingerprint = this.fingerprint(&held, raw, &backend, &shown)?;
+            let fingerprint = held.fingerprint(raw, &backend, &shown)?;
             let figure = headprint::figures::output::Figure::Copying(headprint::figures::copying::CopyingScores {
                 layers: fingerprint.model.layers,
                 heads: fingerprint.model.heads,
@@ -353,11 +348,5 @@ impl Model {
 
     fn __repr__(&self) -> String {
         format!("<headprint.Model {}>", self.held.label)
-    }
-}
-
-impl Model {
-    fn clone_ref(&self) -> Model {
-        Model { held: self.held.clone() }
     }
 }
