@@ -849,10 +849,13 @@ fn forward_difference(got: &DMatrix<f32>, want: &DMatrix<f32>, floor: f32, what:
 
 /// The forward pass on the GPU against the CPU's on every fixture (all four families: learned
 /// and rotary positions, partial rotary, grouped-query attention, parallel residuals, every
-/// activation) and the demo: three sequences of different lengths together, keeping full,
-/// projected and no per-head outputs, and the first again keeping only some cells of each
-/// pattern and each position's top token; once whole and once in small pieces (a group of
-/// patterns and a block of the vocabulary at a time), so the pieces must join up.
+/// activation), the family fixtures of what else the GPU computes (query/key norms, sandwich
+/// and post-norms, soft-capped logits, residual and logit multipliers, interleaved and
+/// per-layer rotary, NoPE layers, ALiBi) and the demo: three sequences of different lengths
+/// together, keeping full, projected and no per-head outputs, and the first again keeping only
+/// some cells of each pattern and each position's top token; once whole and once in small
+/// pieces (a group of patterns and a block of the vocabulary at a time), so the pieces must
+/// join up.
 #[test]
 fn the_forward_pass_on_the_gpu_matches_the_cpu_on_every_fixture_and_the_demo() {
     use headprint::backend::gpu::{Gpu, Pieces};
@@ -860,11 +863,15 @@ fn the_forward_pass_on_the_gpu_matches_the_cpu_on_every_fixture_and_the_demo() {
     let gpu = pollster::block_on(Gpu::open(true)).expect("a GPU adapter (lavapipe without one)");
     let mut rng = ChaCha8Rng::seed_from_u64(26);
     let (mut compared, mut worst, mut worst_output, mut near_ties, mut positions) = (0, 0.0f32, 0.0f32, 0, 0);
-    for path in fixtures() {
+    let families =
+        ["qwen3", "stablelm", "olmo2", "gemma2", "gemma3", "granite", "gptj", "smollm3", "bloom", "falcon-rw"]
+            .map(|name| fixture(&format!("families/{name}")));
+    for path in fixtures().into_iter().chain(families) {
         let name = path.file_name().unwrap().to_string_lossy().to_string();
         let files = ModelFiles::from_path(&path).unwrap();
         let stream = ModelStream::open(&files).unwrap();
         let config = stream.config.clone();
+        assert!(config.features.beyond_gpu_forward(config.mlp).is_empty(), "{name} runs on the GPU");
         let longest = config.context.unwrap_or(96).min(96);
         let tokens: Vec<Vec<usize>> = [longest, 1, longest / 2 + 3]
             .iter()

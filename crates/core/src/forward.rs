@@ -586,7 +586,7 @@ fn attend(config: &ModelConfig, l: usize, layer: &Layer, normed: &DMatrix<f32>, 
 /// ALiBi's slopes for `heads` heads, as transformers computes them (f32 powers of
 /// 2^(-8 / n) for the nearest power of two n below, and every other power of the next one's
 /// base for the rest), rounded to bf16 where Falcon rounds them.
-fn alibi_slopes(heads: usize, bf16: bool) -> Vec<f32> {
+pub(crate) fn alibi_slopes(heads: usize, bf16: bool) -> Vec<f32> {
     let nearest = 1usize << heads.max(1).ilog2();
     let base = |n: usize| 2f64.powf(-(2f64.powf(-((n as f64).log2() - 3.0)))) as f32;
     let mut slopes: Vec<f32> = (1..=nearest).map(|p| base(nearest).powi(p as i32)).collect();
