@@ -15,7 +15,10 @@ use nalgebra::DMatrix;
 
 use super::{Gpu, Scopes};
 use crate::forward::{self, ForwardOutput, HeadOutputs, Keep, Logits, Patterns};
-use crate::model::{Activation, Layer, LoadParts, ModelConfig, Norm, NormKind, NormSites, Positions, QkNorm, Weights};
+use crate::model::{
+    Activation, Experts, Layer, LoadParts, Mlp, MlpKind, ModelConfig, Norm, NormKind, NormSites, Positions, QkNorm,
+    Weights,
+};
 use crate::{Error, Result};
 
 const KERNELS: &str = include_str!("forward.wgsl");
@@ -51,6 +54,7 @@ pub(super) struct ForwardKernels {
     rotary: wgpu::ComputePipeline,
     attend: wgpu::ComputePipeline,
     activate: wgpu::ComputePipeline,
+    mix: wgpu::ComputePipeline,
     gather: wgpu::ComputePipeline,
     highest: wgpu::ComputePipeline,
 }
@@ -110,6 +114,13 @@ struct LayerOnDevice {
     b_v: wgpu::Buffer,
     w_o: wgpu::Buffer,
     b_o: wgpu::Buffer,
+    /// None for a mixture of experts (each expert is uploaded when a token chooses it) and an
+    /// attention-only block.
+    mlp: Option<MlpOnDevice>,
+}
+
+/// An MLP's (or one expert's) weights on the device.
+struct MlpOnDevice {
     w_in: wgpu::Buffer,
     b_in: wgpu::Buffer,
     w_gate: Option<wgpu::Buffer>,
@@ -135,6 +146,9 @@ struct Activations {
     gate: Option<wgpu::Buffer>,
     /// A branch's output before its output norm (sandwich and post-norms).
     branch: Option<wgpu::Buffer>,
+    /// A mixture of experts' router logits (rows x experts), one expert's output and the
+    /// experts' weighted sum (rows x d_model each).
+    experts: Option<[wgpu::Buffer; 3]>,
     patterns: wgpu::Buffer,
     rows_of: wgpu::Buffer,
     /// The rotary angle tables of every rotary embedding a layer uses, one after another, and
@@ -171,7 +185,7 @@ impl Gpu {
     ) -> Result<Vec<ForwardOutput>> {
         forward::check_runs(model, runs)?;
         let config = model.config();
-        let beyond = config.features.beyond_gpu_forward(config.mlp);
+        let beyond = config.features.beyond_gpu_forward();
         if !beyond.is_empty() {
             return Err(Error::Gpu(format!("the GPU's forward pass does not compute {} yet", beyond.join(", "))));
         }
@@ -228,8 +242,10 @@ impl Gpu {
         let keeps_heads = runs.iter().any(|(_, keep)| !matches!(keep.head_outputs, HeadOutputs::None));
         for l in 0..config.layers {
             let layer = model.layer(l, LoadParts::Everything)?;
-            let weights = self.upload_layer(&layer)?;
-            self.run_layer(kernels, config, l, rows, &device, &weights, (&groups, &placed, runs), &mut outputs).await?;
+            let weights = self.upload_layer(config, &layer)?;
+            let layer_weights = (&weights, layer.experts.as_ref());
+            self.run_layer(kernels, config, l, rows, &device, layer_weights, (&groups, &placed, runs), &mut outputs)
+                .await?;
             if keeps_heads {
                 let mixed = self.read_matrix(&device.mixed, rows, config.heads * config.d_head).await?;
                 keep_head_outputs(config, &layer, runs, &placed, &mixed, &mut outputs);
@@ -258,6 +274,7 @@ impl Gpu {
             rotary: pipeline("rotary"),
             attend: pipeline("attend"),
             activate: pipeline("activate"),
+            mix: pipeline("mix"),
             gather: pipeline("gather"),
             highest: pipeline("highest"),
         };
@@ -348,6 +365,14 @@ impl Gpu {
                 NormSites::Sandwich | NormSites::Post => Some(storage("branch output", rows * config.d_model)?),
                 NormSites::Pre => None,
             },
+            experts: match config.mlp {
+                MlpKind::Experts { experts, .. } => Some([
+                    storage("router logits", rows * experts)?,
+                    storage("expert output", rows * config.d_model)?,
+                    storage("experts' output", rows * config.d_model)?,
+                ]),
+                MlpKind::Plain(_) | MlpKind::Gated(_) => None,
+            },
             patterns: storage("patterns", groups.iter().map(|g| g.values).max().unwrap_or(1))?,
             rows_of: storage("rows", 4 * rows)?,
             rotary: None,
@@ -382,8 +407,13 @@ impl Gpu {
     }
 
     /// A layer's weights, uploaded as f32 in nalgebra's column-major order.
-    fn upload_layer(&self, layer: &Layer) -> Result<LayerOnDevice> {
-        let mlp = layer.mlp.as_ref().ok_or(Error::MissingMlp)?;
+    fn upload_layer(&self, config: &ModelConfig, layer: &Layer) -> Result<LayerOnDevice> {
+        let mlp = match (&layer.mlp, &layer.experts) {
+            (Some(mlp), _) => Some(self.upload_mlp(mlp)?),
+            (None, Some(_)) => None,
+            (None, None) if config.features.attention_only => None,
+            (None, None) => return Err(Error::MissingMlp),
+        };
         let upload = |label: &str, values: &[f32]| self.upload_values(label, values);
         let norm = |norm: &Option<Norm>| norm.as_ref().map(|norm| self.upload_norm(norm)).transpose();
         let attention = &layer.attention;
@@ -402,6 +432,13 @@ impl Gpu {
             b_v: upload("b_v", attention.b_v.as_slice())?,
             w_o: upload("w_o", attention.w_o.as_slice())?,
             b_o: upload("b_o", attention.b_o.as_slice())?,
+            mlp,
+        })
+    }
+
+    fn upload_mlp(&self, mlp: &Mlp) -> Result<MlpOnDevice> {
+        let upload = |label: &str, values: &[f32]| self.upload_values(label, values);
+        Ok(MlpOnDevice {
             w_in: upload("w_in", mlp.w_in.as_slice())?,
             b_in: upload("b_in", mlp.b_in.as_slice())?,
             w_gate: mlp.w_gate.as_ref().map(|w| upload("w_gate", w.as_slice())).transpose()?,
@@ -420,7 +457,7 @@ impl Gpu {
         l: usize,
         rows: usize,
         device: &Activations,
-        weights: &LayerOnDevice,
+        (weights, experts): (&LayerOnDevice, Option<&Experts>),
         (groups, placed, runs): (&[PatternGroup], &[Placed], &[Run<'_>]),
         outputs: &mut [ForwardOutput],
     ) -> Result<()> {
@@ -555,41 +592,94 @@ impl Gpu {
         let attention_out = (&device.mixed, &weights.w_o, &weights.b_o, width);
         after.extend(self.join_branch(kernels, config, rows, device, attention_out, &weights.attention_out_norm)?);
         after.extend(ln2.take());
-        let d_mlp = config.d_mlp;
-        after.push(gemm(
-            kernels,
-            (rows, d_mlp, d_model),
-            mlp_input,
-            &weights.w_in,
-            Some(&weights.b_in),
-            &device.hidden,
-            Product::Set,
-        ));
-        let gated = match (&weights.w_gate, &device.gate) {
-            (Some(w_gate), Some(gate)) => {
-                after.push(gemm(kernels, (rows, d_mlp, d_model), mlp_input, w_gate, None, gate, Product::Set));
-                Some(gate)
+        match (&weights.mlp, experts) {
+            (Some(mlp), _) => {
+                after.extend(hidden(kernels, config, rows, device, mlp_input, mlp));
+                let mlp_out = (&device.hidden, &mlp.w_out, &mlp.b_out, config.d_mlp);
+                after.extend(self.join_branch(kernels, config, rows, device, mlp_out, &weights.mlp_out_norm)?);
+                self.submit(after).await
             }
-            _ => None,
+            (None, Some(experts)) => {
+                self.submit(after).await?;
+                self.mixture(kernels, config, rows, device, mlp_input, experts, &weights.mlp_out_norm).await
+            }
+            // An attention-only block (`upload_layer` checked that the model has them).
+            (None, None) => self.submit(after).await,
+        }
+    }
+
+    /// A mixture of experts on `input` (`rows` x d_model), joined to the residual stream as
+    /// an MLP's output is: the router's logits read back and each token's experts chosen and
+    /// weighted as [`forward::route`] does; then each expert some token chose, uploaded in turn
+    /// and run on every row, its output added times each row's weight for it (zero where the
+    /// row did not choose it), in the experts' order as the CPU adds them.
+    #[allow(clippy::too_many_arguments)]
+    async fn mixture(
+        &self,
+        kernels: &ForwardKernels,
+        config: &ModelConfig,
+        rows: usize,
+        device: &Activations,
+        input: &wgpu::Buffer,
+        experts: &Experts,
+        out_norm: &Option<NormOnDevice>,
+    ) -> Result<()> {
+        let (MlpKind::Experts { experts: count, top_k, .. }, Some([logits, expert_out, sum])) =
+            (config.mlp, &device.experts)
+        else {
+            return Err(Error::Gpu("experts on a model without them".into()));
         };
-        after.push(Dispatch {
-            pipeline: &kernels.activate,
-            settings: settings([
-                rows * d_mlp,
-                0,
-                0,
-                gated.is_some() as usize,
-                activation_code(config.mlp.activation()),
-                0,
-                0,
-                0,
-            ]),
-            buffers: vec![(1, gated.unwrap_or(&device.unused)), (4, &device.hidden)],
-            groups: threads(rows * d_mlp),
-        });
-        let mlp_out = (&device.hidden, &weights.w_out, &weights.b_out, d_mlp);
-        after.extend(self.join_branch(kernels, config, rows, device, mlp_out, &weights.mlp_out_norm)?);
-        self.submit(after).await
+        let d_model = config.d_model;
+        let router = self.upload_values("router", experts.router.as_slice())?;
+        self.submit(vec![gemm(kernels, (rows, count, d_model), input, &router, None, logits, Product::Set)]).await?;
+        let chosen = forward::route(&self.read_matrix(logits, rows, count).await?, top_k);
+        let mut weights = DMatrix::<f32>::zeros(rows, count);
+        for (t, chosen) in chosen.iter().enumerate() {
+            for &(e, weight) in chosen {
+                weights[(t, e)] = weight;
+            }
+        }
+        let weights_on_device = self.upload_buffer("expert weights", weights.as_slice())?;
+        let mut first = true;
+        for (e, expert) in experts.experts.iter().enumerate() {
+            if !chosen.iter().any(|c| c.iter().any(|&(x, _)| x == e)) {
+                continue;
+            }
+            let mlp = self.upload_mlp(expert)?;
+            let mut dispatches = hidden(kernels, config, rows, device, input, &mlp);
+            let shape = (rows, d_model, config.d_mlp);
+            dispatches.push(gemm(
+                kernels,
+                shape,
+                &device.hidden,
+                &mlp.w_out,
+                Some(&mlp.b_out),
+                expert_out,
+                Product::Set,
+            ));
+            // The first expert's weighted output replaces the sum; the others add to it.
+            dispatches.push(Dispatch {
+                pipeline: &kernels.mix,
+                settings: settings([rows, d_model, 0, 1 | (first as usize) << 1, e * rows, 0, 0, 0]),
+                buffers: vec![(1, expert_out), (2, &weights_on_device), (4, sum)],
+                groups: threads(rows * d_model),
+            });
+            self.submit(dispatches).await?;
+            first = false;
+        }
+        let multiplier = config.features.residual_multiplier.unwrap_or(1.0);
+        let join = match out_norm {
+            Some(norm) => {
+                self.norm(kernels, config, rows, norm, (sum, &device.residual), NormTo::Join(multiplier), device)
+            }
+            None => Dispatch {
+                pipeline: &kernels.mix,
+                settings: settings([rows, d_model, 0, 0, 0, multiplier.to_bits() as usize, 0, 0]),
+                buffers: vec![(1, sum), (2, &device.unused), (4, &device.residual)],
+                groups: threads(rows * d_model),
+            },
+        };
+        self.submit(vec![join]).await
     }
 
     /// A branch's output `x W + b` (x `rows` x `k`) joined to the residual stream: through the
@@ -985,6 +1075,44 @@ fn gemm<'a>(
         buffers: vec![(1, x), (2, y), (3, bias.unwrap_or(y)), (4, out)],
         groups: (m.div_ceil(64) as u32, n.div_ceil(64) as u32, 1),
     }
+}
+
+/// The MLP's hidden activations of `input` into `hidden`: `act(x W_in + b_in)`, or gated,
+/// `act(x W_gate) * (x W_in + b_in)`.
+fn hidden<'a>(
+    kernels: &'a ForwardKernels,
+    config: &ModelConfig,
+    rows: usize,
+    device: &'a Activations,
+    input: &'a wgpu::Buffer,
+    mlp: &'a MlpOnDevice,
+) -> Vec<Dispatch<'a>> {
+    let (d_model, d_mlp) = (config.d_model, config.d_mlp);
+    let mut dispatches =
+        vec![gemm(kernels, (rows, d_mlp, d_model), input, &mlp.w_in, Some(&mlp.b_in), &device.hidden, Product::Set)];
+    let gated = match (&mlp.w_gate, &device.gate) {
+        (Some(w_gate), Some(gate)) => {
+            dispatches.push(gemm(kernels, (rows, d_mlp, d_model), input, w_gate, None, gate, Product::Set));
+            Some(gate)
+        }
+        _ => None,
+    };
+    dispatches.push(Dispatch {
+        pipeline: &kernels.activate,
+        settings: settings([
+            rows * d_mlp,
+            0,
+            0,
+            gated.is_some() as usize,
+            activation_code(config.mlp.activation()),
+            0,
+            0,
+            0,
+        ]),
+        buffers: vec![(1, gated.unwrap_or(&device.unused)), (4, &device.hidden)],
+        groups: threads(rows * d_mlp),
+    });
+    dispatches
 }
 
 /// Groups of 64 threads for `count` threads, spread over y beyond [`SPAN`] groups.
