@@ -237,12 +237,13 @@ fn every_family_runs_on_the_gpu_or_says_which_feature_sent_it_to_the_cpu() {
     let mut on_gpu_count = 0;
     for name in FIXTURES {
         let model = load(&folder(name), LoadParts::Everything);
-        let tokens = tokens_of(&expected(&folder(name)));
+        let reference = expected(&folder(name));
+        let tokens = tokens_of(&reference);
         let runs = [(&tokens[..], HeadOutputs::None.into())];
         let mut backend = gpu();
         let gpu_out = block_on(backend.forward(&model, &runs, &mut |_, _| {})).unwrap().remove(0);
         let cpu_out = forward::run(&model, &tokens).unwrap();
-        let beyond = model.config.features.beyond_gpu_forward(model.config.mlp, &model.config.positions);
+        let beyond = model.config.features.beyond_gpu_forward();
         let info = backend.forward_info(&model.config);
         match info.note {
             None => {
@@ -251,6 +252,7 @@ fn every_family_runs_on_the_gpu_or_says_which_feature_sent_it_to_the_cpu() {
                 let logits = (&gpu_out.logits - &cpu_out.logits).abs().max();
                 assert!(logits <= 1e-4 * cpu_out.logits.abs().max().max(1.0), "{name}: GPU logits off by {logits}");
                 assert!(gpu_out.logits != cpu_out.logits, "{name}: the GPU's numbers are the CPU's bits");
+                crate::reference::check_forward(&format!("{name} gpu"), &gpu_out, &reference);
                 on_gpu_count += 1;
             }
             Some(note) => {
@@ -260,7 +262,8 @@ fn every_family_runs_on_the_gpu_or_says_which_feature_sent_it_to_the_cpu() {
             }
         }
     }
-    assert!(on_gpu_count >= 8, "only {on_gpu_count} families ran on the GPU");
+    eprintln!("{on_gpu_count} families ran on the GPU");
+    assert!(on_gpu_count >= 21, "only {on_gpu_count} families ran on the GPU");
 }
 
 /// A folder with a fixture's weights and its config.json edited by `edit`.

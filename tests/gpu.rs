@@ -849,10 +849,13 @@ fn forward_difference(got: &DMatrix<f32>, want: &DMatrix<f32>, floor: f32, what:
 
 /// The forward pass on the GPU against the CPU's on every fixture (all four families: learned
 /// and rotary positions, partial rotary, grouped-query attention, parallel residuals, every
-/// activation) and the demo: three sequences of different lengths together, keeping full,
-/// projected and no per-head outputs, and the first again keeping only some cells of each
-/// pattern and each position's top token; once whole and once in small pieces (a group of
-/// patterns and a block of the vocabulary at a time), so the pieces must join up.
+/// activation), the family fixtures of what else the GPU computes (query/key norms, sandwich
+/// and post-norms, soft-capped logits, residual and logit multipliers, interleaved and
+/// per-layer rotary, NoPE layers, ALiBi, experts) and the demo: three sequences of different lengths
+/// together, keeping full, projected and no per-head outputs, and the first again keeping only
+/// some cells of each pattern and each position's top token; once whole and once in small
+/// pieces (a group of patterns and a block of the vocabulary at a time), so the pieces must
+/// join up.
 #[test]
 fn the_forward_pass_on_the_gpu_matches_the_cpu_on_every_fixture_and_the_demo() {
     use headprint::backend::gpu::{Gpu, Pieces};
@@ -860,11 +863,26 @@ fn the_forward_pass_on_the_gpu_matches_the_cpu_on_every_fixture_and_the_demo() {
     let gpu = pollster::block_on(Gpu::open(true)).expect("a GPU adapter (lavapipe without one)");
     let mut rng = ChaCha8Rng::seed_from_u64(26);
     let (mut compared, mut worst, mut worst_output, mut near_ties, mut positions) = (0, 0.0f32, 0.0f32, 0, 0);
-    for path in fixtures() {
+    let families = [
+        "qwen3",
+        "stablelm",
+        "olmo2",
+        "gemma2",
+        "gemma3",
+        "granite",
+        "gptj",
+        "smollm3",
+        "bloom",
+        "falcon-rw",
+        "mixtral",
+    ]
+    .map(|name| fixture(&format!("families/{name}")));
+    for path in fixtures().into_iter().chain(families) {
         let name = path.file_name().unwrap().to_string_lossy().to_string();
         let files = ModelFiles::from_path(&path).unwrap();
         let stream = ModelStream::open(&files).unwrap();
         let config = stream.config.clone();
+        assert!(config.features.beyond_gpu_forward().is_empty(), "{name} runs on the GPU");
         let longest = config.context.unwrap_or(96).min(96);
         let tokens: Vec<Vec<usize>> = [longest, 1, longest / 2 + 3]
             .iter()
@@ -970,6 +988,31 @@ fn the_forward_pass_on_the_gpu_matches_the_cpu_on_every_fixture_and_the_demo() {
     );
     assert!(compared > 200, "only {compared} patterns compared");
     assert!(100 * near_ties <= positions, "{near_ties} of {positions} top tokens too close to compare");
+}
+
+/// Attention-only blocks (TransformerLens's attn-only models): the GPT-2 fixture without its
+/// MLPs, on the GPU as on the CPU.
+#[test]
+fn attention_only_blocks_run_on_the_gpu_as_on_the_cpu() {
+    use headprint::backend::gpu::Gpu;
+    use headprint::forward::{self, HeadOutputs};
+    use headprint::model::LoadParts;
+    let gpu = pollster::block_on(Gpu::open(true)).expect("a GPU adapter (lavapipe without one)");
+    let with_mlps = common::load("gpt2", LoadParts::Everything);
+    let mut model = with_mlps.clone();
+    model.config.features.attention_only = true;
+    for layer in &mut model.layers {
+        layer.mlp = None;
+    }
+    let tokens: Vec<usize> = (0..11).map(|i| (i * 5 + 2) % model.config.vocab).collect();
+    let want = forward::run(&model, &tokens).unwrap();
+    assert!((&forward::run(&with_mlps, &tokens).unwrap().logits - &want.logits).amax() > 1e-3, "the MLPs count");
+    let runs = [(&tokens[..], HeadOutputs::None.into())];
+    let got = pollster::block_on(gpu.forward(&model, &runs, &mut |_, _| {})).unwrap().remove(0);
+    assert!(forward_difference(&got.logits, &want.logits, 1e-3, "logits") <= OUTPUT_TOLERANCE, "logits");
+    for (l, (g, w)) in got.patterns.iter().flatten().zip(want.patterns.iter().flatten()).enumerate() {
+        assert!(forward_difference(g, w, 1.0, "pattern") <= PATTERN_TOLERANCE, "pattern {l}");
+    }
 }
 
 /// Two tokens with exactly equal logits (the tied GPT-2 fixture with one embedding row copied

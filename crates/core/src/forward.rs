@@ -586,7 +586,7 @@ fn attend(config: &ModelConfig, l: usize, layer: &Layer, normed: &DMatrix<f32>, 
 /// ALiBi's slopes for `heads` heads, as transformers computes them (f32 powers of
 /// 2^(-8 / n) for the nearest power of two n below, and every other power of the next one's
 /// base for the rest), rounded to bf16 where Falcon rounds them.
-fn alibi_slopes(heads: usize, bf16: bool) -> Vec<f32> {
+pub(crate) fn alibi_slopes(heads: usize, bf16: bool) -> Vec<f32> {
     let nearest = 1usize << heads.max(1).ilog2();
     let base = |n: usize| 2f64.powf(-(2f64.powf(-((n as f64).log2() - 3.0)))) as f32;
     let mut slopes: Vec<f32> = (1..=nearest).map(|p| base(nearest).powi(p as i32)).collect();
@@ -662,18 +662,7 @@ fn mixture(config: &ModelConfig, experts: &Experts, normed: &DMatrix<f32>) -> DM
     let MlpKind::Experts { top_k, activation, .. } = config.mlp else {
         return DMatrix::zeros(normed.nrows(), config.d_model);
     };
-    let router = normed * &experts.router;
-    let mut chosen: Vec<Vec<(usize, f32)>> = Vec::with_capacity(normed.nrows());
-    for row in router.row_iter() {
-        let max = row.max();
-        let weights: Vec<f32> = row.iter().map(|x| (x - max).exp()).collect();
-        let total: f32 = weights.iter().sum();
-        let mut ranked: Vec<(usize, f32)> = weights.iter().map(|w| w / total).enumerate().collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        ranked.truncate(top_k);
-        let sum: f32 = ranked.iter().map(|(_, w)| w).sum();
-        chosen.push(ranked.into_iter().map(|(e, w)| (e, w / sum)).collect());
-    }
+    let chosen = route(&(normed * &experts.router), top_k);
     let mut out = DMatrix::zeros(normed.nrows(), config.d_model);
     for (e, expert) in experts.experts.iter().enumerate() {
         let rows: Vec<(usize, f32)> = chosen
@@ -693,6 +682,24 @@ fn mixture(config: &ModelConfig, experts: &Experts, normed: &DMatrix<f32>) -> DM
         }
     }
     out
+}
+
+/// Each token's experts and their weights from the router's logits (token x expert): the
+/// softmax, the `top_k` highest kept (the lower expert first among equals) and renormalised to
+/// sum to one.
+pub(crate) fn route(router: &DMatrix<f32>, top_k: usize) -> Vec<Vec<(usize, f32)>> {
+    let mut chosen: Vec<Vec<(usize, f32)>> = Vec::with_capacity(router.nrows());
+    for row in router.row_iter() {
+        let max = row.max();
+        let weights: Vec<f32> = row.iter().map(|x| (x - max).exp()).collect();
+        let total: f32 = weights.iter().sum();
+        let mut ranked: Vec<(usize, f32)> = weights.iter().map(|w| w / total).enumerate().collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        ranked.truncate(top_k);
+        let sum: f32 = ranked.iter().map(|(_, w)| w).sum();
+        chosen.push(ranked.into_iter().map(|(e, w)| (e, w / sum)).collect());
+    }
+    chosen
 }
 
 fn feed_forward(mlp: &Mlp, activation: Activation, normed: &DMatrix<f32>) -> DMatrix<f32> {

@@ -467,7 +467,7 @@ impl Backend {
     /// computes in f32: the CPU, with a note naming why, where the GPU's kernels do not compute
     /// the model's features ([`crate::model::Features::beyond_gpu_forward`]).
     pub fn forward_info(&self, config: &crate::model::ModelConfig) -> BackendInfo {
-        let beyond = config.features.beyond_gpu_forward(config.mlp, &config.positions);
+        let beyond = config.features.beyond_gpu_forward();
         if self.is_gpu() && !beyond.is_empty() {
             return BackendInfo {
                 note: Some(format!(
@@ -799,7 +799,7 @@ impl Backend {
         #[cfg(feature = "gpu")]
         if let Kind::Gpu(gpu) = &self.kind {
             let config = model.config();
-            if config.features.beyond_gpu_forward(config.mlp, &config.positions).is_empty() {
+            if config.features.beyond_gpu_forward().is_empty() {
                 return gpu.forward(model, runs, each_layer).await;
             }
         }

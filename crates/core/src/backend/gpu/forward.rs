@@ -15,7 +15,10 @@ use nalgebra::DMatrix;
 
 use super::{Gpu, Scopes};
 use crate::forward::{self, ForwardOutput, HeadOutputs, Keep, Logits, Patterns};
-use crate::model::{Activation, Layer, LoadParts, ModelConfig, Norm, NormKind, Positions, Weights};
+use crate::model::{
+    Activation, Experts, Layer, LoadParts, Mlp, MlpKind, ModelConfig, Norm, NormKind, NormSites, Positions, QkNorm,
+    Weights,
+};
 use crate::{Error, Result};
 
 const KERNELS: &str = include_str!("forward.wgsl");
@@ -51,6 +54,7 @@ pub(super) struct ForwardKernels {
     rotary: wgpu::ComputePipeline,
     attend: wgpu::ComputePipeline,
     activate: wgpu::ComputePipeline,
+    mix: wgpu::ComputePipeline,
     gather: wgpu::ComputePipeline,
     highest: wgpu::ComputePipeline,
 }
@@ -94,10 +98,14 @@ struct PatternGroup {
     values: usize,
 }
 
-/// One layer's weights on the device.
+/// One layer's weights on the device (a norm the block does not have is None).
 struct LayerOnDevice {
-    ln1: NormOnDevice,
-    ln2: NormOnDevice,
+    ln1: Option<NormOnDevice>,
+    ln2: Option<NormOnDevice>,
+    q_norm: Option<NormOnDevice>,
+    k_norm: Option<NormOnDevice>,
+    attention_out_norm: Option<NormOnDevice>,
+    mlp_out_norm: Option<NormOnDevice>,
     w_q: wgpu::Buffer,
     b_q: wgpu::Buffer,
     w_k: wgpu::Buffer,
@@ -106,6 +114,13 @@ struct LayerOnDevice {
     b_v: wgpu::Buffer,
     w_o: wgpu::Buffer,
     b_o: wgpu::Buffer,
+    /// None for a mixture of experts (each expert is uploaded when a token chooses it) and an
+    /// attention-only block.
+    mlp: Option<MlpOnDevice>,
+}
+
+/// An MLP's (or one expert's) weights on the device.
+struct MlpOnDevice {
     w_in: wgpu::Buffer,
     b_in: wgpu::Buffer,
     w_gate: Option<wgpu::Buffer>,
@@ -129,9 +144,18 @@ struct Activations {
     mixed: wgpu::Buffer,
     hidden: wgpu::Buffer,
     gate: Option<wgpu::Buffer>,
+    /// A branch's output before its output norm (sandwich and post-norms).
+    branch: Option<wgpu::Buffer>,
+    /// A mixture of experts' router logits (rows x experts), one expert's output and the
+    /// experts' weighted sum (rows x d_model each).
+    experts: Option<[wgpu::Buffer; 3]>,
     patterns: wgpu::Buffer,
     rows_of: wgpu::Buffer,
-    rotary: Option<wgpu::Buffer>,
+    /// The rotary angle tables of every rotary embedding a layer uses, one after another, and
+    /// where each starts.
+    rotary: Option<(wgpu::Buffer, Vec<(Positions, usize)>)>,
+    /// ALiBi's slope of each head.
+    slopes: Option<wgpu::Buffer>,
     /// Bound where a kernel's binding goes unused this time (a norm without bias).
     unused: wgpu::Buffer,
 }
@@ -161,7 +185,7 @@ impl Gpu {
     ) -> Result<Vec<ForwardOutput>> {
         forward::check_runs(model, runs)?;
         let config = model.config();
-        let beyond = config.features.beyond_gpu_forward(config.mlp, &config.positions);
+        let beyond = config.features.beyond_gpu_forward();
         if !beyond.is_empty() {
             return Err(Error::Gpu(format!("the GPU's forward pass does not compute {} yet", beyond.join(", "))));
         }
@@ -218,8 +242,10 @@ impl Gpu {
         let keeps_heads = runs.iter().any(|(_, keep)| !matches!(keep.head_outputs, HeadOutputs::None));
         for l in 0..config.layers {
             let layer = model.layer(l, LoadParts::Everything)?;
-            let weights = self.upload_layer(&layer)?;
-            self.run_layer(kernels, config, l, rows, &device, &weights, (&groups, &placed, runs), &mut outputs).await?;
+            let weights = self.upload_layer(config, &layer)?;
+            let layer_weights = (&weights, layer.experts.as_ref());
+            self.run_layer(kernels, config, l, rows, &device, layer_weights, (&groups, &placed, runs), &mut outputs)
+                .await?;
             if keeps_heads {
                 let mixed = self.read_matrix(&device.mixed, rows, config.heads * config.d_head).await?;
                 keep_head_outputs(config, &layer, runs, &placed, &mixed, &mut outputs);
@@ -248,6 +274,7 @@ impl Gpu {
             rotary: pipeline("rotary"),
             attend: pipeline("attend"),
             activate: pipeline("activate"),
+            mix: pipeline("mix"),
             gather: pipeline("gather"),
             highest: pipeline("highest"),
         };
@@ -324,7 +351,7 @@ impl Gpu {
         };
         let (width, kv_width) = (config.heads * config.d_head, config.kv_heads * config.d_head);
         let gated = config.mlp.gated();
-        let device = Activations {
+        let mut device = Activations {
             residual: storage("residual", rows * config.d_model)?,
             normed: storage("normed", rows * config.d_model)?,
             scales: storage("norm scales", rows)?,
@@ -334,38 +361,69 @@ impl Gpu {
             mixed: storage("mixed values", rows * width)?,
             hidden: storage("mlp hidden", rows * config.d_mlp)?,
             gate: if gated { Some(storage("mlp gate", rows * config.d_mlp)?) } else { None },
+            branch: match config.features.norm_sites {
+                NormSites::Sandwich | NormSites::Post => Some(storage("branch output", rows * config.d_model)?),
+                NormSites::Pre => None,
+            },
+            experts: match config.mlp {
+                MlpKind::Experts { experts, .. } => Some([
+                    storage("router logits", rows * experts)?,
+                    storage("expert output", rows * config.d_model)?,
+                    storage("experts' output", rows * config.d_model)?,
+                ]),
+                MlpKind::Plain(_) | MlpKind::Gated(_) => None,
+            },
             patterns: storage("patterns", groups.iter().map(|g| g.values).max().unwrap_or(1))?,
             rows_of: storage("rows", 4 * rows)?,
-            rotary: match config.positions {
-                Positions::Rotary { .. } => {
-                    let longest = placed.iter().map(|p| p.len).max().unwrap_or(1);
-                    let table = rotary_table(&config.positions, longest);
-                    let buffer = storage("rotary angles", table.len())?;
-                    self.write(&buffer, &table);
-                    Some(buffer)
-                }
-                Positions::Learned | Positions::Alibi { .. } | Positions::Nope => None,
-            },
+            rotary: None,
+            slopes: None,
             unused: storage("unused", 4)?,
         };
+        let layer_positions: Vec<Positions> = (0..config.layers).map(|l| config.layer_positions(l)).collect();
+        let longest = placed.iter().map(|p| p.len).max().unwrap_or(1);
+        let (mut tables, mut starts) = (Vec::new(), Vec::new());
+        for &positions in &layer_positions {
+            if matches!(positions, Positions::Rotary { .. }) && !starts.iter().any(|(p, _)| *p == positions) {
+                starts.push((positions, tables.len()));
+                tables.extend(rotary_table(&positions, longest));
+            }
+        }
+        if !starts.is_empty() {
+            let buffer = storage("rotary angles", tables.len())?;
+            self.write(&buffer, &tables);
+            device.rotary = Some((buffer, starts));
+        }
+        if let Some(&Positions::Alibi { before_scale }) =
+            layer_positions.iter().find(|p| matches!(p, Positions::Alibi { .. }))
+        {
+            let slopes = forward::alibi_slopes(config.heads, before_scale);
+            let buffer = storage("alibi slopes", slopes.len())?;
+            self.write(&buffer, &slopes);
+            device.slopes = Some(buffer);
+        }
         self.write(&device.residual, residual.as_slice());
         self.write(&device.rows_of, &rows_table(placed, rows));
         Ok(device)
     }
 
     /// A layer's weights, uploaded as f32 in nalgebra's column-major order.
-    fn upload_layer(&self, layer: &Layer) -> Result<LayerOnDevice> {
-        let mlp = layer.mlp.as_ref().ok_or(Error::MissingMlp)?;
-        let upload = |label: &str, values: &[f32]| self.upload_values(label, values);
-        // Only pre-norm blocks reach here (`Features::beyond_gpu_forward`): both norms are there.
-        let norm = |norm: &Option<Norm>| match norm {
-            Some(norm) => self.upload_norm(norm),
-            None => Err(Error::Gpu("a block without an input norm".into())),
+    fn upload_layer(&self, config: &ModelConfig, layer: &Layer) -> Result<LayerOnDevice> {
+        let mlp = match (&layer.mlp, &layer.experts) {
+            (Some(mlp), _) => Some(self.upload_mlp(mlp)?),
+            (None, Some(_)) => None,
+            (None, None) if config.features.attention_only => None,
+            (None, None) => return Err(Error::MissingMlp),
         };
+        let upload = |label: &str, values: &[f32]| self.upload_values(label, values);
+        let norm = |norm: &Option<Norm>| norm.as_ref().map(|norm| self.upload_norm(norm)).transpose();
         let attention = &layer.attention;
         Ok(LayerOnDevice {
             ln1: norm(&layer.ln1)?,
             ln2: norm(&layer.ln2)?,
+            q_norm: norm(&attention.q_norm)?,
+            k_norm: norm(&attention.k_norm)?,
+            attention_out_norm: norm(&layer.attention_out_norm)?,
+            mlp_out_norm: norm(&layer.mlp_out_norm)?,
             w_q: upload("w_q", attention.w_q.as_slice())?,
             b_q: upload("b_q", attention.b_q.as_slice())?,
             w_k: upload("w_k", attention.w_k.as_slice())?,
@@ -374,6 +432,13 @@ impl Gpu {
             b_v: upload("b_v", attention.b_v.as_slice())?,
             w_o: upload("w_o", attention.w_o.as_slice())?,
             b_o: upload("b_o", attention.b_o.as_slice())?,
+            mlp,
+        })
+    }
+
+    fn upload_mlp(&self, mlp: &Mlp) -> Result<MlpOnDevice> {
+        let upload = |label: &str, values: &[f32]| self.upload_values(label, values);
+        Ok(MlpOnDevice {
             w_in: upload("w_in", mlp.w_in.as_slice())?,
             b_in: upload("b_in", mlp.b_in.as_slice())?,
             w_gate: mlp.w_gate.as_ref().map(|w| upload("w_gate", w.as_slice())).transpose()?,
@@ -392,27 +457,63 @@ impl Gpu {
         l: usize,
         rows: usize,
         device: &Activations,
-        weights: &LayerOnDevice,
+        (weights, experts): (&LayerOnDevice, Option<&Experts>),
         (groups, placed, runs): (&[PatternGroup], &[Placed], &[Run<'_>]),
         outputs: &mut [ForwardOutput],
     ) -> Result<()> {
         let (d_model, d_head) = (config.d_model, config.d_head);
         let (width, kv_width) = (config.heads * d_head, config.kv_heads * d_head);
-        let mut before = vec![self.norm(kernels, config, rows, device, &weights.ln1)];
-        for (w, b, out, n) in [
-            (&weights.w_q, &weights.b_q, &device.queries, width),
-            (&weights.w_k, &weights.b_k, &device.keys, kv_width),
-            (&weights.w_v, &weights.b_v, &device.values, kv_width),
+        // A block without an input norm (post-norms) reads the stream as it is.
+        let mut before = Vec::new();
+        let attention_input = match &weights.ln1 {
+            Some(ln1) => {
+                before.push(self.norm(
+                    kernels,
+                    config,
+                    rows,
+                    ln1,
+                    (&device.residual, &device.normed),
+                    NormTo::Rows,
+                    device,
+                ));
+                &device.normed
+            }
+            None => &device.residual,
+        };
+        for (w, b, out, n, heads, qk_norm) in [
+            (&weights.w_q, &weights.b_q, &device.queries, width, config.heads, &weights.q_norm),
+            (&weights.w_k, &weights.b_k, &device.keys, kv_width, config.kv_heads, &weights.k_norm),
+            (&weights.w_v, &weights.b_v, &device.values, kv_width, config.kv_heads, &None),
         ] {
-            before.push(gemm(kernels, (rows, n, d_model), &device.normed, w, Some(b), out, Product::Set));
+            let product = |to| gemm(kernels, (rows, n, d_model), attention_input, w, Some(b), to, Product::Set);
+            match qk_norm {
+                // The projection goes through `mixed` (free until the attention writes it) to be
+                // normed into its place: per head, or over the whole projection.
+                Some(qk_norm) => {
+                    let parts = match config.features.qk_norm {
+                        QkNorm::PerHead => NormTo::Parts { parts: heads, width: d_head },
+                        QkNorm::Whole | QkNorm::None => NormTo::Parts { parts: 1, width: n },
+                    };
+                    before.push(product(&device.mixed));
+                    before.push(self.norm(kernels, config, rows, qk_norm, (&device.mixed, out), parts, device));
+                }
+                None => before.push(product(out)),
+            }
         }
-        if let (Positions::Rotary { dims, .. }, Some(table)) = (config.positions, &device.rotary) {
+        let positions = config.layer_positions(l);
+        if let Positions::Rotary { dims, interleaved, .. } = positions {
+            let (table, starts) = device.rotary.as_ref().ok_or_else(|| Error::Gpu("no rotary table".into()))?;
+            let start = starts
+                .iter()
+                .find(|(p, _)| *p == positions)
+                .map(|&(_, start)| start)
+                .ok_or_else(|| Error::Gpu(format!("no rotary table for layer {l}")))?;
             let longest = placed.iter().map(|p| p.len).max().unwrap_or(1);
+            let half = dims / 2;
             for (out, heads) in [(&device.queries, config.heads), (&device.keys, config.kv_heads)] {
-                let half = dims / 2;
                 before.push(Dispatch {
                     pipeline: &kernels.rotary,
-                    settings: settings([rows, heads, d_head, 0, half, longest * half, 0, 0]),
+                    settings: settings([rows, heads, d_head, interleaved as usize, half, longest * half, start, 0]),
                     buffers: vec![(1, table), (4, out), (6, &device.rows_of)],
                     groups: threads(rows * heads * half),
                 });
@@ -421,9 +522,14 @@ impl Gpu {
         self.submit(before).await?;
 
         let scale = config.attention_scale();
-        // A layer's sliding window (0: none) and the scores' soft cap (0: none).
+        // A layer's sliding window (0: none), the scores' soft cap (0: none) and ALiBi's side of
+        // the scale (0: none).
         let window = config.layer_window(l).unwrap_or(0);
         let cap = config.features.attention_softcap.map_or(0, f32::to_bits);
+        let alibi = match positions {
+            Positions::Alibi { before_scale } => 1 + before_scale as u32,
+            Positions::Learned | Positions::Rotary { .. } | Positions::Nope => 0,
+        };
         for group in groups {
             let first_row = placed[group.runs.start].first_row;
             let last = &placed[group.runs.end - 1];
@@ -440,6 +546,7 @@ impl Gpu {
             ]);
             attend_settings[8] = u32::try_from(window).map_err(|_| Error::Gpu(format!("a window of {window}")))?;
             attend_settings[9] = cap;
+            attend_settings[10] = alibi;
             let attend = Dispatch {
                 pipeline: &kernels.attend,
                 settings: attend_settings,
@@ -450,6 +557,7 @@ impl Gpu {
                     (4, &device.patterns),
                     (5, &device.mixed),
                     (6, &device.rows_of),
+                    (7, device.slopes.as_ref().unwrap_or(&device.unused)),
                 ],
                 groups: (count.min(SPAN) as u32, config.heads as u32, count.div_ceil(SPAN) as u32),
             };
@@ -467,65 +575,151 @@ impl Gpu {
         }
 
         let mut after = Vec::new();
-        let ln2 = self.norm(kernels, config, rows, device, &weights.ln2);
-        // GPT-NeoX's MLP reads the residual stream the attention read; the others', the stream
-        // after the attention's output is added.
-        let mut ln2 = Some(ln2);
+        // The MLP's input norm, or the stream as it is where the block has none. GPT-NeoX's MLP
+        // reads the residual stream the attention read; the others', the stream after the
+        // attention's output is added.
+        let mut ln2 = weights
+            .ln2
+            .as_ref()
+            .map(|ln2| self.norm(kernels, config, rows, ln2, (&device.residual, &device.normed), NormTo::Rows, device));
+        let mlp_input = if ln2.is_some() { &device.normed } else { &device.residual };
         if config.parallel_residual {
+            if ln2.is_none() {
+                return Err(Error::Gpu("a parallel block without an MLP norm".into()));
+            }
             after.extend(ln2.take());
         }
-        after.push(gemm(
-            kernels,
-            (rows, d_model, width),
-            &device.mixed,
-            &weights.w_o,
-            Some(&weights.b_o),
-            &device.residual,
-            Product::Add,
-        ));
+        let attention_out = (&device.mixed, &weights.w_o, &weights.b_o, width);
+        after.extend(self.join_branch(kernels, config, rows, device, attention_out, &weights.attention_out_norm)?);
         after.extend(ln2.take());
-        let d_mlp = config.d_mlp;
-        after.push(gemm(
-            kernels,
-            (rows, d_mlp, d_model),
-            &device.normed,
-            &weights.w_in,
-            Some(&weights.b_in),
-            &device.hidden,
-            Product::Set,
-        ));
-        let gated = match (&weights.w_gate, &device.gate) {
-            (Some(w_gate), Some(gate)) => {
-                after.push(gemm(kernels, (rows, d_mlp, d_model), &device.normed, w_gate, None, gate, Product::Set));
-                Some(gate)
+        match (&weights.mlp, experts) {
+            (Some(mlp), _) => {
+                after.extend(hidden(kernels, config, rows, device, mlp_input, mlp));
+                let mlp_out = (&device.hidden, &mlp.w_out, &mlp.b_out, config.d_mlp);
+                after.extend(self.join_branch(kernels, config, rows, device, mlp_out, &weights.mlp_out_norm)?);
+                self.submit(after).await
             }
-            _ => None,
+            (None, Some(experts)) => {
+                self.submit(after).await?;
+                self.mixture(kernels, config, rows, device, mlp_input, experts, &weights.mlp_out_norm).await
+            }
+            // An attention-only block (`upload_layer` checked that the model has them).
+            (None, None) => self.submit(after).await,
+        }
+    }
+
+    /// A mixture of experts on `input` (`rows` x d_model), joined to the residual stream as
+    /// an MLP's output is: the router's logits read back and each token's experts chosen and
+    /// weighted as [`forward::route`] does; then each expert some token chose, uploaded in turn
+    /// and run on every row, its output added times each row's weight for it (zero where the
+    /// row did not choose it), in the experts' order as the CPU adds them.
+    #[allow(clippy::too_many_arguments)]
+    async fn mixture(
+        &self,
+        kernels: &ForwardKernels,
+        config: &ModelConfig,
+        rows: usize,
+        device: &Activations,
+        input: &wgpu::Buffer,
+        experts: &Experts,
+        out_norm: &Option<NormOnDevice>,
+    ) -> Result<()> {
+        let (MlpKind::Experts { experts: count, top_k, .. }, Some([logits, expert_out, sum])) =
+            (config.mlp, &device.experts)
+        else {
+            return Err(Error::Gpu("experts on a model without them".into()));
         };
-        after.push(Dispatch {
-            pipeline: &kernels.activate,
-            settings: settings([
-                rows * d_mlp,
-                0,
-                0,
-                gated.is_some() as usize,
-                activation_code(config.mlp.activation()),
-                0,
-                0,
-                0,
-            ]),
-            buffers: vec![(1, gated.unwrap_or(&device.unused)), (4, &device.hidden)],
-            groups: threads(rows * d_mlp),
-        });
-        after.push(gemm(
-            kernels,
-            (rows, d_model, d_mlp),
-            &device.hidden,
-            &weights.w_out,
-            Some(&weights.b_out),
-            &device.residual,
-            Product::Add,
-        ));
-        self.submit(after).await
+        let d_model = config.d_model;
+        let router = self.upload_values("router", experts.router.as_slice())?;
+        self.submit(vec![gemm(kernels, (rows, count, d_model), input, &router, None, logits, Product::Set)]).await?;
+        let chosen = forward::route(&self.read_matrix(logits, rows, count).await?, top_k);
+        let mut weights = DMatrix::<f32>::zeros(rows, count);
+        for (t, chosen) in chosen.iter().enumerate() {
+            for &(e, weight) in chosen {
+                weights[(t, e)] = weight;
+            }
+        }
+        let weights_on_device = self.upload_buffer("expert weights", weights.as_slice())?;
+        let mut first = true;
+        for (e, expert) in experts.experts.iter().enumerate() {
+            if !chosen.iter().any(|c| c.iter().any(|&(x, _)| x == e)) {
+                continue;
+            }
+            let mlp = self.upload_mlp(expert)?;
+            let mut dispatches = hidden(kernels, config, rows, device, input, &mlp);
+            let shape = (rows, d_model, config.d_mlp);
+            dispatches.push(gemm(
+                kernels,
+                shape,
+                &device.hidden,
+                &mlp.w_out,
+                Some(&mlp.b_out),
+                expert_out,
+                Product::Set,
+            ));
+            // The first expert's weighted output replaces the sum; the others add to it.
+            dispatches.push(Dispatch {
+                pipeline: &kernels.mix,
+                settings: settings([rows, d_model, 0, 1 | (first as usize) << 1, e * rows, 0, 0, 0]),
+                buffers: vec![(1, expert_out), (2, &weights_on_device), (4, sum)],
+                groups: threads(rows * d_model),
+            });
+            self.submit(dispatches).await?;
+            first = false;
+        }
+        let multiplier = config.features.residual_multiplier.unwrap_or(1.0);
+        let join = match out_norm {
+            Some(norm) => {
+                self.norm(kernels, config, rows, norm, (sum, &device.residual), NormTo::Join(multiplier), device)
+            }
+            None => Dispatch {
+                pipeline: &kernels.mix,
+                settings: settings([rows, d_model, 0, 0, 0, multiplier.to_bits() as usize, 0, 0]),
+                buffers: vec![(1, sum), (2, &device.unused), (4, &device.residual)],
+                groups: threads(rows * d_model),
+            },
+        };
+        self.submit(vec![join]).await
+    }
+
+    /// A branch's output `x W + b` (x `rows` x `k`) joined to the residual stream: through the
+    /// branch's output norm where the block has one, times the residual multiplier where the
+    /// family has one, as [`crate::forward`]'s `branch_output` does.
+    #[allow(clippy::too_many_arguments)]
+    fn join_branch<'a>(
+        &self,
+        kernels: &'a ForwardKernels,
+        config: &ModelConfig,
+        rows: usize,
+        device: &'a Activations,
+        (x, w, b, k): (&'a wgpu::Buffer, &'a wgpu::Buffer, &'a wgpu::Buffer, usize),
+        out_norm: &'a Option<NormOnDevice>,
+    ) -> Result<Vec<Dispatch<'a>>> {
+        let multiplier = config.features.residual_multiplier;
+        let shape = (rows, config.d_model, k);
+        Ok(match (out_norm, &device.branch) {
+            (None, _) => {
+                let mut product = gemm(kernels, shape, x, w, Some(b), &device.residual, Product::Add);
+                if let Some(multiplier) = multiplier {
+                    product.settings[3] |= 8;
+                    product.settings[5] = multiplier.to_bits();
+                }
+                vec![product]
+            }
+            (Some(norm), Some(branch)) => vec![
+                gemm(kernels, shape, x, w, Some(b), branch, Product::Set),
+                self.norm(
+                    kernels,
+                    config,
+                    rows,
+                    norm,
+                    (branch, &device.residual),
+                    NormTo::Join(multiplier.unwrap_or(1.0)),
+                    device,
+                ),
+            ],
+            (Some(_), None) => return Err(Error::Gpu("an output norm on a pre-norm block".into())),
+        })
     }
 
     /// The final norm, then the logits a block of the vocabulary at a time (W_U read and
@@ -545,7 +739,8 @@ impl Gpu {
     ) -> Result<()> {
         let config = model.config();
         let ln_final = self.upload_norm(model.ln_final())?;
-        self.submit(vec![self.norm(kernels, config, rows, device, &ln_final)]).await?;
+        let into_normed = (&device.residual, &device.normed);
+        self.submit(vec![self.norm(kernels, config, rows, &ln_final, into_normed, NormTo::Rows, device)]).await?;
         let scales = self.read_matrix(&device.scales, rows, 1).await?;
         let vocab = config.vocab;
         let keeps = |kind: Logits| runs.iter().any(|(_, keep)| keep.logits == kind);
@@ -584,6 +779,15 @@ impl Gpu {
             let mut transposed = product.settings;
             transposed[3] |= 4;
             transposed[4] = start as u32;
+            // The logits as the family gives them: divided by its divisor, then soft-capped.
+            if let Some(divisor) = config.features.logits_divisor {
+                transposed[3] |= 16;
+                transposed[6] = divisor.to_bits();
+            }
+            if let Some(cap) = config.features.final_softcap {
+                transposed[3] |= 32;
+                transposed[7] = cap.to_bits();
+            }
             let mut dispatches = vec![Dispatch { settings: transposed, ..product }];
             if top {
                 dispatches.push(Dispatch {
@@ -740,28 +944,44 @@ impl Gpu {
         }))
     }
 
-    /// The norm of the residual stream into `normed` (and each row's scale into `scales`).
+    /// `norm` of `input`'s `rows` rows into `output`, as `to` says.
+    #[allow(clippy::too_many_arguments)]
     fn norm<'a>(
         &self,
         kernels: &'a ForwardKernels,
         config: &ModelConfig,
         rows: usize,
-        device: &'a Activations,
         norm: &'a NormOnDevice,
+        (input, output): (&'a wgpu::Buffer, &'a wgpu::Buffer),
+        to: NormTo,
+        device: &'a Activations,
     ) -> Dispatch<'a> {
         let centred = matches!(config.norm, NormKind::LayerNorm) as usize;
-        let flags = centred | (norm.bias.is_some() as usize) << 1;
+        let mut flags = centred | (norm.bias.is_some() as usize) << 1;
+        let (parts, width, multiplier) = match to {
+            NormTo::Rows => (1, config.d_model, 0),
+            NormTo::Parts { parts, width } => (parts, width, 0),
+            NormTo::Join(multiplier) => (1, config.d_model, multiplier.to_bits() as usize),
+        };
+        match to {
+            NormTo::Rows => {}
+            NormTo::Parts { .. } => flags |= 8,
+            NormTo::Join(_) => flags |= 4 | 8,
+        }
+        let eps = config.norm_eps.to_bits() as usize;
+        let groups = rows * parts;
         Dispatch {
             pipeline: &kernels.norm,
-            settings: settings([rows, config.d_model, 0, flags, config.norm_eps.to_bits() as usize, 0, 0, 0]),
+            settings: settings([rows, width, 0, flags, eps, parts, multiplier, 0]),
             buffers: vec![
-                (1, &device.residual),
+                (1, input),
                 (2, &norm.weight),
                 (3, norm.bias.as_ref().unwrap_or(&device.unused)),
-                (4, &device.normed),
+                (4, output),
+                // Written only for whole rows.
                 (5, &device.scales),
             ],
-            groups: (rows.min(SPAN) as u32, rows.div_ceil(SPAN) as u32, 1),
+            groups: (groups.min(SPAN) as u32, groups.div_ceil(SPAN) as u32, 1),
         }
     }
 
@@ -818,6 +1038,18 @@ impl Gpu {
     }
 }
 
+/// What a norm dispatch makes of its input's rows.
+#[derive(Clone, Copy, PartialEq)]
+enum NormTo {
+    /// Each whole row normed into the output, its scale into `scales`.
+    Rows,
+    /// Each row's `parts` parts of `width` normed on their own (query and key norms).
+    Parts { parts: usize, width: usize },
+    /// Each whole row normed, times this and added to the output (a branch's output norm as
+    /// it joins the residual stream).
+    Join(f32),
+}
+
 /// Whether a product replaces its output or adds to it.
 #[derive(Clone, Copy, PartialEq)]
 enum Product {
@@ -843,6 +1075,44 @@ fn gemm<'a>(
         buffers: vec![(1, x), (2, y), (3, bias.unwrap_or(y)), (4, out)],
         groups: (m.div_ceil(64) as u32, n.div_ceil(64) as u32, 1),
     }
+}
+
+/// The MLP's hidden activations of `input` into `hidden`: `act(x W_in + b_in)`, or gated,
+/// `act(x W_gate) * (x W_in + b_in)`.
+fn hidden<'a>(
+    kernels: &'a ForwardKernels,
+    config: &ModelConfig,
+    rows: usize,
+    device: &'a Activations,
+    input: &'a wgpu::Buffer,
+    mlp: &'a MlpOnDevice,
+) -> Vec<Dispatch<'a>> {
+    let (d_model, d_mlp) = (config.d_model, config.d_mlp);
+    let mut dispatches =
+        vec![gemm(kernels, (rows, d_mlp, d_model), input, &mlp.w_in, Some(&mlp.b_in), &device.hidden, Product::Set)];
+    let gated = match (&mlp.w_gate, &device.gate) {
+        (Some(w_gate), Some(gate)) => {
+            dispatches.push(gemm(kernels, (rows, d_mlp, d_model), input, w_gate, None, gate, Product::Set));
+            Some(gate)
+        }
+        _ => None,
+    };
+    dispatches.push(Dispatch {
+        pipeline: &kernels.activate,
+        settings: settings([
+            rows * d_mlp,
+            0,
+            0,
+            gated.is_some() as usize,
+            activation_code(config.mlp.activation()),
+            0,
+            0,
+            0,
+        ]),
+        buffers: vec![(1, gated.unwrap_or(&device.unused)), (4, &device.hidden)],
+        groups: threads(rows * d_mlp),
+    });
+    dispatches
 }
 
 /// Groups of 64 threads for `count` threads, spread over y beyond [`SPAN`] groups.

@@ -15,10 +15,11 @@ struct Settings {
     c: u32,
     d: u32,
     // Read by `attend` only: the layer's sliding window (0: none), the f32 bits of the scores'
-    // soft cap (0: none); two more to keep the uniform 16-byte aligned.
+    // soft cap (0: none), ALiBi (0: none, 1: the slope times the key's position added after
+    // the scale, 2: before it); one more to keep the uniform 16-byte aligned.
     window: u32,
     cap: u32,
-    unused_e: u32,
+    alibi: u32,
     unused_f: u32,
 }
 
@@ -29,6 +30,7 @@ struct Settings {
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out2: array<f32>;
 @group(0) @binding(6) var<storage, read> rows_of: array<u32>;
+@group(0) @binding(7) var<storage, read> slopes: array<f32>;
 
 // A dispatch's groups beyond 65 535 go on in y (and z): a linear group index.
 const SPAN: u32 = 65535u;
@@ -40,7 +42,10 @@ fn linear(group: vec3<u32>) -> u32 {
 // ---- gemm: out = X Y (+ bias w) (+ out when accumulating) ----
 // X: m x k at x[i + m * kk]; Y: k x n at y[kk + k * j], or stored transposed (n x k, at
 // y[j + n * kk]) when flags & 4; w: the bias, column j's at w[p.a + j], added when flags & 1;
-// out: m x n, added to when flags & 2. A 64 x 64 tile of out per group, 4 x 4 entries per thread.
+// out: m x n, added to when flags & 2. Before that, in the CPU's order, each entry is times the
+// f32 whose bits are p.b (flags & 8: a residual multiplier), divided by p.c's (flags & 16: a
+// logits divisor), and soft-capped by p.d's (flags & 32). A 64 x 64 tile of out per group,
+// 4 x 4 entries per thread.
 
 const TILE: u32 = 64u;
 const DEPTH: u32 = 16u;
@@ -110,6 +115,15 @@ fn gemm(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_id) l
                 if ((p.flags & 1u) != 0u) {
                     value += w[p.a + j];
                 }
+                if ((p.flags & 8u) != 0u) {
+                    value *= bitcast<f32>(p.b);
+                }
+                if ((p.flags & 16u) != 0u) {
+                    value /= bitcast<f32>(p.c);
+                }
+                if ((p.flags & 32u) != 0u) {
+                    value = soft_cap(value, bitcast<f32>(p.d));
+                }
                 let at = i + p.m * j;
                 if ((p.flags & 2u) != 0u) {
                     value += out[at];
@@ -120,10 +134,18 @@ fn gemm(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_id) l
     }
 }
 
-// ---- norm: out = (x - mean) / scale * y + w per row, out2[row] = scale ----
-// x: rows (m) x width (n); y: the norm's weight; w: its bias (flags & 2); LayerNorm subtracts
-// the mean (flags & 1), RMSNorm does not; scale = sqrt(variance (or mean square) + eps), eps
-// the f32 whose bits are p.a. One group per row.
+// `cap tanh(v / cap)`. tanh is 1 in f32 long before 15: the clamp keeps an exp-based tanh finite.
+fn soft_cap(v: f32, cap: f32) -> f32 {
+    return tanh(clamp(v / cap, -15.0, 15.0)) * cap;
+}
+
+// ---- norm: out = (x - mean) / scale * y + w per part of a row, out2[row] = scale ----
+// x: rows (m) x p.b parts (at least 1) of width n each, a part normed on its own (a per-head
+// query or key norm); y: the norm's weight and w its bias (flags & 2), as wide as a row;
+// LayerNorm subtracts the mean (flags & 1), RMSNorm does not; scale = sqrt(variance (or mean
+// square) + eps), eps the f32 whose bits are p.a. The result replaces out, or (flags & 4) is
+// times the f32 whose bits are p.c and added to out (a branch's output norm as it joins the
+// residual stream). out2 is written unless flags & 8. One group per (row, part).
 
 const REDUCE: u32 = 256u;
 var<workgroup> partial: array<f32, 256>;
@@ -150,8 +172,10 @@ fn group_reduce(local: u32, value: f32, threads: u32, largest: bool) -> f32 {
 
 @compute @workgroup_size(256)
 fn norm(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_index) local: u32) {
-    let row = linear(group);
-    if (row >= p.m) {
+    let index = linear(group);
+    let row = index % p.m;
+    let first = (index / p.m) * p.n;
+    if (index >= p.m * max(p.b, 1u)) {
         return;
     }
     let width = f32(p.n);
@@ -159,32 +183,38 @@ fn norm(@builtin(workgroup_id) group: vec3<u32>, @builtin(local_invocation_index
     if ((p.flags & 1u) != 0u) {
         var part = 0.0;
         for (var j = local; j < p.n; j += REDUCE) {
-            part += x[row + p.m * j];
+            part += x[row + p.m * (first + j)];
         }
         mean = group_reduce(local, part, REDUCE, false) / width;
     }
     var squares = 0.0;
     for (var j = local; j < p.n; j += REDUCE) {
-        let centred = x[row + p.m * j] - mean;
+        let centred = x[row + p.m * (first + j)] - mean;
         squares += centred * centred;
     }
     let scale = sqrt(group_reduce(local, squares, REDUCE, false) / width + bitcast<f32>(p.a));
     for (var j = local; j < p.n; j += REDUCE) {
-        var value = (x[row + p.m * j] - mean) / scale * y[j];
+        let at = row + p.m * (first + j);
+        var value = (x[at] - mean) / scale * y[first + j];
         if ((p.flags & 2u) != 0u) {
-            value += w[j];
+            value += w[first + j];
         }
-        out[row + p.m * j] = value;
+        if ((p.flags & 4u) != 0u) {
+            value = out[at] + value * bitcast<f32>(p.c);
+        }
+        out[at] = value;
     }
-    if (local == 0u) {
+    if (local == 0u && (p.flags & 8u) == 0u) {
         out2[row] = scale;
     }
 }
 
-// ---- rotary: rotate-half on the first 2 * half dimensions of each head of out ----
-// out: rows (m) x heads (n) * d_head (k); x: cos then sin of each position's angles, position
-// t's at x[t * half + i] and x[p.b + t * half + i]; rows_of: each row's (start, position).
-// One thread per (row, head, i < half).
+// ---- rotary: the rotary embedding on the first 2 * half dimensions of each head of out ----
+// out: rows (m) x heads (n) * d_head (k); dimension i is paired with i + half (rotate-half),
+// or 2i with 2i + 1 when flags & 1 (GPT-J's interleaved pairs); x: from p.c on, cos then sin
+// of each position's angles, position t's at x[p.c + t * half + i] and
+// x[p.c + p.b + t * half + i]; rows_of: each row's (start, position). One thread per
+// (row, head, i < half).
 
 @compute @workgroup_size(64)
 fn rotary(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
@@ -197,10 +227,14 @@ fn rotary(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups)
     let i = (e / p.m) % half;
     let head = e / (p.m * half);
     let position = rows_of[2u * row + 1u];
-    let cos_t = x[position * half + i];
-    let sin_t = x[p.b + position * half + i];
-    let first = row + p.m * (head * p.k + i);
-    let second = row + p.m * (head * p.k + i + half);
+    let cos_t = x[p.c + position * half + i];
+    let sin_t = x[p.c + p.b + position * half + i];
+    var first = row + p.m * (head * p.k + i);
+    var second = row + p.m * (head * p.k + i + half);
+    if ((p.flags & 1u) != 0u) {
+        first = row + p.m * (head * p.k + 2u * i);
+        second = first + p.m;
+    }
     let x1 = out[first];
     let x2 = out[second];
     out[first] = x1 * cos_t - x2 * sin_t;
@@ -212,10 +246,12 @@ fn rotary(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups)
 // rows_of: each row's (start, position); p.n heads, p.k d_head, p.a query heads per key/value
 // head, p.b the f32 bits of the score scale; p.c the first row this dispatch covers and p.flags
 // how many rows it covers; p.d its patterns' offset; p.window: a query t sees keys t - window <
-// k <= t (0: every key up to t); p.cap: scores become cap tanh(score / cap) (0: as they are). out: the patterns, each sequence's heads' len x len patterns one after
-// another (column-major, rows = queries) from the offset `pattern_at` gives; out2: each head's
-// mixed values z, rows x heads * d_head. One group per (row, head): dispatched with
-// group = (row - p.c) within x/z, head in y.
+// k <= t (0: every key up to t); p.cap: scores become cap tanh(score / cap) (0: as they are);
+// p.alibi: head h's slope, slopes[h], times the key's position added to the scores (1: after
+// the scale, as BLOOM adds it; 2: before, as Falcon does). out: the patterns, each sequence's
+// heads' len x len patterns one after another (column-major, rows = queries) from the offset
+// `pattern_at` gives; out2: each head's mixed values z, rows x heads * d_head. One group per
+// (row, head): dispatched with group = (row - p.c) within x/z, head in y.
 
 const KEYS: u32 = 64u;
 var<workgroup> query: array<f32, 256>;
@@ -255,6 +291,12 @@ fn attend(
             dot += query[j] * y[key_row + p.m * (kv * d_head + j)];
         }
         var score = dot * scale;
+        if (p.alibi == 1u) {
+            score = dot * scale + slopes[head] * f32(key);
+        }
+        if (p.alibi == 2u) {
+            score = (dot + slopes[head] * f32(key)) * scale;
+        }
         if (p.cap != 0u) {
             score = tanh(score / cap) * cap;
         }
@@ -335,6 +377,27 @@ fn activate(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroup
     } else {
         out[e] = act(p.a, out[e]);
     }
+}
+
+// ---- mix: out (=|+=) x times a weight per row ----
+// x and out: rows (m) x n; row i's weight is y[p.a + i] (flags & 1: an expert's weight of each
+// token), else the f32 whose bits are p.b; out is replaced (flags & 2) or added to.
+
+@compute @workgroup_size(64)
+fn mix(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let e = id.x + 64u * groups.x * id.y;
+    if (e >= p.m * p.n) {
+        return;
+    }
+    var weight = bitcast<f32>(p.b);
+    if ((p.flags & 1u) != 0u) {
+        weight = y[p.a + e % p.m];
+    }
+    var value = x[e] * weight;
+    if ((p.flags & 2u) == 0u) {
+        value += out[e];
+    }
+    out[e] = value;
 }
 
 // ---- gather: out[i] = x[rows_of[i]] for the p.m cells asked for ----
