@@ -56,6 +56,17 @@ pub fn describe_sources(report: &InductionReport) -> String {
     }
 }
 
+/// The probe's sequences in one phrase, as the study's table records them: how many, how long,
+/// where they came from, and the BOS.
+pub fn describe_sequences(report: &InductionReport, first_copy_len: usize, bos: Option<&Bos>) -> String {
+    format!(
+        "{} sequences of {first_copy_len} tokens repeated twice ({}); {}",
+        report.sequences.len(),
+        describe_sources(report),
+        describe_bos(bos)
+    )
+}
+
 pub fn describe_bos(bos: Option<&Bos>) -> String {
     match bos {
         Some(b) => format!("BOS {} (id {}, from {}) prepended", show(&b.token), b.id, b.source),

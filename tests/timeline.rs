@@ -1,0 +1,319 @@
+//! `headprint timeline` against the Hub imitation serving several revisions of one repository:
+//! every series entry is the single-revision `fingerprint` / `probe` number bit for bit, a
+//! missing revision is one line on its row, the fingerprint fetches no MLP byte, the cache keeps
+//! every revision, and local checkpoints work the same way.
+
+use crate::common;
+use crate::hub_imitation;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{fixture, with_zeroed_tensor};
+use hub_imitation::{Imitation, Origin};
+use serde_json::Value;
+
+const REPO: &str = "test-org/ckpt";
+
+/// A fresh folder for one test's caches and checkpoints.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("headprint-timeline-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The CLI with the imitation as its Hub and its caches under `home`: (success, stdout, stderr).
+fn run(hub: &Imitation, home: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_headprint"))
+        .args(args)
+        .env("HF_ENDPOINT", &hub.hub)
+        .env("HEADPRINT_CACHE", home.join("headprint"))
+        .env("HF_HUB_CACHE", home.join("hf-empty"))
+        .env_remove("HF_TOKEN")
+        .env_remove("HUGGING_FACE_HUB_TOKEN")
+        .env_remove("HF_HUB_OFFLINE")
+        .output()
+        .expect("runs");
+    (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+fn json_of((ok, stdout, stderr): (bool, String, String)) -> Value {
+    assert!(ok, "failed: {stderr}");
+    serde_json::from_str(&stdout).expect("JSON on stdout")
+}
+
+/// The gpt2 fixture's files with `zeroed` (a tensor name) set to zero in its weights.
+fn gpt2_with(zeroed: Option<&str>) -> Vec<(String, Vec<u8>)> {
+    let folder = fixture("gpt2");
+    ["config.json", "tokenizer.json", "model.safetensors"]
+        .iter()
+        .map(|name| {
+            let bytes = match (*name, zeroed) {
+                ("model.safetensors", Some(tensor)) => with_zeroed_tensor("gpt2", tensor),
+                _ => std::fs::read(folder.join(name)).unwrap(),
+            };
+            (name.to_string(), bytes)
+        })
+        .collect()
+}
+
+/// Three checkpoints that differ: at step0 layer 1's output projection is zero (its heads' OV
+/// circuits cannot be read), at step1000 layer 0's attention biases are zero (the same
+/// fingerprint, another probe), at step143000 the fixture itself. Returns each step's commit.
+fn checkpoints(hub: &Imitation) -> Vec<(u64, String)> {
+    [(0, Some("transformer.h.1.attn.c_proj.weight")), (1000, Some("transformer.h.0.attn.c_attn.bias")), (143000, None)]
+        .into_iter()
+        .map(|(step, zeroed)| (step, hub.add_commit(REPO, &format!("step{step}"), gpt2_with(zeroed))))
+        .collect()
+}
+
+/// Every series entry of revision `index` against the single-revision reports: the fingerprint
+/// JSON's field at the series' path, and the probe's head scores, bit for bit.
+fn assert_series_equal(timeline: &Value, index: usize, fingerprint: &Value, probe: Option<&Value>, what: &str) {
+    let heads = timeline["heads"].as_array().unwrap();
+    assert_eq!(heads.len(), fingerprint["heads"].as_array().unwrap().len(), "{what}: heads");
+    let mut compared = 0;
+    for head in heads {
+        let (layer, number) = (&head["layer"], &head["head"]);
+        let single =
+            fingerprint["heads"].as_array().unwrap().iter().find(|h| &h["layer"] == layer && &h["head"] == number);
+        let single = single.unwrap_or_else(|| panic!("{what}: L{layer}H{number} in the fingerprint"));
+        let scores = probe.map(|p| {
+            p["heads"].as_array().unwrap().iter().find(|h| &h["layer"] == layer && &h["head"] == number).unwrap()
+        });
+        for (path, values) in head["series"].as_object().unwrap() {
+            let got = &values[index];
+            let want = match scores {
+                Some(scores) if scores.get(path).is_some() => &scores[path],
+                _ => {
+                    let (circuit, field) = ["qk_token", "ov_residual", "qk", "ov"]
+                        .iter()
+                        .find_map(|c| path.strip_prefix(&format!("{c}_")).map(|f| (*c, f)))
+                        .unwrap_or_else(|| panic!("{what}: a series `{path}` of no circuit"));
+                    &single[circuit][field]
+                }
+            };
+            assert_eq!(got, want, "{what}: L{layer}H{number} {path}");
+            if let (Some(g), Some(w)) = (got.as_f64(), want.as_f64()) {
+                assert_eq!(g.to_bits(), w.to_bits(), "{what}: L{layer}H{number} {path}");
+            }
+            compared += 1;
+        }
+    }
+    assert!(compared >= heads.len() * 20, "{what}: {compared} entries compared");
+}
+
+#[test]
+fn each_revision_equals_fingerprint_and_probe_of_that_revision_alone_and_a_missing_one_is_its_rows_line() {
+    let hub = Imitation::start();
+    let commits = checkpoints(&hub);
+    let home = scratch("equal");
+    let probe_args = ["--len", "10", "--sequences", "2"];
+    let mut args = vec!["timeline", "hf:test-org/ckpt", "--steps", "0,999,1000,143000", "--probe", "--json"];
+    args.extend(probe_args);
+    let timeline = json_of(run(&hub, &home, &args));
+
+    assert_eq!(timeline["model"], "hf:test-org/ckpt");
+    let revisions = timeline["revisions"].as_array().unwrap();
+    let steps: Vec<u64> = revisions.iter().map(|r| r["step"].as_u64().unwrap()).collect();
+    assert_eq!(steps, vec![0, 999, 1000, 143000]);
+    let names: Vec<&str> = revisions.iter().map(|r| r["revision"].as_str().unwrap()).collect();
+    assert_eq!(names, vec!["step0", "step999", "step1000", "step143000"]);
+    let good = [(0, &commits[0]), (2, &commits[1]), (3, &commits[2])];
+    for (index, (_, commit)) in good {
+        assert_eq!(revisions[index]["commit"], commit.as_str(), "revision {index} is pinned to its commit");
+    }
+
+    // The missing revision: no commit, one line on its row, a null at its place in every series.
+    assert!(revisions[1]["commit"].is_null());
+    let row = &timeline["table"][1];
+    let error = row["error"].as_str().expect("the missing revision's row says why");
+    assert!(error.contains("hf:test-org/ckpt@step999") && error.contains("not found on the server"), "{error}");
+    assert_eq!(error.lines().count(), 1, "{error}");
+    assert!(row.get("mean_qk_imaginary_fraction").is_none(), "{row}");
+    for head in timeline["heads"].as_array().unwrap() {
+        for (path, values) in head["series"].as_object().unwrap() {
+            assert_eq!(values.as_array().unwrap().len(), 4, "{path}");
+            assert!(values[1].is_null(), "{path} at the missing revision");
+        }
+    }
+
+    // Every other revision: the single-revision reports of the same link, bit for bit.
+    for (index, (step, _)) in good {
+        let link = format!("hf:{REPO}@step{step}");
+        let fingerprint = json_of(run(&hub, &home, &["fingerprint", &link, "--json"]));
+        let mut probe_run = vec!["probe", link.as_str(), "--induction", "--json"];
+        probe_run.extend(probe_args);
+        let probe = json_of(run(&hub, &home, &probe_run));
+        assert_series_equal(&timeline, index, &fingerprint, Some(&probe), &link);
+        // The study's row is `compare`'s for that revision.
+        let mut compare_run = vec!["compare", link.as_str(), "--json"];
+        compare_run.extend(probe_args);
+        let compared = json_of(run(&hub, &home, &compare_run));
+        let row = &timeline["table"][index];
+        for key in ["model", "mean_qk_imaginary_fraction", "induction_heads", "prefix_copy_accuracy", "sequence", "bos"]
+        {
+            assert_eq!(row[key], compared["models"][0][key], "{link}: {key}");
+        }
+        assert!(row["error"].is_null(), "{row}");
+    }
+
+    // The three checkpoints differ where they were made to: layer 1's OV is unreadable at step0
+    // only, and the attention biases change the probe, never the fingerprint.
+    let l1h0 = timeline["heads"].as_array().unwrap().iter().find(|h| h["layer"] == 1 && h["head"] == 0).unwrap();
+    let ov = &l1h0["series"]["ov_copying_score"];
+    assert!(ov[0].is_null() && ov[2].is_number() && ov[3].is_number(), "{ov}");
+    let l0h0 = timeline["heads"].as_array().unwrap().iter().find(|h| h["layer"] == 0 && h["head"] == 0).unwrap();
+    assert_eq!(l0h0["series"]["qk_copying_score"][2], l0h0["series"]["qk_copying_score"][3]);
+    let induction = timeline["heads"].as_array().unwrap().iter().map(|h| &h["series"]["induction_score"]);
+    assert!(induction.clone().any(|s| s[2] != s[3]), "the biases move some head's induction score");
+
+    // The text table: one line per revision, the missing one's line its error.
+    let (ok, stdout, stderr) = run(&hub, &home, &["timeline", "hf:test-org/ckpt", "--steps", "0,999,1000,143000"]);
+    assert!(ok, "{stderr}");
+    let missing: Vec<&str> = stdout.lines().filter(|l| l.starts_with("step999 ")).collect();
+    assert_eq!(missing.len(), 1, "{stdout}");
+    assert!(missing[0].contains("error: hf:test-org/ckpt@step999: ") && missing[0].contains("not found"), "{stdout}");
+    let _ = std::fs::remove_dir_all(home);
+}
+
+/// The inclusive byte span each CDN request of the log asked for.
+fn weight_requests(hub: &Imitation) -> Vec<(String, u64, u64)> {
+    hub.log()
+        .into_iter()
+        .filter(|e| e.origin == Origin::Cdn)
+        .map(|e| {
+            let (first, last) = e.range.as_deref().and_then(|r| r.strip_prefix("bytes=")?.split_once('-')).unwrap();
+            (e.path.clone(), first.parse().unwrap(), last.parse().unwrap())
+        })
+        .collect()
+}
+
+/// The absolute byte spans of the MLP tensors of a safetensors file.
+fn mlp_spans(bytes: &[u8]) -> Vec<(u64, u64)> {
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+    let header: Value = serde_json::from_slice(&bytes[8..8 + header_len as usize]).unwrap();
+    header
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(name, _)| name.contains(".mlp."))
+        .map(|(_, t)| {
+            let at = |i: usize| 8 + header_len + t["data_offsets"][i].as_u64().unwrap();
+            (at(0), at(1))
+        })
+        .collect()
+}
+
+#[test]
+fn a_timeline_fetches_each_revisions_fingerprint_bytes_once_and_no_mlp_byte_without_the_probe() {
+    let hub = Imitation::start();
+    let commits = checkpoints(&hub);
+    let home = scratch("economy");
+    let timeline = json_of(run(&hub, &home, &["timeline", "hf:test-org/ckpt", "--steps", "0,1000,143000", "--json"]));
+    let mlp = mlp_spans(&gpt2_with(None)[2].1);
+    let requests = weight_requests(&hub);
+    for (_, commit) in &commits {
+        assert!(requests.iter().any(|(path, ..)| path.contains(commit.as_str())), "revision {commit} was read");
+    }
+    for (path, first, last) in &requests {
+        assert!(
+            mlp.iter().all(|&(start, end)| *last < start || *first >= end),
+            "the fingerprint asked for an MLP weight's bytes: {path} {first}-{last}"
+        );
+    }
+    // Each revision costs what a fingerprint of it alone costs, in a fresh cache.
+    let rows = timeline["table"].as_array().unwrap();
+    let mut total = 0;
+    for (row, (step, _)) in rows.iter().zip(&commits) {
+        let fetched = row["model_link"]["bytes_fetched"].as_u64().unwrap();
+        let alone = scratch(&format!("alone-{step}"));
+        let single = json_of(run(&hub, &alone, &["fingerprint", &format!("hf:{REPO}@step{step}"), "--json"]));
+        assert_eq!(fetched, single["model_link"]["bytes_fetched"].as_u64().unwrap(), "step{step}");
+        total += fetched;
+        let _ = std::fs::remove_dir_all(alone);
+    }
+    assert!(total > 0);
+
+    // The cache keeps every revision: the same timeline again fetches no weight byte; only each
+    // branch is resolved anew, which costs its config.json.
+    hub.clear_log();
+    let again = json_of(run(&hub, &home, &["timeline", "hf:test-org/ckpt", "--steps", "0,1000,143000", "--json"]));
+    let log = hub.log();
+    assert!(log.iter().all(|e| e.origin == Origin::Hub && e.path.ends_with("/config.json")), "{log:?}");
+    let config = gpt2_with(None)[0].1.len() as u64;
+    for row in again["table"].as_array().unwrap() {
+        assert_eq!(row["model_link"]["bytes_fetched"], config, "{row}");
+    }
+    assert_eq!(again["heads"], timeline["heads"]);
+
+    // The probe is what reads the MLPs.
+    hub.clear_log();
+    let args = ["timeline", "hf:test-org/ckpt", "--steps", "143000", "--probe", "--len", "6", "--json"];
+    json_of(run(&hub, &home, &args));
+    let requests = weight_requests(&hub);
+    let reads_mlp = |&(start, end): &(u64, u64)| requests.iter().any(|(_, first, last)| *first < end && *last >= start);
+    assert!(mlp.iter().all(reads_mlp), "--probe reads every MLP tensor");
+    let _ = std::fs::remove_dir_all(home);
+}
+
+#[test]
+fn local_checkpoints_are_revisions_named_by_their_folders() {
+    let home = scratch("local");
+    let mut folders = Vec::new();
+    for (step, zeroed) in [(0, Some("transformer.h.1.attn.c_proj.weight")), (512, None)] {
+        let folder = home.join(format!("step{step}"));
+        std::fs::create_dir_all(&folder).unwrap();
+        for (name, bytes) in gpt2_with(zeroed) {
+            std::fs::write(folder.join(name), bytes).unwrap();
+        }
+        folders.push(folder.to_str().unwrap().to_string());
+    }
+    let mut args = vec!["timeline", "--json", "--backend", "cpu"];
+    args.extend(folders.iter().map(String::as_str));
+    let timeline = common::json(&args);
+    assert_eq!(timeline["model"], home.to_str().unwrap());
+    for (index, folder) in folders.iter().enumerate() {
+        let revision = &timeline["revisions"][index];
+        assert_eq!(revision["revision"], folder.as_str());
+        assert_eq!(revision["step"], [0, 512][index]);
+        assert!(revision["commit"].is_null());
+        let fingerprint = common::json(&["fingerprint", folder, "--json", "--backend", "cpu"]);
+        assert_series_equal(&timeline, index, &fingerprint, None, folder);
+        assert!(timeline["table"][index]["induction_heads"].is_null(), "no --probe, no induction heads");
+    }
+    let _ = std::fs::remove_dir_all(home);
+}
+
+#[test]
+fn bad_timeline_requests_are_one_readable_line_each() {
+    let hub = Imitation::start();
+    checkpoints(&hub);
+    let home = scratch("bad");
+    let gpt2 = fixture("gpt2");
+    let local = gpt2.to_str().unwrap();
+    let cases: [(&[&str], &str); 6] = [
+        (&["timeline", local, "--steps", "0,1"], "give local checkpoints one by one"),
+        (&["timeline", "hf:test-org/ckpt@step0", "--revisions", "step1000"], "without @REVISION"),
+        (&["timeline", "hf:test-org/ckpt", "hf:test-org/other", "--steps", "0"], "revisions of one model by link"),
+        (&["timeline", "hf:test-org/ckpt", "--revisions", "step0,,step1000"], "empty name"),
+        (
+            &["timeline", "hf:test-org/ckpt", "--steps", "7,8"],
+            "no revision could be read; the first: hf:test-org/ckpt@step7",
+        ),
+        (
+            &["timeline", local, "--show", "qk_no_such_thing"],
+            "no series `qk_no_such_thing` in this timeline: use one of",
+        ),
+    ];
+    for (args, message) in cases {
+        let (ok, stdout, stderr) = run(&hub, &home, args);
+        assert!(!ok && stdout.is_empty(), "{args:?}: {stdout}");
+        assert!(stderr.starts_with("headprint: ") && stderr.contains(message), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    }
+    let (ok, _, stderr) = run(&hub, &home, &["timeline", "hf:test-org/ckpt", "--steps", "x"]);
+    assert!(!ok && stderr.starts_with("headprint: ") && stderr.lines().count() == 1, "{stderr}");
+    let _ = std::fs::remove_dir_all(home);
+}
