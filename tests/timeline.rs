@@ -317,3 +317,86 @@ fn bad_timeline_requests_are_one_readable_line_each() {
     assert!(!ok && stderr.starts_with("headprint: ") && stderr.lines().count() == 1, "{stderr}");
     let _ = std::fs::remove_dir_all(home);
 }
+
+#[test]
+fn the_timeline_figure_draws_the_top_heads_by_score_and_a_table_row_per_revision() {
+    let home = scratch("figure");
+    let mut given = Vec::new();
+    for (step, zeroed) in
+        [(0, Some("transformer.h.1.attn.c_proj.weight")), (1000, Some("transformer.h.0.attn.c_attn.bias"))]
+    {
+        let folder = home.join(format!("step{step}"));
+        std::fs::create_dir_all(&folder).unwrap();
+        for (name, bytes) in gpt2_with(zeroed) {
+            std::fs::write(folder.join(name), bytes).unwrap();
+        }
+        given.push(folder.to_str().unwrap().to_string());
+    }
+    given.push(fixture("gpt2").to_str().unwrap().to_string());
+    given.push(home.join("step2000").to_str().unwrap().to_string());
+    let probe = ["--len", "10", "--sequences", "2"];
+    let mut args = vec!["timeline", "--probe", "--json"];
+    args.extend(given.iter().map(String::as_str));
+    args.extend(probe);
+    let timeline = common::json(&args);
+    // The two heads whose induction score peaks highest, by the timeline's own numbers.
+    let mut peaks: Vec<(f64, String)> = timeline["heads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            let peak = h["series"]["induction_score"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(Value::as_f64)
+                .fold(f64::MIN, f64::max);
+            (peak, format!("L{}H{}", h["layer"], h["head"]))
+        })
+        .collect();
+    peaks.sort_by(|a, b| b.0.total_cmp(&a.0));
+
+    let draw = |file: &str| {
+        let out = home.join(file);
+        let mut args = vec!["figure", "--kind", "timeline", "--top", "2", "--out", out.to_str().unwrap()];
+        args.extend(given.iter().map(String::as_str));
+        args.extend(probe);
+        let (ok, stdout, stderr) = common::headprint(&args);
+        assert!(ok && stdout.starts_with("wrote "), "{stderr}");
+        std::fs::read(out).unwrap()
+    };
+    let svg = String::from_utf8(draw("a.svg")).unwrap();
+    assert_eq!(svg.as_bytes(), draw("b.svg"), "the same figure every run");
+    roxmltree::Document::parse(&svg).expect("a well-formed SVG");
+    for (rank, (_, name)) in peaks.iter().enumerate() {
+        // Each chosen head is named at the end of its line in both panels; the others nowhere.
+        let expected = if rank < 2 { 2 } else { 0 };
+        assert_eq!(svg.matches(&format!("\n{name}\n")).count(), expected, "{name} (rank {rank}): {svg}");
+    }
+    for name in ["step0", "step1000", "gpt2", "step2000"] {
+        assert!(svg.contains(&format!("\n{name}\n")), "the table has a row {name}");
+    }
+    assert_eq!(svg.matches("\nerror: ").count(), 1, "the missing checkpoint's row says why");
+    let png = draw("a.png");
+    assert_eq!(png, draw("b.png"));
+    assert!(png.starts_with(b"\x89PNG"));
+
+    for (extra, message) in
+        [(vec!["--x", "qk.nonsense"], "no series `qk_nonsense`"), (vec!["--head", "L7H0"], "unknown head `L7H0`")]
+    {
+        let out = home.join("bad.svg");
+        let mut args = vec!["figure", "--kind", "timeline", "--out", out.to_str().unwrap()];
+        args.extend(given[..1].iter().map(String::as_str));
+        args.extend(extra);
+        args.extend(probe);
+        let (ok, _, stderr) = common::headprint(&args);
+        assert!(!ok && stderr.starts_with("headprint: ") && stderr.contains(message), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
+    let (ok, _, stderr) = common::headprint(&["figure", &given[0], &given[1], "--kind", "copying", "--out", "x.svg"]);
+    assert!(!ok && stderr.contains("this figure takes one model; several are for --kind timeline"), "{stderr}");
+    let (ok, _, stderr) =
+        common::headprint(&["figure", &given[0], "--kind", "copying", "--steps", "1", "--out", "x.svg"]);
+    assert!(!ok && stderr.contains("--revisions and --steps go with --kind timeline"), "{stderr}");
+    let _ = std::fs::remove_dir_all(home);
+}

@@ -50,7 +50,7 @@ pub struct Gathered {
     pub timeline: Timeline,
     /// Per revision: `model_link`, `backend` and `probe_backend`, where the revision opened.
     extras: Vec<serde_json::Map<String, Value>>,
-    notes: Vec<BackendInfo>,
+    pub notes: Vec<BackendInfo>,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -65,9 +65,7 @@ pub fn run(args: Args) -> Result<()> {
         None => "qk_imaginary_fraction".into(),
     };
     // An unknown series is refused before anything is printed.
-    for head in &timeline.heads {
-        timeline.series(head.layer, head.head, &show)?;
-    }
+    timeline.check(&show)?;
     for note in &gathered.notes {
         print_note(note);
     }

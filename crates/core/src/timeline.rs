@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::analysis::ModelFingerprint;
+use crate::analysis::{HeadId, ModelFingerprint};
 use crate::compare::{BEHAVIOURAL_SCORES, ComparisonRow};
 use crate::probes::induction::InductionReport;
 use crate::{Error, Result};
@@ -159,21 +159,38 @@ impl Timeline {
         names.into_iter().cloned().collect()
     }
 
-    /// One head's series of `quantity`, or an error naming the quantities there are.
-    pub fn series(&self, layer: usize, head: usize, quantity: &str) -> Result<&[Option<f64>]> {
+    /// Whether some head has a series `quantity`; if none has, an error naming those there are.
+    pub fn check(&self, quantity: &str) -> Result<()> {
         let known = self.quantities();
-        if !known.iter().any(|q| q == quantity) {
-            return Err(Error::Invalid(format!(
-                "no series `{quantity}` in this timeline: use one of {}",
-                known.join(", ")
-            )));
+        match known.iter().any(|q| q == quantity) {
+            true => Ok(()),
+            false => {
+                Err(Error::Invalid(format!("no series `{quantity}` in this timeline: use one of {}", known.join(", "))))
+            }
         }
+    }
+
+    /// One head's series of `quantity` (empty where this head lacks it), or an error naming the
+    /// quantities there are.
+    pub fn series(&self, layer: usize, head: usize, quantity: &str) -> Result<&[Option<f64>]> {
+        self.check(quantity)?;
         let head_series = self
             .heads
             .iter()
             .find(|h| h.layer == layer && h.head == head)
             .ok_or_else(|| Error::Invalid(format!("no head L{layer}H{head} in this timeline")))?;
         Ok(head_series.series.get(quantity).map_or(&[][..], Vec::as_slice))
+    }
+
+    /// A head named `L{layer}H{head}` that this timeline has.
+    pub fn head(&self, name: &str) -> Result<HeadId> {
+        let layers = self.heads.iter().map(|h| h.layer + 1).max().unwrap_or(0);
+        let heads = self.heads.iter().map(|h| h.head + 1).max().unwrap_or(0);
+        let id = HeadId::parse_within(name, layers, heads)?;
+        match self.heads.iter().any(|h| h.layer == id.layer && h.head == id.head) {
+            true => Ok(id),
+            false => Err(Error::Invalid(format!("no head {id} in this timeline"))),
+        }
     }
 
     /// The `k` heads whose `quantity` reaches the highest value at any revision, highest first

@@ -14,6 +14,7 @@ pub mod self_copy;
 pub mod spectrum;
 pub mod svg;
 pub mod swap;
+pub mod timeline;
 pub mod verdicts;
 
 #[cfg(not(target_arch = "wasm32"))]
