@@ -1,4 +1,4 @@
-//! A model's heads over training (docs/methods.md#8-heads-over-training): the fingerprints and
+//! A model's heads over training (docs/methods.md#heads-over-training): the fingerprints and
 //! probe reports of its checkpoints, one revision each, gathered into a series per head and
 //! quantity and the study's row per revision. Nothing is computed here that the fingerprint, the
 //! probe or the comparison row already holds; this module only lines them up.
