@@ -400,3 +400,102 @@ fn the_timeline_figure_draws_the_top_heads_by_score_and_a_table_row_per_revision
     assert!(!ok && stderr.contains("--revisions and --steps go with --kind timeline"), "{stderr}");
     let _ = std::fs::remove_dir_all(home);
 }
+
+/// The byte spans of every tensor of a safetensors file whose name matches.
+fn spans(bytes: &[u8], wanted: impl Fn(&str) -> bool) -> Vec<(u64, u64)> {
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+    let header: Value = serde_json::from_slice(&bytes[8..8 + header_len as usize]).unwrap();
+    header
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(name, _)| *name != "__metadata__" && wanted(name))
+        .map(|(_, t)| {
+            let at = |i: usize| 8 + header_len + t["data_offsets"][i].as_u64().unwrap();
+            (at(0), at(1))
+        })
+        .collect()
+}
+
+/// Issue 36's measurement (docs/benchmarks.md, "Timeline"): eight checkpoints of a
+/// Pythia-160M-shaped repository served by the imitation. Run by `scripts/bench_timeline.sh`.
+#[test]
+#[ignore = "a measurement of minutes that holds 1.7 GB: scripts/bench_timeline.sh runs it"]
+fn pythia_160m_shaped_eight_revisions_cost_eight_fingerprints_and_no_mlp_byte() {
+    use std::time::Instant;
+    let hub = Imitation::start();
+    let repo = "EleutherAI/pythia-160m";
+    let steps = [0u64, 1, 8, 64, 512, 1000, 10000, 143000];
+    let mut file_bytes = 0;
+    let mut mlp_bytes = 0;
+    let mut mlp = Vec::new();
+    for (seed, step) in steps.iter().enumerate() {
+        let files = hub_imitation::pythia_160m(seed as u64);
+        file_bytes += files.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
+        mlp = spans(&files[1].1, |name| name.contains(".mlp."));
+        mlp_bytes += mlp.iter().map(|(start, end)| end - start).sum::<u64>();
+        hub.add_commit(repo, &format!("step{step}"), files);
+    }
+    let list = steps.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    let link = format!("hf:{repo}");
+    let timed = |home: &Path, args: &[&str]| {
+        let started = Instant::now();
+        let report = json_of(run(&hub, home, args));
+        (report, started.elapsed().as_secs_f64())
+    };
+
+    let alone_home = scratch("p160-alone");
+    let (alone, alone_seconds) =
+        timed(&alone_home, &["fingerprint", &format!("{link}@step0"), "--json", "--backend", "cpu"]);
+    let alone_bytes = alone["model_link"]["bytes_fetched"].as_u64().unwrap();
+    let _ = std::fs::remove_dir_all(alone_home);
+
+    let home = scratch("p160");
+    hub.clear_log();
+    let sent_before = hub.bytes_sent();
+    let (first, first_seconds) = timed(&home, &["timeline", &link, "--steps", &list, "--json", "--backend", "cpu"]);
+    let sent = hub.bytes_sent() - sent_before;
+    let rows = first["table"].as_array().unwrap();
+    assert!(rows.iter().all(|r| r["error"].is_null()), "{rows:?}");
+    let fetched: Vec<u64> = rows.iter().map(|r| r["model_link"]["bytes_fetched"].as_u64().unwrap()).collect();
+    // What the client counts is every answer's body but the refusals' (the 404 of the
+    // tokenizer.json these checkpoints lack).
+    let answered: u64 = hub.log().iter().filter(|e| (200..300).contains(&e.status)).map(|e| e.sent).sum();
+    assert_eq!(fetched.iter().sum::<u64>(), answered, "every byte received is counted on some revision");
+    assert!(
+        fetched.iter().all(|&b| b == alone_bytes),
+        "each revision costs one fingerprint: {fetched:?} vs {alone_bytes}"
+    );
+    for (path, first, last) in weight_requests(&hub) {
+        assert!(mlp.iter().all(|&(start, end)| last < start || first >= end), "an MLP byte: {path} {first}-{last}");
+    }
+
+    hub.clear_log();
+    let (again, again_seconds) = timed(&home, &["timeline", &link, "--steps", &list, "--json", "--backend", "cpu"]);
+    let again_bytes: u64 =
+        again["table"].as_array().unwrap().iter().map(|r| r["model_link"]["bytes_fetched"].as_u64().unwrap()).sum();
+    assert!(weight_requests(&hub).is_empty(), "the cache keeps every revision");
+    assert_eq!(again["heads"], first["heads"]);
+
+    hub.clear_log();
+    let probe_args = ["timeline", &link, "--steps", &list, "--probe", "--json", "--backend", "cpu"];
+    let (probed, probe_seconds) = timed(&home, &probe_args);
+    let probe_bytes: u64 =
+        probed["table"].as_array().unwrap().iter().map(|r| r["model_link"]["bytes_fetched"].as_u64().unwrap()).sum();
+    assert!(probe_bytes >= mlp_bytes, "--probe fetches the MLPs: {probe_bytes} < {mlp_bytes}");
+    let _ = std::fs::remove_dir_all(home);
+
+    let mb = |b: u64| b as f64 / 1e6;
+    println!(
+        "TIMELINE-BENCH {}",
+        serde_json::json!({
+            "revisions": steps.len(),
+            "files_mb_per_revision": mb(file_bytes / steps.len() as u64),
+            "mlp_mb_per_revision": mb(mlp_bytes / steps.len() as u64),
+            "fingerprint_alone": {"mb": mb(alone_bytes), "seconds": alone_seconds},
+            "timeline_first": {"mb": mb(sent), "seconds": first_seconds},
+            "timeline_cached": {"mb": mb(again_bytes), "seconds": again_seconds},
+            "timeline_probe_after": {"mb": mb(probe_bytes), "seconds": probe_seconds},
+        })
+    );
+}
