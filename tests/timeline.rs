@@ -6,42 +6,14 @@
 use crate::common;
 use crate::hub_imitation;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
+use crate::hub::{asked, json_of, run, scratch, tensor_ranges};
 use common::{fixture, with_zeroed_tensor};
 use hub_imitation::{Imitation, Origin};
 use serde_json::Value;
 
 const REPO: &str = "test-org/ckpt";
-
-/// A fresh folder for one test's caches and checkpoints.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("headprint-timeline-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// The CLI with the imitation as its Hub and its caches under `home`: (success, stdout, stderr).
-fn run(hub: &Imitation, home: &Path, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_headprint"))
-        .args(args)
-        .env("HF_ENDPOINT", &hub.hub)
-        .env("HEADPRINT_CACHE", home.join("headprint"))
-        .env("HF_HUB_CACHE", home.join("hf-empty"))
-        .env_remove("HF_TOKEN")
-        .env_remove("HUGGING_FACE_HUB_TOKEN")
-        .env_remove("HF_HUB_OFFLINE")
-        .output()
-        .expect("runs");
-    (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
-}
-
-fn json_of((ok, stdout, stderr): (bool, String, String)) -> Value {
-    assert!(ok, "failed: {stderr}");
-    serde_json::from_str(&stdout).expect("JSON on stdout")
-}
 
 /// The gpt2 fixture's files with `zeroed` (a tensor name) set to zero in its weights.
 fn gpt2_with(zeroed: Option<&str>) -> Vec<(String, Vec<u8>)> {
@@ -108,11 +80,11 @@ fn assert_series_equal(timeline: &Value, index: usize, fingerprint: &Value, prob
 fn each_revision_equals_fingerprint_and_probe_of_that_revision_alone_and_a_missing_one_is_its_rows_line() {
     let hub = Imitation::start();
     let commits = checkpoints(&hub);
-    let home = scratch("equal");
+    let home = scratch("timeline-equal");
     let probe_args = ["--len", "10", "--sequences", "2"];
     let mut args = vec!["timeline", "hf:test-org/ckpt", "--steps", "0,999,1000,143000", "--probe", "--json"];
     args.extend(probe_args);
-    let timeline = json_of(run(&hub, &home, &args));
+    let timeline = json_of(run(&hub, &home, &args, &[]));
 
     assert_eq!(timeline["model"], "hf:test-org/ckpt");
     let revisions = timeline["revisions"].as_array().unwrap();
@@ -142,15 +114,15 @@ fn each_revision_equals_fingerprint_and_probe_of_that_revision_alone_and_a_missi
     // Every other revision: the single-revision reports of the same link, bit for bit.
     for (index, (step, _)) in good {
         let link = format!("hf:{REPO}@step{step}");
-        let fingerprint = json_of(run(&hub, &home, &["fingerprint", &link, "--json"]));
+        let fingerprint = json_of(run(&hub, &home, &["fingerprint", &link, "--json"], &[]));
         let mut probe_run = vec!["probe", link.as_str(), "--induction", "--json"];
         probe_run.extend(probe_args);
-        let probe = json_of(run(&hub, &home, &probe_run));
+        let probe = json_of(run(&hub, &home, &probe_run, &[]));
         assert_series_equal(&timeline, index, &fingerprint, Some(&probe), &link);
         // The study's row is `compare`'s for that revision.
         let mut compare_run = vec!["compare", link.as_str(), "--json"];
         compare_run.extend(probe_args);
-        let compared = json_of(run(&hub, &home, &compare_run));
+        let compared = json_of(run(&hub, &home, &compare_run, &[]));
         let row = &timeline["table"][index];
         for key in ["model", "mean_qk_imaginary_fraction", "induction_heads", "prefix_copy_accuracy", "sequence", "bos"]
         {
@@ -170,7 +142,7 @@ fn each_revision_equals_fingerprint_and_probe_of_that_revision_alone_and_a_missi
     assert!(induction.clone().any(|s| s[2] != s[3]), "the biases move some head's induction score");
 
     // The text table: one line per revision, the missing one's line its error.
-    let (ok, stdout, stderr) = run(&hub, &home, &["timeline", "hf:test-org/ckpt", "--steps", "0,999,1000,143000"]);
+    let (ok, stdout, stderr) = run(&hub, &home, &["timeline", "hf:test-org/ckpt", "--steps", "0,999,1000,143000"], &[]);
     assert!(ok, "{stderr}");
     let missing: Vec<&str> = stdout.lines().filter(|l| l.starts_with("step999 ")).collect();
     assert_eq!(missing.len(), 1, "{stdout}");
@@ -184,24 +156,8 @@ fn weight_requests(hub: &Imitation) -> Vec<(String, u64, u64)> {
         .into_iter()
         .filter(|e| e.origin == Origin::Cdn)
         .map(|e| {
-            let (first, last) = e.range.as_deref().and_then(|r| r.strip_prefix("bytes=")?.split_once('-')).unwrap();
-            (e.path.clone(), first.parse().unwrap(), last.parse().unwrap())
-        })
-        .collect()
-}
-
-/// The absolute byte spans of the MLP tensors of a safetensors file.
-fn mlp_spans(bytes: &[u8]) -> Vec<(u64, u64)> {
-    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap());
-    let header: Value = serde_json::from_slice(&bytes[8..8 + header_len as usize]).unwrap();
-    header
-        .as_object()
-        .unwrap()
-        .iter()
-        .filter(|(name, _)| name.contains(".mlp."))
-        .map(|(_, t)| {
-            let at = |i: usize| 8 + header_len + t["data_offsets"][i].as_u64().unwrap();
-            (at(0), at(1))
+            let (first, last) = asked(&e).expect("every weight request asks for one range");
+            (e.path, first, last)
         })
         .collect()
 }
@@ -210,9 +166,10 @@ fn mlp_spans(bytes: &[u8]) -> Vec<(u64, u64)> {
 fn a_timeline_fetches_each_revisions_fingerprint_bytes_once_and_no_mlp_byte_without_the_probe() {
     let hub = Imitation::start();
     let commits = checkpoints(&hub);
-    let home = scratch("economy");
-    let timeline = json_of(run(&hub, &home, &["timeline", "hf:test-org/ckpt", "--steps", "0,1000,143000", "--json"]));
-    let mlp = mlp_spans(&gpt2_with(None)[2].1);
+    let home = scratch("timeline-economy");
+    let timeline =
+        json_of(run(&hub, &home, &["timeline", "hf:test-org/ckpt", "--steps", "0,1000,143000", "--json"], &[]));
+    let mlp = tensor_ranges(&gpt2_with(None)[2].1, |name| name.contains(".mlp."));
     let requests = weight_requests(&hub);
     for (_, commit) in &commits {
         assert!(requests.iter().any(|(path, ..)| path.contains(commit.as_str())), "revision {commit} was read");
@@ -228,8 +185,8 @@ fn a_timeline_fetches_each_revisions_fingerprint_bytes_once_and_no_mlp_byte_with
     let mut total = 0;
     for (row, (step, _)) in rows.iter().zip(&commits) {
         let fetched = row["model_link"]["bytes_fetched"].as_u64().unwrap();
-        let alone = scratch(&format!("alone-{step}"));
-        let single = json_of(run(&hub, &alone, &["fingerprint", &format!("hf:{REPO}@step{step}"), "--json"]));
+        let alone = scratch(&format!("timeline-alone-{step}"));
+        let single = json_of(run(&hub, &alone, &["fingerprint", &format!("hf:{REPO}@step{step}"), "--json"], &[]));
         assert_eq!(fetched, single["model_link"]["bytes_fetched"].as_u64().unwrap(), "step{step}");
         total += fetched;
         let _ = std::fs::remove_dir_all(alone);
@@ -239,7 +196,7 @@ fn a_timeline_fetches_each_revisions_fingerprint_bytes_once_and_no_mlp_byte_with
     // The cache keeps every revision: the same timeline again fetches no weight byte; only each
     // branch is resolved anew, which costs its config.json.
     hub.clear_log();
-    let again = json_of(run(&hub, &home, &["timeline", "hf:test-org/ckpt", "--steps", "0,1000,143000", "--json"]));
+    let again = json_of(run(&hub, &home, &["timeline", "hf:test-org/ckpt", "--steps", "0,1000,143000", "--json"], &[]));
     let log = hub.log();
     assert!(log.iter().all(|e| e.origin == Origin::Hub && e.path.ends_with("/config.json")), "{log:?}");
     let config = gpt2_with(None)[0].1.len() as u64;
@@ -251,7 +208,7 @@ fn a_timeline_fetches_each_revisions_fingerprint_bytes_once_and_no_mlp_byte_with
     // The probe is what reads the MLPs.
     hub.clear_log();
     let args = ["timeline", "hf:test-org/ckpt", "--steps", "143000", "--probe", "--len", "6", "--json"];
-    json_of(run(&hub, &home, &args));
+    json_of(run(&hub, &home, &args, &[]));
     let requests = weight_requests(&hub);
     let reads_mlp = |&(start, end): &(u64, u64)| requests.iter().any(|(_, first, last)| *first < end && *last >= start);
     assert!(mlp.iter().all(reads_mlp), "--probe reads every MLP tensor");
@@ -260,7 +217,7 @@ fn a_timeline_fetches_each_revisions_fingerprint_bytes_once_and_no_mlp_byte_with
 
 #[test]
 fn local_checkpoints_are_revisions_named_by_their_folders() {
-    let home = scratch("local");
+    let home = scratch("timeline-local");
     let mut folders = Vec::new();
     for (step, zeroed) in [(0, Some("transformer.h.1.attn.c_proj.weight")), (512, None)] {
         let folder = home.join(format!("step{step}"));
@@ -290,7 +247,7 @@ fn local_checkpoints_are_revisions_named_by_their_folders() {
 fn bad_timeline_requests_are_one_readable_line_each() {
     let hub = Imitation::start();
     checkpoints(&hub);
-    let home = scratch("bad");
+    let home = scratch("timeline-bad");
     let gpt2 = fixture("gpt2");
     let local = gpt2.to_str().unwrap();
     let cases: [(&[&str], &str); 6] = [
@@ -308,19 +265,19 @@ fn bad_timeline_requests_are_one_readable_line_each() {
         ),
     ];
     for (args, message) in cases {
-        let (ok, stdout, stderr) = run(&hub, &home, args);
+        let (ok, stdout, stderr) = run(&hub, &home, args, &[]);
         assert!(!ok && stdout.is_empty(), "{args:?}: {stdout}");
         assert!(stderr.starts_with("headprint: ") && stderr.contains(message), "{args:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
     }
-    let (ok, _, stderr) = run(&hub, &home, &["timeline", "hf:test-org/ckpt", "--steps", "x"]);
+    let (ok, _, stderr) = run(&hub, &home, &["timeline", "hf:test-org/ckpt", "--steps", "x"], &[]);
     assert!(!ok && stderr.starts_with("headprint: ") && stderr.lines().count() == 1, "{stderr}");
     let _ = std::fs::remove_dir_all(home);
 }
 
 #[test]
 fn the_timeline_figure_draws_the_top_heads_by_score_and_a_table_row_per_revision() {
-    let home = scratch("figure");
+    let home = scratch("timeline-figure");
     let mut given = Vec::new();
     for (step, zeroed) in
         [(0, Some("transformer.h.1.attn.c_proj.weight")), (1000, Some("transformer.h.0.attn.c_attn.bias"))]
@@ -401,22 +358,6 @@ fn the_timeline_figure_draws_the_top_heads_by_score_and_a_table_row_per_revision
     let _ = std::fs::remove_dir_all(home);
 }
 
-/// The byte spans of every tensor of a safetensors file whose name matches.
-fn spans(bytes: &[u8], wanted: impl Fn(&str) -> bool) -> Vec<(u64, u64)> {
-    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap());
-    let header: Value = serde_json::from_slice(&bytes[8..8 + header_len as usize]).unwrap();
-    header
-        .as_object()
-        .unwrap()
-        .iter()
-        .filter(|(name, _)| *name != "__metadata__" && wanted(name))
-        .map(|(_, t)| {
-            let at = |i: usize| 8 + header_len + t["data_offsets"][i].as_u64().unwrap();
-            (at(0), at(1))
-        })
-        .collect()
-}
-
 /// Issue 36's measurement (docs/benchmarks.md, "Timeline"): eight checkpoints of a
 /// Pythia-160M-shaped repository served by the imitation. Run by `scripts/bench_timeline.sh`.
 #[test]
@@ -432,7 +373,7 @@ fn pythia_160m_shaped_eight_revisions_cost_eight_fingerprints_and_no_mlp_byte() 
     for (seed, step) in steps.iter().enumerate() {
         let files = hub_imitation::pythia_160m(seed as u64);
         file_bytes += files.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
-        mlp = spans(&files[1].1, |name| name.contains(".mlp."));
+        mlp = tensor_ranges(&files[1].1, |name| name.contains(".mlp."));
         mlp_bytes += mlp.iter().map(|(start, end)| end - start).sum::<u64>();
         hub.add_commit(repo, &format!("step{step}"), files);
     }
@@ -440,17 +381,17 @@ fn pythia_160m_shaped_eight_revisions_cost_eight_fingerprints_and_no_mlp_byte() 
     let link = format!("hf:{repo}");
     let timed = |home: &Path, args: &[&str]| {
         let started = Instant::now();
-        let report = json_of(run(&hub, home, args));
+        let report = json_of(run(&hub, home, args, &[]));
         (report, started.elapsed().as_secs_f64())
     };
 
-    let alone_home = scratch("p160-alone");
+    let alone_home = scratch("timeline-p160-alone");
     let (alone, alone_seconds) =
         timed(&alone_home, &["fingerprint", &format!("{link}@step0"), "--json", "--backend", "cpu"]);
     let alone_bytes = alone["model_link"]["bytes_fetched"].as_u64().unwrap();
     let _ = std::fs::remove_dir_all(alone_home);
 
-    let home = scratch("p160");
+    let home = scratch("timeline-p160");
     hub.clear_log();
     let sent_before = hub.bytes_sent();
     let (first, first_seconds) = timed(&home, &["timeline", &link, "--steps", &list, "--json", "--backend", "cpu"]);

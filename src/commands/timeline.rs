@@ -45,12 +45,33 @@ pub struct Args {
     backend: BackendArgs,
 }
 
-/// A timeline with what the CLI reports beside it, per revision: the link's bytes, the backends.
+/// A timeline with what the CLI reports beside each revision's row.
 pub struct Gathered {
     pub timeline: Timeline,
-    /// Per revision: `model_link`, `backend` and `probe_backend`, where the revision opened.
-    extras: Vec<serde_json::Map<String, Value>>,
-    pub notes: Vec<BackendInfo>,
+    /// Per revision, in order; empty for a revision that failed.
+    facts: Vec<Facts>,
+}
+
+/// What one revision's row says beside the study's columns: how it was fetched and computed.
+#[derive(Default)]
+struct Facts {
+    /// `model_link`, for a revision by link.
+    link: Option<Value>,
+    backend: Option<BackendInfo>,
+    probe_backend: Option<BackendInfo>,
+}
+
+impl Gathered {
+    /// Each distinct note of the backends (a GPU asked for and not used), once.
+    fn notes(&self) -> Vec<&BackendInfo> {
+        let mut notes: Vec<&BackendInfo> = Vec::new();
+        for info in self.facts.iter().flat_map(|f| f.backend.iter().chain(&f.probe_backend)) {
+            if notes.iter().all(|seen| seen.note != info.note) {
+                notes.push(info);
+            }
+        }
+        notes
+    }
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -66,15 +87,22 @@ pub fn run(args: Args) -> Result<()> {
     };
     // An unknown series is refused before anything is printed.
     timeline.check(&show)?;
-    for note in &gathered.notes {
+    for note in gathered.notes() {
         print_note(note);
     }
     if args.json {
         let mut value = to_json(timeline)?;
         if let Some(rows) = value.get_mut("table").and_then(Value::as_array_mut) {
-            for (row, extra) in rows.iter_mut().zip(&gathered.extras) {
+            for (row, facts) in rows.iter_mut().zip(&gathered.facts) {
                 if let Some(row) = row.as_object_mut() {
-                    row.extend(extra.clone());
+                    for (key, fact) in [("backend", &facts.backend), ("probe_backend", &facts.probe_backend)] {
+                        if let Some(info) = fact {
+                            row.insert(key.into(), to_json(info)?);
+                        }
+                    }
+                    if let Some(link) = &facts.link {
+                        row.insert("model_link".into(), link.clone());
+                    }
                 }
             }
         }
@@ -154,45 +182,39 @@ pub fn gather(
 ) -> Result<Gathered> {
     let (model, named) = checkpoints(given, revisions)?;
     let mut checkpoints = Vec::with_capacity(named.len());
-    let mut extras = Vec::with_capacity(named.len());
-    let mut notes: Vec<BackendInfo> = Vec::new();
+    let mut facts = Vec::with_capacity(named.len());
     // Drawn once, from the first revision that opens: every revision runs the same sequences.
     let mut copies: Option<Vec<FirstCopy>> = None;
     for (revision, link) in named {
-        let mut extra = serde_json::Map::new();
-        let outcome = measure(&link, mode, sequence, &mut copies, backend, &mut extra);
-        let revision = match &outcome {
-            Ok((_, commit)) => Revision::new(&revision, commit.clone()),
-            Err(_) => Revision::new(&revision, None),
-        };
-        for info in ["backend", "probe_backend"].iter().filter_map(|k| extra.get(*k)) {
-            if let Ok(info) = serde_json::from_value::<BackendInfo>(info.clone())
-                && notes.iter().all(|seen| seen.note != info.note)
-            {
-                notes.push(info);
+        let (revision, outcome) = match measure(&link, mode, sequence, &mut copies, backend) {
+            Ok((measured, commit, known)) => {
+                facts.push(known);
+                (Revision::new(&revision, commit), Ok(measured))
             }
-        }
-        checkpoints.push(Checkpoint { revision, outcome: outcome.map(|(m, _)| m).map_err(|e| e.to_string()) });
-        extras.push(extra);
+            Err(e) => {
+                facts.push(Facts::default());
+                (Revision::new(&revision, None), Err(e.to_string()))
+            }
+        };
+        checkpoints.push(Checkpoint { revision, outcome });
     }
     if checkpoints.iter().all(|c| c.outcome.is_err()) {
         let first = checkpoints.first().and_then(|c| c.outcome.as_ref().err()).cloned().unwrap_or_default();
         return Err(Error::Invalid(format!("no revision could be read; the first: {first}")));
     }
     let threshold = sequence.map_or(headprint::compare::INDUCTION_HEAD_THRESHOLD, |s| s.threshold);
-    Ok(Gathered { timeline: Timeline::new(&model, &checkpoints, threshold)?, extras, notes })
+    Ok(Gathered { timeline: Timeline::new(&model, &checkpoints, threshold)?, facts })
 }
 
-/// One revision opened, fingerprinted and, with `sequence`, probed; its commit when it came by
-/// link. `extra` receives the link's facts and the backends as they become known.
+/// One revision opened, fingerprinted and, with `sequence`, probed; with its commit when it came
+/// by link, and its row's facts.
 fn measure(
     link: &str,
     mode: Mode,
     sequence: Option<&SequenceArgs>,
     copies: &mut Option<Vec<FirstCopy>>,
     backend: &mut Backend,
-    extra: &mut serde_json::Map<String, Value>,
-) -> Result<(Measured, Option<String>)> {
+) -> Result<(Measured, Option<String>, Facts)> {
     let named = |e: Error| Error::Invalid(format!("{link}: {e}"));
     let loaded = load(link).map_err(named)?;
     let commit = loaded.link.as_ref().and_then(|l| match ModelLink::parse(&l.pinned) {
@@ -201,7 +223,7 @@ fn measure(
     });
     let model = loaded.model().map_err(named)?;
     let fingerprint = progress::fingerprint(&model, mode, backend).map_err(named)?;
-    extra.insert("backend".into(), to_json(&fingerprint.backend)?);
+    let mut facts = Facts { backend: Some(fingerprint.backend.clone()), ..Facts::default() };
     let (induction, described) = match sequence {
         None => (None, String::new()),
         Some(args) => {
@@ -212,16 +234,14 @@ fn measure(
             let drawn = copies.as_deref().unwrap_or_default();
             let report =
                 progress::induction_probe(&model, drawn, bos.as_ref().map(|b| b.id), backend).map_err(named)?;
-            extra.insert("probe_backend".into(), to_json(&backend.forward_info(&model.config))?);
+            facts.probe_backend = Some(backend.forward_info(&model.config));
             let described = describe_sequences(&report, drawn.first().map_or(0, |c| c.tokens.len()), bos.as_ref());
             (Some(report), described)
         }
     };
-    if let Some(facts) = loaded.link.as_ref().map(LinkFacts::json) {
-        extra.insert("model_link".into(), facts);
-    }
+    facts.link = loaded.link.as_ref().map(LinkFacts::json);
     let measured = Measured { label: loaded.label.clone(), fingerprint, induction, sequence: described };
-    Ok((measured, commit))
+    Ok((measured, commit, facts))
 }
 
 /// The model's name and each revision with what opens it: `--revisions`/`--steps` of one

@@ -5,7 +5,7 @@
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 
-use super::{Area, DrawResult, FONT, GREY, INK, RULE, num, text_style, title};
+use super::{Area, DrawResult, GREY, INK, RULE, num, plain_mesh, text_style, title};
 use crate::timeline::Timeline;
 
 pub struct TimelineChart {
@@ -105,18 +105,15 @@ impl TimelineChart {
                 _ => String::new(),
             }
         };
-        chart
-            .configure_mesh()
-            .x_desc(if log { "training step (log scale of step + 1)" } else { "revision" })
-            .y_desc(quantity)
-            .x_labels(if log { 0 } else { revisions.len().min(12) })
-            .x_label_formatter(&x_label)
-            .label_style((FONT, 10).into_font().color(&GREY))
-            .axis_desc_style((FONT, 12).into_font().color(&INK))
-            .light_line_style(TRANSPARENT)
-            .bold_line_style(RGBColor(232, 232, 232))
-            .axis_style(GREY)
-            .draw()?;
+        plain_mesh(
+            chart
+                .configure_mesh()
+                .x_desc(if log { "training step (log scale of step + 1)" } else { "revision" })
+                .y_desc(quantity)
+                .x_labels(if log { 0 } else { revisions.len().min(12) })
+                .x_label_formatter(&x_label),
+        )
+        .draw()?;
         if log {
             // Ticks at step 0 and the powers of ten the steps reach.
             let top = x_hi.ceil() as i32;
