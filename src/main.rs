@@ -14,7 +14,7 @@ use clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand;
 use clap::{Parser, Subcommand};
 use headprint::Result;
 
-use crate::commands::{attention, compare, figure, fingerprint, ov_logits, probe};
+use crate::commands::{attention, compare, figure, fingerprint, ov_logits, probe, timeline};
 
 #[derive(Parser)]
 #[command(name = "headprint", version, about = "Spectral fingerprints of attention heads, next to what they do")]
@@ -41,6 +41,9 @@ enum Command {
     /// The spectral-fingerprint study's table: each model's facts and the Spearman ρ of every spectral feature
     /// against every behavioural score across its heads.
     Compare(compare::Args),
+    /// One model's checkpoints (Pythia's step{N} branches, or local folders): each head's fingerprint, and with
+    /// --probe its induction score, as a series over the revisions, and the study's row per revision.
+    Timeline(timeline::Args),
     /// The token-space OV circuit of one head read as logits.
     OvLogits(ov_logits::Args),
     /// Draw a figure into an SVG or PNG file (the file name's extension picks the format).
@@ -53,6 +56,7 @@ fn run(command: Command) -> Result<()> {
         Command::Attention(args) => attention::run(args),
         Command::Probe(args) => probe::run(args),
         Command::Compare(args) => compare::run(args),
+        Command::Timeline(args) => timeline::run(args),
         Command::OvLogits(args) => ov_logits::run(args),
         Command::Figure(args) => figure::run(args),
     }

@@ -3,7 +3,9 @@
 use headprint::{Error, Result};
 use serde_json::Value;
 
-pub use headprint_native::describe::{bos as describe_bos, mean_spread, show, sources as describe_sources};
+pub use headprint_native::describe::{
+    bos as describe_bos, mean_spread, sequences as describe_sequences, show, sources as describe_sources,
+};
 
 use crate::open::LinkFacts;
 

@@ -14,7 +14,7 @@ use hub_imitation::{GOOD_TOKEN, Imitation, Logged, Origin, gpt2_small, safetenso
 use serde_json::Value;
 
 /// A fresh folder for one test's caches.
-fn scratch(name: &str) -> PathBuf {
+pub(crate) fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("headprint-hub-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -22,7 +22,7 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 /// The CLI with the imitation as its Hub, its caches under `home`: (success, stdout, stderr).
-fn run(hub: &Imitation, home: &Path, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+pub(crate) fn run(hub: &Imitation, home: &Path, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_headprint"));
     command
         .args(args)
@@ -39,7 +39,7 @@ fn run(hub: &Imitation, home: &Path, args: &[&str], env: &[(&str, &str)]) -> (bo
     (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
 }
 
-fn json_of(outcome: (bool, String, String)) -> Value {
+pub(crate) fn json_of(outcome: (bool, String, String)) -> Value {
     let (ok, stdout, stderr) = outcome;
     assert!(ok, "failed: {stderr}");
     serde_json::from_str(&stdout).expect("JSON on stdout")
@@ -55,9 +55,8 @@ fn without_link(mut report: Value) -> Value {
     report
 }
 
-/// The byte ranges of the tensors whose names match, in a safetensors file.
-fn tensor_ranges(file: &Path, wanted: impl Fn(&str) -> bool) -> Vec<(u64, u64)> {
-    let bytes = std::fs::read(file).unwrap();
+/// The byte ranges of the tensors whose names match, in a safetensors file's bytes.
+pub(crate) fn tensor_ranges(bytes: &[u8], wanted: impl Fn(&str) -> bool) -> Vec<(u64, u64)> {
     let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap());
     let header: Value = serde_json::from_slice(&bytes[8..8 + header_len as usize]).unwrap();
     header
@@ -73,7 +72,7 @@ fn tensor_ranges(file: &Path, wanted: impl Fn(&str) -> bool) -> Vec<(u64, u64)> 
 }
 
 /// The inclusive span a logged request asked for.
-fn asked(entry: &Logged) -> Option<(u64, u64)> {
+pub(crate) fn asked(entry: &Logged) -> Option<(u64, u64)> {
     let (first, last) = entry.range.as_deref()?.strip_prefix("bytes=")?.split_once('-')?;
     Some((first.parse().ok()?, last.parse().ok()?))
 }
@@ -102,7 +101,7 @@ fn a_hub_model_equals_its_local_files_fetches_no_mlp_and_reopens_with_no_network
     assert!(fetched < file_sizes, "{fetched} of {file_sizes}");
 
     let log = hub.log();
-    let mlp = tensor_ranges(&folder.join("model.safetensors"), |n| n.contains(".mlp."));
+    let mlp = tensor_ranges(&std::fs::read(folder.join("model.safetensors")).unwrap(), |n| n.contains(".mlp."));
     let weights: Vec<&Logged> = log.iter().filter(|e| e.origin == Origin::Cdn).collect();
     assert!(!weights.is_empty());
     for entry in &weights {

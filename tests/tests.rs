@@ -18,5 +18,6 @@ mod hub_layouts;
 mod properties;
 mod reference;
 mod stream;
+mod timeline;
 mod verdicts;
 mod worker_session;

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::commands::{BackendArgs, SequenceArgs, print_note};
 use crate::loaded::load;
 use crate::open::LinkFacts;
-use crate::print::{describe_bos, describe_sources, mean_spread, print_json, to_json};
+use crate::print::{describe_sequences, mean_spread, print_json, to_json};
 use crate::progress;
 
 #[derive(clap::Args)]
@@ -150,13 +150,7 @@ fn compared(given: &str, args: &Args, mode: Mode, backend: &mut Backend) -> Resu
     let bos = loaded.bos(&args.sequence.bos).map_err(named)?;
     let copies = loaded.first_copies(&args.sequence, None).map_err(named)?;
     let report = progress::induction_probe(&model, &copies, bos.as_ref().map(|b| b.id), backend).map_err(named)?;
-    let sequence = format!(
-        "{} sequences of {} tokens repeated twice ({}); {}",
-        report.sequences.len(),
-        copies.first().map_or(0, |c| c.tokens.len()),
-        describe_sources(&report),
-        describe_bos(bos.as_ref())
-    );
+    let sequence = describe_sequences(&report, copies.first().map_or(0, |c| c.tokens.len()), bos.as_ref());
     let row = ComparisonRow::new(&loaded.label, &fingerprint, Some(&report), &sequence, args.sequence.threshold);
     let spearman = spearman_table(&fingerprint, &report);
     Ok(Compared {

@@ -8,6 +8,7 @@ use headprint::analysis::{Fingerprint, HeadId, Mode, OvTokenLogits};
 use headprint::backend::{Backend, block_on};
 use headprint::compare::{BEHAVIOURAL_SCORES, SPECTRAL_FEATURES, spearman};
 use headprint::figures::output::{Figure, Format};
+use headprint::figures::timeline::TimelineChart;
 use headprint::figures::{copying, scatter, self_copy, spectrum, swap, verdicts};
 use headprint::forward::{self, HeadOutputs, Keep, Logits};
 use headprint::probes::induction::induction_cells;
@@ -15,14 +16,16 @@ use headprint::probes::verdict_table;
 use headprint::tokens::with_bos;
 use headprint::{Error, Result};
 
-use crate::commands::SequenceArgs;
+use crate::commands::{RevisionArgs, SequenceArgs};
 use crate::loaded::{load, load_suite};
 use crate::progress;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A .safetensors file, a folder, or a link (hf:ORG/NAME[@REVISION], an http(s) folder).
-    model: String,
+    /// A .safetensors file, a folder, or a link (hf:ORG/NAME[@REVISION], an http(s) folder);
+    /// for --kind timeline, the checkpoints as `headprint timeline` takes them.
+    #[arg(required = true, num_args = 1..)]
+    models: Vec<String>,
     #[arg(long, value_enum)]
     kind: Kind,
     /// The file to write: FILE.svg or FILE.png.
@@ -34,15 +37,20 @@ pub struct Args {
     /// verdicts: a built-in suite (quote, bracket) or a suite JSON file.
     #[arg(long, default_value = "quote")]
     suite: String,
-    /// self-copy: how many tokens to show.
-    #[arg(long, default_value_t = 10)]
-    top: usize,
-    /// scatter: the spectral feature on x, as compare names it (e.g. ov.copying_score).
+    /// self-copy: how many tokens to show; timeline: how many heads (those whose score peaks
+    /// highest), unless --head names one.
+    #[arg(long)]
+    top: Option<usize>,
+    /// scatter: the spectral feature on x, as compare names it (e.g. ov.copying_score);
+    /// timeline: the feature of the upper panel (compare's name, or a series of `timeline --json`).
     #[arg(long, default_value = "qk.imaginary_fraction")]
     x: String,
-    /// scatter: the behavioural score on y (induction_score, previous_token_score, ...).
+    /// scatter: the behavioural score on y (induction_score, previous_token_score, ...);
+    /// timeline: the score of the lower panel.
     #[arg(long, default_value = "induction_score")]
     y: String,
+    #[command(flatten)]
+    revisions: RevisionArgs,
     /// Spectral values from the weights as stored (default: LayerNorm folded).
     #[arg(long)]
     raw: bool,
@@ -64,18 +72,62 @@ enum Kind {
     Verdicts,
     /// One spectral feature against one behavioural score across heads, with Spearman's ρ.
     Scatter,
+    /// Heads over training: a feature and a score of the top heads as lines over the checkpoints
+    /// (log step axis), above the study's table over training.
+    Timeline,
 }
 
 pub fn run(args: Args) -> Result<()> {
     // A wrong file name fails before any work.
     Format::of(&args.out)?;
-    let loaded = load(&args.model)?;
-    let (model, tokenizer) = (&loaded.model()?, &loaded.tokenizer);
     let mode = if args.raw { Mode::Raw } else { Mode::Folded };
-    let path = std::path::Path::new(&args.model);
+    let figure = match (args.kind, &args.models[..]) {
+        (Kind::Timeline, _) => timeline_chart(&args, mode)?,
+        (_, [model]) if args.revisions.revisions.is_empty() && args.revisions.steps.is_empty() => {
+            one_model_figure(&args, model, mode)?
+        }
+        (_, [_]) => return Err(Error::Invalid("--revisions and --steps go with --kind timeline".into())),
+        _ => return Err(Error::Invalid("this figure takes one model; several are for --kind timeline".into())),
+    };
+    figure.write(&args.out)?;
+    let (width, height) = figure.size();
+    println!("wrote {} ({width} x {height} px)", args.out.display());
+    Ok(())
+}
+
+/// The timeline's figure: every checkpoint fingerprinted and probed (the score and the table
+/// need the probe), then the heads chosen.
+fn timeline_chart(args: &Args, mode: Mode) -> Result<Figure> {
+    let feature = args.x.replace('.', "_");
+    let mut backend = Backend::cpu();
+    let gathered =
+        crate::commands::timeline::gather(&args.models, &args.revisions, mode, Some(&args.sequence), &mut backend)?;
+    let timeline = gathered.timeline;
+    // An unknown feature or score is refused, not drawn empty.
+    timeline.check(&feature)?;
+    timeline.check(&args.y)?;
+    let heads = match &args.head {
+        Some(head) => vec![timeline.head(head).map(|id| (id.layer, id.head))?],
+        None => timeline.top_heads(&args.y, args.top.unwrap_or(5))?,
+    };
+    Ok(Figure::Timeline(TimelineChart {
+        title: format!("{}: {} and {} over training ({} mode)", timeline.model, feature, args.y, mode.name()),
+        threshold: (args.y == "induction_score").then_some(args.sequence.threshold),
+        feature,
+        score: args.y.clone(),
+        heads,
+        timeline,
+    }))
+}
+
+/// Every figure of one model.
+fn one_model_figure(args: &Args, given: &str, mode: Mode) -> Result<Figure> {
+    let loaded = load(given)?;
+    let (model, tokenizer) = (&loaded.model()?, &loaded.tokenizer);
+    let path = std::path::Path::new(given);
     let name = match loaded.link {
         Some(_) => loaded.label.clone(),
-        None => path.file_name().map_or_else(|| args.model.clone(), |n| n.to_string_lossy().into()),
+        None => path.file_name().map_or_else(|| given.to_string(), |n| n.to_string_lossy().into()),
     };
     // The fingerprint (Grams and every head) only where the figure or the default head needs it:
     // on a large model it is the slow part.
@@ -94,7 +146,7 @@ pub fn run(args: Args) -> Result<()> {
             .ok_or_else(|| Error::Invalid("no head's OV circuit could be read: give --head".into()))?,
     };
     let bos = loaded.bos(&args.sequence.bos)?.map(|b| b.id);
-    let figure = match args.kind {
+    Ok(match args.kind {
         Kind::Copying => Figure::Copying(copying::CopyingScores {
             layers: model.config.layers,
             heads: model.config.heads,
@@ -128,10 +180,17 @@ pub fn run(args: Args) -> Result<()> {
         Kind::SelfCopy => {
             let logits = OvTokenLogits::of_head(model, head, mode)?;
             let entries = |values: &[f64]| {
-                top_k(values, args.top).into_iter().map(|i| (tokenizer.token_text(i), values[i])).collect()
+                top_k(values, args.top.unwrap_or(10))
+                    .into_iter()
+                    .map(|i| (tokenizer.token_text(i), values[i]))
+                    .collect()
             };
             Figure::SelfCopy(self_copy::SelfCopy {
-                title: format!("{name}: {head} self-copy logits, top {} ({} mode)", args.top, mode.name()),
+                title: format!(
+                    "{name}: {head} self-copy logits, top {} ({} mode)",
+                    args.top.unwrap_or(10),
+                    mode.name()
+                ),
                 raw: entries(&logits.diagonal()),
                 normalised: entries(&logits.normalised_diagonal()),
             })
@@ -211,11 +270,8 @@ pub fn run(args: Args) -> Result<()> {
                 named: 4,
             })
         }
-    };
-    figure.write(&args.out)?;
-    let (width, height) = figure.size();
-    println!("wrote {} ({width} x {height} px)", args.out.display());
-    Ok(())
+        Kind::Timeline => return Err(Error::Internal("the timeline figure takes its checkpoints".into())),
+    })
 }
 
 /// The entry of a named list (`compare`'s features and scores), or an error listing the names.

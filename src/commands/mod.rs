@@ -7,6 +7,7 @@ pub mod figure;
 pub mod fingerprint;
 pub mod ov_logits;
 pub mod probe;
+pub mod timeline;
 
 use std::path::PathBuf;
 
@@ -57,6 +58,19 @@ pub struct SequenceArgs {
     pub threshold: f64,
     #[command(flatten)]
     pub bos: BosArg,
+}
+
+/// Which checkpoints of one repository a timeline reads.
+#[derive(Args)]
+pub struct RevisionArgs {
+    /// Revisions of the one model by link (hf:ORG/NAME), comma-separated: branches, tags or
+    /// commits, in the order to draw them (e.g. step0,step1000,step143000).
+    #[arg(long, value_delimiter = ',', conflicts_with = "steps")]
+    pub revisions: Vec<String>,
+    /// Training steps of a repository whose checkpoints are branches named step{N} (Pythia's),
+    /// comma-separated: --steps 0,1000 reads the revisions step0 and step1000.
+    #[arg(long, value_delimiter = ',')]
+    pub steps: Vec<u64>,
 }
 
 /// Where a command computes, as the commands that compute take it.

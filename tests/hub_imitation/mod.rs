@@ -697,6 +697,71 @@ pub fn gpt2_small() -> Vec<(String, Vec<u8>)> {
     vec![("config.json".into(), config.to_string().into_bytes()), ("model.safetensors".into(), file)]
 }
 
+/// Small pseudo-random f16s (magnitudes 2^-8 to 2^-3), or ones for a norm's weight; `seed`
+/// makes each checkpoint's values its own.
+fn fill_f16(name: &str, seed: u64, bytes: &mut [u8]) {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ name.len() as u64 ^ seed.wrapping_mul(0x2545_f491_4f6c_dd1d);
+    let norm_weight = name.contains("layernorm") && name.ends_with(".weight");
+    for chunk in bytes.chunks_exact_mut(2) {
+        let bits: u16 = if norm_weight {
+            0x3c00
+        } else {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let sign = ((state >> 63) as u16) << 15;
+            let exponent = 7 + ((state >> 40) % 5) as u16;
+            sign | (exponent << 10) | ((state >> 20) as u16 & 0x3ff)
+        };
+        chunk.copy_from_slice(&bits.to_le_bytes());
+    }
+}
+
+/// Pythia-160M's config.json and model.safetensors (GPT-NeoX, f16, untied, 12 layers of 12
+/// heads, d_model 768, vocabulary 50304), random with `seed`: one training checkpoint. Only what
+/// a fingerprint reads gets values; the MLPs stay untouched zero pages (no memory until read).
+pub fn pythia_160m(seed: u64) -> Vec<(String, Vec<u8>)> {
+    let (d, vocab, layers) = (768, 50304, 12);
+    let mut tensors = vec![
+        ("gpt_neox.embed_in.weight".to_string(), "F16", vec![vocab, d]),
+        ("embed_out.weight".into(), "F16", vec![vocab, d]),
+        ("gpt_neox.final_layer_norm.weight".into(), "F16", vec![d]),
+        ("gpt_neox.final_layer_norm.bias".into(), "F16", vec![d]),
+    ];
+    for l in 0..layers {
+        for (part, shape) in [
+            ("input_layernorm.weight", vec![d]),
+            ("input_layernorm.bias", vec![d]),
+            ("post_attention_layernorm.weight", vec![d]),
+            ("post_attention_layernorm.bias", vec![d]),
+            ("attention.query_key_value.weight", vec![3 * d, d]),
+            ("attention.query_key_value.bias", vec![3 * d]),
+            ("attention.dense.weight", vec![d, d]),
+            ("attention.dense.bias", vec![d]),
+            ("mlp.dense_h_to_4h.weight", vec![4 * d, d]),
+            ("mlp.dense_h_to_4h.bias", vec![4 * d]),
+            ("mlp.dense_4h_to_h.weight", vec![d, 4 * d]),
+            ("mlp.dense_4h_to_h.bias", vec![d]),
+        ] {
+            tensors.push((format!("gpt_neox.layers.{l}.{part}"), "F16", shape));
+        }
+    }
+    let file = safetensors_bytes(tensors, |name, bytes| {
+        if !name.contains(".mlp.") {
+            fill_f16(name, seed, bytes)
+        }
+    });
+    let config = serde_json::json!({
+        "architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "bos_token_id": 0,
+        "eos_token_id": 0, "hidden_act": "gelu", "hidden_size": d, "intermediate_size": 4 * d,
+        "layer_norm_eps": 1e-5, "max_position_embeddings": 2048, "num_attention_heads": 12,
+        "num_hidden_layers": layers, "rotary_emb_base": 10000, "rotary_pct": 0.25,
+        "tie_word_embeddings": false, "torch_dtype": "float16", "use_parallel_residual": true,
+        "vocab_size": vocab
+    });
+    vec![("config.json".into(), config.to_string().into_bytes()), ("model.safetensors".into(), file)]
+}
+
 /// A plain HTTP/1.1 client over a TCP socket, as a host's `Transport` for tests of the core
 /// (the worker session) that run without the CLI's client. Each read waits at most
 /// `read_timeout` (a stalled server gives `WouldBlock` or `TimedOut`, as the core expects).

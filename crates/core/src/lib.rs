@@ -1,9 +1,9 @@
 //! headprint: the spectral fingerprint of every attention head, next to what the head does.
 //!
 //! Data flows one way: files -> [`weights`] -> [`model`] -> [`analysis`] (circuits, spectra,
-//! OV token logits) and [`forward`] -> [`probes`] -> [`compare`]; [`backend`] runs the analysis's
-//! large products on the CPU or a GPU. Nothing here knows about the browser: [`worker`]'s
-//! session answers the page's requests from the core, and the page's crate (`headprint-web`)
+//! OV token logits) and [`forward`] -> [`probes`] -> [`compare`], and over a model's
+//! checkpoints [`timeline`]; [`backend`] runs the analysis's large products on the CPU or a
+//! GPU. Nothing here knows about the browser: [`worker`]'s session answers the page's requests from the core, and the page's crate (`headprint-web`)
 //! carries them to and from the browser. The command line is the `headprint-cli` crate.
 
 pub mod analysis;
@@ -16,6 +16,7 @@ pub mod link;
 pub mod model;
 pub mod parallel;
 pub mod probes;
+pub mod timeline;
 pub mod tokens;
 pub mod weights;
 

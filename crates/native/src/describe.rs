@@ -32,6 +32,17 @@ pub fn sources(report: &InductionReport) -> String {
     }
 }
 
+/// The probe's sequences in one phrase, as the study's table records them: how many, how long,
+/// where they came from, and the BOS.
+pub fn sequences(report: &InductionReport, first_copy_len: usize, bos: Option<&Bos>) -> String {
+    format!(
+        "{} sequences of {first_copy_len} tokens repeated twice ({}); {}",
+        report.sequences.len(),
+        sources(report),
+        self::bos(bos)
+    )
+}
+
 pub fn bos(bos: Option<&Bos>) -> String {
     match bos {
         Some(b) => format!("BOS {} (id {}, from {}) prepended", show(&b.token), b.id, b.source),

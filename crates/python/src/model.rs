@@ -304,13 +304,7 @@ impl Model {
             let fingerprint = held.fingerprint(raw, &backend, &shown)?;
             let done = held.induction(key, &backend, &shown)?;
             let Probed { report, bos: bos_token, backend: info } = &*done;
-            let sequence = format!(
-                "{} sequences of {} tokens repeated twice ({}); {}",
-                report.sequences.len(),
-                length,
-                headprint_native::describe::sources(report),
-                headprint_native::describe::bos(bos_token.as_ref())
-            );
+            let sequence = headprint_native::describe::sequences(report, length, bos_token.as_ref());
             let row = ComparisonRow::new(&held.label, &fingerprint, Some(report), &sequence, threshold);
             let mut value = to_json(&row)?;
             if let Some(object) = value.as_object_mut() {

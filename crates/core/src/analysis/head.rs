@@ -18,13 +18,18 @@ impl HeadId {
 
     /// Parses `L5H0` (case-insensitive) and checks it exists in the model.
     pub fn parse(name: &str, config: &ModelConfig) -> Result<Self> {
-        let unknown = || Error::UnknownHead { name: name.into(), layers: config.layers, heads: config.heads };
+        Self::parse_within(name, config.layers, config.heads)
+    }
+
+    /// Parses `L5H0` (case-insensitive) and checks it lies within `layers` x `heads`.
+    pub fn parse_within(name: &str, layers: usize, heads: usize) -> Result<Self> {
+        let unknown = || Error::UnknownHead { name: name.into(), layers, heads };
         let upper = name.trim().to_ascii_uppercase();
         let rest = upper.strip_prefix('L').ok_or_else(unknown)?;
         let (layer, head) = rest.split_once('H').ok_or_else(unknown)?;
         let layer: usize = layer.parse().map_err(|_| unknown())?;
         let head: usize = head.parse().map_err(|_| unknown())?;
-        if layer >= config.layers || head >= config.heads {
+        if layer >= layers || head >= heads {
             return Err(unknown());
         }
         Ok(Self { layer, head })

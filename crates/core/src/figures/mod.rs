@@ -14,6 +14,7 @@ pub mod self_copy;
 pub mod spectrum;
 pub mod svg;
 pub mod swap;
+pub mod timeline;
 pub mod verdicts;
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -88,6 +89,23 @@ pub const GREY: RGBColor = RGBColor(102, 102, 102);
 pub const RULE: RGBColor = RGBColor(204, 204, 204);
 /// Induction cells' outline (the page's heatmap uses the same pink).
 pub const MARK: RGBColor = RGBColor(255, 45, 138);
+
+/// The axes of a chart of points and lines: grey tick labels, ink axis names, light grid lines
+/// at the labelled ticks only.
+pub fn plain_mesh<'m, 'a, 'b, X, Y, DB>(
+    mesh: &'m mut plotters::chart::MeshStyle<'a, 'b, X, Y, DB>,
+) -> &'m mut plotters::chart::MeshStyle<'a, 'b, X, Y, DB>
+where
+    X: plotters::coord::ranged1d::Ranged,
+    Y: plotters::coord::ranged1d::Ranged,
+    DB: DrawingBackend,
+{
+    mesh.label_style((FONT, 10).into_font().color(&GREY))
+        .axis_desc_style((FONT, 12).into_font().color(&INK))
+        .light_line_style(TRANSPARENT)
+        .bold_line_style(RGBColor(232, 232, 232))
+        .axis_style(GREY)
+}
 
 /// A title at the top left of `area`.
 pub fn title<DB: DrawingBackend>(area: &Area<DB>, text: &str) -> DrawResult<DB> {

@@ -11,6 +11,7 @@ use super::scatter::Scatter;
 use super::self_copy::SelfCopy;
 use super::spectrum::Spectra;
 use super::swap::Swap;
+use super::timeline::TimelineChart;
 use super::verdicts::Verdicts;
 use super::{Area, DrawResult, FONT};
 use crate::{Error, Result};
@@ -57,6 +58,7 @@ pub enum Figure {
     Swap(Swap),
     Verdicts(Verdicts),
     Scatter(Scatter),
+    Timeline(TimelineChart),
 }
 
 impl Figure {
@@ -69,6 +71,7 @@ impl Figure {
             Figure::Swap(f) => f.size(),
             Figure::Verdicts(f) => f.size(),
             Figure::Scatter(f) => f.size(),
+            Figure::Timeline(f) => f.size(),
         }
     }
 
@@ -80,6 +83,7 @@ impl Figure {
             Figure::Swap(f) => f.draw(area),
             Figure::Verdicts(f) => f.draw(area),
             Figure::Scatter(f) => f.draw(area),
+            Figure::Timeline(f) => f.draw(area),
         }
     }
 

@@ -5,7 +5,7 @@
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 
-use super::{Area, DrawResult, FONT, GREY, INK, text_style, title};
+use super::{Area, DrawResult, GREY, INK, plain_mesh, text_style, title};
 
 pub struct Scatter {
     pub title: String,
@@ -57,16 +57,7 @@ impl Scatter {
             .x_label_area_size(40)
             .y_label_area_size(56)
             .build_cartesian_2d(x_lo..x_hi, y_lo..y_hi)?;
-        chart
-            .configure_mesh()
-            .x_desc(&self.x_name)
-            .y_desc(&self.y_name)
-            .label_style((FONT, 10).into_font().color(&GREY))
-            .axis_desc_style((FONT, 12).into_font().color(&INK))
-            .light_line_style(TRANSPARENT)
-            .bold_line_style(RGBColor(232, 232, 232))
-            .axis_style(GREY)
-            .draw()?;
+        plain_mesh(chart.configure_mesh().x_desc(&self.x_name).y_desc(&self.y_name)).draw()?;
         let colour = RGBColor(33, 102, 172);
         chart.draw_series(finite.iter().map(|p| Circle::new((p.1, p.2), 5, colour.mix(0.75).filled())))?;
         chart.draw_series(finite.iter().map(|p| Circle::new((p.1, p.2), 5, INK.stroke_width(1))))?;
