@@ -54,7 +54,7 @@ pub(super) struct ForwardKernels {
     rotary: wgpu::ComputePipeline,
     attend: wgpu::ComputePipeline,
     activate: wgpu::ComputePipeline,
-    mix: wgpu::ComputePipeline,
+    weigh: wgpu::ComputePipeline,
     gather: wgpu::ComputePipeline,
     highest: wgpu::ComputePipeline,
 }
@@ -274,7 +274,7 @@ impl Gpu {
             rotary: pipeline("rotary"),
             attend: pipeline("attend"),
             activate: pipeline("activate"),
-            mix: pipeline("mix"),
+            weigh: pipeline("weigh"),
             gather: pipeline("gather"),
             highest: pipeline("highest"),
         };
@@ -659,7 +659,7 @@ impl Gpu {
             ));
             // The first expert's weighted output replaces the sum; the others add to it.
             dispatches.push(Dispatch {
-                pipeline: &kernels.mix,
+                pipeline: &kernels.weigh,
                 settings: settings([rows, d_model, 0, 1 | (first as usize) << 1, e * rows, 0, 0, 0]),
                 buffers: vec![(1, expert_out), (2, &weights_on_device), (4, sum)],
                 groups: threads(rows * d_model),
@@ -673,7 +673,7 @@ impl Gpu {
                 self.norm(kernels, config, rows, norm, (sum, &device.residual), NormTo::Join(multiplier), device)
             }
             None => Dispatch {
-                pipeline: &kernels.mix,
+                pipeline: &kernels.weigh,
                 settings: settings([rows, d_model, 0, 0, 0, multiplier.to_bits() as usize, 0, 0]),
                 buffers: vec![(1, sum), (2, &device.unused), (4, &device.residual)],
                 groups: threads(rows * d_model),

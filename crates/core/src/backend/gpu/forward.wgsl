@@ -379,12 +379,12 @@ fn activate(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroup
     }
 }
 
-// ---- mix: out (=|+=) x times a weight per row ----
+// ---- weigh: out (=|+=) x times a weight per row ----
 // x and out: rows (m) x n; row i's weight is y[p.a + i] (flags & 1: an expert's weight of each
 // token), else the f32 whose bits are p.b; out is replaced (flags & 2) or added to.
 
 @compute @workgroup_size(64)
-fn mix(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+fn weigh(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let e = id.x + 64u * groups.x * id.y;
     if (e >= p.m * p.n) {
         return;
