@@ -131,7 +131,11 @@ def eigenvalues(model: Any, circuit: str = "ov", *, raw: bool = False, backend: 
     whose circuit could not be read has NaN."""
     if circuit not in CIRCUITS:
         raise Error(f'circuit "{circuit}": choose one of {", ".join(CIRCUITS)}')
-    _, report = _fingerprint_json(model, raw, backend)
+    held = as_model(model)
+    # The residual-space circuits need no vocabulary Gram: they are read alone unless the whole
+    # fingerprint is already held; the numbers are the fingerprint's either way.
+    as_stored = raw or given_as(model) == "as given"
+    report = json.loads(_run(held.circuit_json, circuit, as_stored, backend))
     facts = report["model"]
     out = np.full((facts["layers"], facts["heads"], facts["d_head"]), np.nan + 0j, dtype=np.complex128)
     for head in report["heads"]:

@@ -5,13 +5,15 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use headprint::analysis::circuits::HeadWeights;
 use headprint::analysis::ov_logits::top_k;
 use headprint::analysis::{
-    FingerprintStage, HeadId, Mode, ModelFingerprint, OvTokenLogits, fingerprint_stream_watched,
+    Factored, Fingerprint, FingerprintStage, HeadId, Mode, ModelFingerprint, OvTokenLogits, fingerprint_stream_watched,
 };
 use headprint::backend::{Backend, BackendChoice, block_on};
 use headprint::compare::{ComparisonRow, spearman_table};
-use headprint::model::ModelStream;
+use headprint::model::{LoadParts, ModelStream, Weights};
+use headprint::parallel::map_each;
 use headprint::probes::attention_patterns;
 use headprint::probes::induction::{InductionReport, induction_probe_with_progress, random_first_copies};
 use headprint::tokens::{Bos, Tokenizer, choose_bos, with_bos};
@@ -46,6 +48,8 @@ struct Held {
     label: String,
     stop: StopFlag,
     fingerprints: Mutex<HashMap<(bool, String), Arc<ModelFingerprint>>>,
+    /// The residual-space circuits alone, by mode (`raw`), as JSON in the fingerprint's shape.
+    residual: Mutex<HashMap<bool, Arc<Value>>>,
     probes: Mutex<HashMap<(ProbeKey, String), Arc<Probed>>>,
 }
 
@@ -78,6 +82,36 @@ impl Held {
         let report = Arc::new(report);
         self.fingerprints.lock().unwrap_or_else(|e| e.into_inner()).insert(key, report.clone());
         Ok(report)
+    }
+
+    /// Every head's residual-space circuits (`qk`, `ov_residual`) without the vocabulary's
+    /// Grams, in the fingerprint's JSON shape: a full fingerprint computes them the same way (from
+    /// `HeadWeights`, on the CPU), so these are its numbers, bit for bit, at a fraction of its work.
+    fn residual_circuits(&self, raw: bool, progress: &crate::running::Progress) -> Result<Arc<Value>> {
+        if let Some(done) = self.residual.lock().unwrap_or_else(|e| e.into_inner()).get(&raw) {
+            return Ok(done.clone());
+        }
+        let model = self.stream()?;
+        let config = &model.config;
+        let mode = if raw { Mode::Raw } else { Mode::Folded };
+        let mut heads = Vec::with_capacity(config.layers * config.heads);
+        for l in 0..config.layers {
+            let layer = model.layer(l, LoadParts::Circuits)?;
+            let ids: Vec<usize> = (0..config.heads).collect();
+            let circuits = map_each(&ids, |&head| {
+                let weights = HeadWeights::new(config, &layer, model.ln_final(), head, mode);
+                let spectrum = |f: Factored| f.fingerprint().unwrap_or_else(Fingerprint::failed);
+                (spectrum(weights.qk()), spectrum(weights.ov_residual()))
+            });
+            for (head, (qk, ov_residual)) in circuits.into_iter().enumerate() {
+                heads.push(json!({"layer": l, "head": head, "qk": qk, "ov_residual": ov_residual}));
+            }
+            progress.set("heads", (l + 1) * config.heads, config.layers * config.heads);
+        }
+        let summary = headprint::analysis::ModelSummary::from_config(config, model.parameter_count);
+        let done = Arc::new(json!({"model": summary, "mode": mode.name(), "heads": heads}));
+        self.residual.lock().unwrap_or_else(|e| e.into_inner()).insert(raw, done.clone());
+        Ok(done)
     }
 
     /// The induction probe on the sequences `key` names, computed unless already held.
@@ -142,8 +176,16 @@ impl Model {
             .map(|inner| Box::new(Stoppable { inner, stop: stop.clone() }) as Box<dyn ByteSource>)
             .collect();
         let tokenizer = Tokenizer::for_model(&ModelStream::open(&files)?, files.tokenizer_json.as_deref())?;
-        let held =
-            Held { files, tokenizer, link, label, stop, fingerprints: Mutex::default(), probes: Mutex::default() };
+        let held = Held {
+            files,
+            tokenizer,
+            link,
+            label,
+            stop,
+            fingerprints: Mutex::default(),
+            residual: Mutex::default(),
+            probes: Mutex::default(),
+        };
         Ok(Model { held: Arc::new(held) })
     }
 }
@@ -181,6 +223,32 @@ impl Model {
                 object.insert("model_link".into(), link.clone());
             }
             Ok(text(&value))
+        })
+    }
+
+    /// Every head's fingerprint of one circuit, in the fingerprint's JSON shape: from the
+    /// fingerprint held for (`raw`, `backend`) if there is one; for the residual-space circuits
+    /// (`qk`, `ov_residual`) otherwise without the vocabulary's Grams; else from the whole
+    /// fingerprint, computed here.
+    #[pyo3(signature = (circuit, raw, backend, progress=None))]
+    fn circuit_json(
+        &self,
+        py: Python<'_>,
+        circuit: String,
+        raw: bool,
+        backend: String,
+        progress: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<String> {
+        let held = self.held.clone();
+        off_the_lock(py, &self.held.stop, progress, move |shown| {
+            let key = (raw, backend.clone());
+            let whole = held.fingerprints.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
+            let report = match (whole, circuit.as_str()) {
+                (Some(whole), _) => to_json(&*whole)?,
+                (None, "qk" | "ov_residual") => (*held.residual_circuits(raw, &shown)?).clone(),
+                (None, _) => to_json(&*held.fingerprint(raw, &backend, &shown)?)?,
+            };
+            Ok(text(&report))
         })
     }
 
