@@ -15,6 +15,8 @@ Each round, in turn on the same files, on the CPU:
 - py-tl:      `headprint.fingerprint(tl_model, backend="cpu")` on a HookedTransformer holding the
               same weights, folded and centred as `from_pretrained` leaves them (read anew each
               round: the package's cache of Python models is cleared);
+- py-ov-qk:   `headprint.eigenvalues(tl_model, "ov_residual")` and `(…, "qk")` on a model read anew:
+              the same two circuits as tl-ov-qk (no vocabulary Grams), with every metric of each;
 - tl-ov-qk:   TransformerLens's own `model.OV.eigenvalues` and `model.QK.eigenvalues` (the
               residual-space circuits only, which is what the issue's target names);
 - tl-four:    TransformerLens on the four circuits headprint reports: those two and the
@@ -106,11 +108,18 @@ def main():
         _readers._made.clear()
         headprint.fingerprint(model, backend="cpu")
 
+    def python_ov_qk():
+        _readers._made.clear()
+        held = headprint.load(model)
+        headprint.eigenvalues(held, "ov_residual", backend="cpu")
+        headprint.eigenvalues(held, "qk", backend="cpu")
+
     runs = {
         "cli": lambda: subprocess.run([cli, "fingerprint", FOLDER, "--json", "--backend", "cpu"], check=True, capture_output=True),
         "cli-tl": lambda: subprocess.run([cli, "fingerprint", TL_FOLDER, "--json", "--backend", "cpu"], check=True, capture_output=True),
         "py-path": lambda: headprint.fingerprint(FOLDER, backend="cpu"),
         "py-tl": python_tl,
+        "py-ov-qk": python_ov_qk,
         "tl-ov-qk": tl_eigenvalues,
         "tl-four": tl_four,
     }
@@ -123,7 +132,8 @@ def main():
         print(f"{name:<10} median {medians[name]:7.3f} s   rounds {' '.join(f'{v:.3f}' for v in values)}")
     print(
         f"py-path / cli: {medians['py-path'] / medians['cli']:.2f}   py-tl / cli-tl: {medians['py-tl'] / medians['cli-tl']:.2f}"
-        f"   py-tl / tl-ov-qk: {medians['py-tl'] / medians['tl-ov-qk']:.2f}"
+        f"   py-ov-qk / tl-ov-qk: {medians['py-ov-qk'] / medians['tl-ov-qk']:.2f}"
+        f"   py-tl / tl-four: {medians['py-tl'] / medians['tl-four']:.2f}"
     )
     print(json.dumps({"rounds": times, "torch_threads": torch.get_num_threads()}))
 
