@@ -112,11 +112,17 @@ def transformer_lens_parts(model: Any, tokenizer: Any = None) -> tuple[dict, lis
     named: list[tuple[str, Any]] = [("embed.W_E", model.W_E)]
     if config.get("positional_embedding_type", "standard") == "standard":
         named.append(("pos_embed.W_pos", model.W_pos))
-    stacked = {name: getattr(model, name) for name in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")}
+    attention = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
+    # A HookedTransformer's blocks hold their own weights (grouped-query K and V repeated by
+    # their properties); the model's stacked W_Q and the rest copy every layer's. An object
+    # with only the stacked names is read through them.
+    per_block = all(hasattr(getattr(block, "attn", None), "W_Q") for block in model.blocks)
+    stacked = {} if per_block else {name: getattr(model, name) for name in attention}
     for layer in range(config["n_layers"]):
         block = model.blocks[layer]
-        for name, value in stacked.items():
-            named.append((f"blocks.{layer}.attn.{name}", value[layer]))
+        for name in attention:
+            value = getattr(block.attn, name) if per_block else stacked[name][layer]
+            named.append((f"blocks.{layer}.attn.{name}", value))
         for norm in ("ln1", "ln2"):
             module = getattr(block, norm, None)
             for short, long in (("w", "weight"), ("b", "bias")):
