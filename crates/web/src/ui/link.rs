@@ -1,8 +1,9 @@
 //! Share links: the URL's fragment holds the view (model, tab, head, metric, mode, sequence, BOS
 //! switch, induction-head threshold, suite or, deflated, a teacher's sheet, prompt, a forced
-//! backend, and the repository and revisions the compare tab follows over training), so a link opens the same view. A local model is named by its file name and the first
-//! digits of its SHA-256; the page asks for the file and checks the hash. The text itself is read
-//! and written by the core (crates/core/src/link.rs).
+//! backend, and the repository and revisions the compare tab follows over training), so a link
+//! opens the same view. A local model is named by its file name and the first digits of its
+//! SHA-256; the page asks for the file and checks the hash. The text itself is read and written
+//! by the core (crates/core/src/link.rs).
 
 use leptos::prelude::*;
 use wasm_bindgen::JsValue;

@@ -59,25 +59,22 @@ pub async fn follow(ctx: Ctx, repo: String, revisions: Vec<String>) {
             backend: ctx.backend.get_untracked(),
             link: Some(source.clone()),
         };
-        let (commit, outcome) = match client::request(&request, &ModelSource::link(source)).await {
+        let (revision, outcome) = match client::request(&request, &ModelSource::link(source)).await {
             Ok(Reply::Analysed(analysis)) => {
                 let Analysis { info, folded, induction, .. } = *analysis;
                 // The workers keep no revision but the shown model; the store keeps its bytes.
                 let _ = client::request(&Request::Forget { model }, &ModelSource::default()).await;
                 let label = info.link.map_or(link, |l| l.pinned);
-                let commit = match ModelLink::parse(&label) {
-                    Ok(ModelLink::Hub { revision, .. }) if ModelLink::is_commit(&revision) => Some(revision),
-                    _ => None,
-                };
+                let opened = Revision::opened(revision, Some(&label));
                 let measured = Measured {
                     label,
                     fingerprint: folded,
                     induction: induction.report.ok(),
                     sequence: induction.sequence,
                 };
-                (commit, Ok(measured))
+                (opened, Ok(measured))
             }
-            Ok(_) => (None, Err(format!("{link}: the worker gave an unexpected answer"))),
+            Ok(_) => (Revision::new(revision, None), Err(format!("{link}: the worker gave an unexpected answer"))),
             // Cancel stops the whole timeline, not one revision.
             Err(Failure::Cancelled) => {
                 ctx.show_error(format!("Cancelled: {repo} was not followed over training."));
@@ -86,9 +83,9 @@ pub async fn follow(ctx: Ctx, repo: String, revisions: Vec<String>) {
                 return;
             }
             // The workers' failures name the link already.
-            Err(e) => (None, Err(e.to_string())),
+            Err(e) => (Revision::new(revision, None), Err(e.to_string())),
         };
-        checkpoints.push(Checkpoint { revision: Revision::new(revision, commit), outcome });
+        checkpoints.push(Checkpoint { revision, outcome });
     }
     match Timeline::new(&repo, &checkpoints, ctx.threshold.get_untracked()) {
         Ok(timeline) => ctx.timeline.set(Some(Arc::new(Followed { timeline, checkpoints }))),
