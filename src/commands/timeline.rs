@@ -187,9 +187,9 @@ pub fn gather(
     let mut copies: Option<Vec<FirstCopy>> = None;
     for (revision, link) in named {
         let (revision, outcome) = match measure(&link, mode, sequence, &mut copies, backend) {
-            Ok((measured, commit, known)) => {
+            Ok((measured, pinned, known)) => {
                 facts.push(known);
-                (Revision::new(&revision, commit), Ok(measured))
+                (Revision::opened(&revision, pinned.as_deref()), Ok(measured))
             }
             Err(e) => {
                 facts.push(Facts::default());
@@ -206,8 +206,8 @@ pub fn gather(
     Ok(Gathered { timeline: Timeline::new(&model, &checkpoints, threshold)?, facts })
 }
 
-/// One revision opened, fingerprinted and, with `sequence`, probed; with its commit when it came
-/// by link, and its row's facts.
+/// One revision opened, fingerprinted and, with `sequence`, probed; with its pinned link when it
+/// came by link, and its row's facts.
 fn measure(
     link: &str,
     mode: Mode,
@@ -217,10 +217,7 @@ fn measure(
 ) -> Result<(Measured, Option<String>, Facts)> {
     let named = |e: Error| Error::Invalid(format!("{link}: {e}"));
     let loaded = load(link).map_err(named)?;
-    let commit = loaded.link.as_ref().and_then(|l| match ModelLink::parse(&l.pinned) {
-        Ok(ModelLink::Hub { revision, .. }) if ModelLink::is_commit(&revision) => Some(revision),
-        _ => None,
-    });
+    let pinned = loaded.link.as_ref().map(|l| l.pinned.clone());
     let model = loaded.model().map_err(named)?;
     let fingerprint = progress::fingerprint(&model, mode, backend).map_err(named)?;
     let mut facts = Facts { backend: Some(fingerprint.backend.clone()), ..Facts::default() };
@@ -241,7 +238,7 @@ fn measure(
     };
     facts.link = loaded.link.as_ref().map(LinkFacts::json);
     let measured = Measured { label: loaded.label.clone(), fingerprint, induction, sequence: described };
-    Ok((measured, commit, facts))
+    Ok((measured, pinned, facts))
 }
 
 /// The model's name and each revision with what opens it: `--revisions`/`--steps` of one

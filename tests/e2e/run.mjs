@@ -9,6 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import crypto from 'node:crypto';
+import { execFileSync } from 'node:child_process';
 import { CHROMIUM_ARGS, bigModel, cellPoint, hubImitation } from './harness.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -986,6 +987,86 @@ await test('backend=gpu without WebGPU falls back to the CPU with a note', async
   expect(JSON.stringify(json.folded.heads) === JSON.stringify(cpuExports.demo.folded.heads), 'the CPU numbers, exactly');
   await shot('gpu-fallback-note', false, p);
   await p.close();
+});
+
+await test('the compare tab follows a repository over training: slider, grid, a head\'s line and spectrum, the table', async () => {
+  // Two checkpoints that differ: at step0 layer 1's output projection is zero (its heads' OV
+  // circuits cannot be read), at step1000 the gpt2 fixture itself; step999 is not on the server.
+  const early = fs.mkdtempSync(path.join(os.tmpdir(), 'headprint-e2e-step0-'));
+  for (const f of ['config.json', 'tokenizer.json']) fs.copyFileSync(path.join(fixtures, 'gpt2', f), path.join(early, f));
+  const weights = fs.readFileSync(path.join(fixtures, 'gpt2', 'model.safetensors'));
+  const headerLength = Number(weights.readBigUInt64LE(0));
+  const [start, end] = JSON.parse(weights.subarray(8, 8 + headerLength).toString())['transformer.h.1.attn.c_proj.weight'].data_offsets;
+  weights.fill(0, 8 + headerLength + start, 8 + headerLength + end);
+  fs.writeFileSync(path.join(early, 'model.safetensors'), weights);
+  const imitation = await hubImitation(root, ['--repo', `test-org/ckpt@step0=${early}`,
+    '--repo', `test-org/ckpt@step1000=${path.join(fixtures, 'gpt2')}`]);
+  try {
+    const { addresses } = imitation;
+    // The CLI's timeline of the same revisions, from the same Hub: what the page must show.
+    const cache = fs.mkdtempSync(path.join(os.tmpdir(), 'headprint-e2e-timeline-'));
+    const cli = JSON.parse(execFileSync(path.join(root, 'target/release/headprint'),
+      ['timeline', 'hf:test-org/ckpt', '--revisions', 'step0,step1000,step999', '--json', '--backend', 'cpu'],
+      { env: { ...process.env, HF_ENDPOINT: addresses.hub, HEADPRINT_CACHE: cache, HF_HUB_CACHE: path.join(cache, 'hf') } }).toString());
+    const linkContext = await browser.newContext({ viewport: { width: 1280, height: 1400 }, serviceWorkers: 'block' });
+    const p = await linkContext.newPage();
+    p.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+    const hub = encodeURIComponent(addresses.hub);
+    const asked = `timeline=${encodeURIComponent('hf:test-org/ckpt')}&revisions=${encodeURIComponent('step0,step1000,step999')}`;
+    await p.goto(`${origin}/#hub=${hub}&tab=compare&${asked}`);
+    await p.waitForFunction(() => document.querySelectorAll('#timeline-table tbody tr').length === 3, null, { timeout: 120000 });
+    await idle(p);
+    const tableRows = (pg) => pg.$$eval('#timeline-table tbody tr', (trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent.trim())));
+    const rows = await tableRows(p);
+    for (const [i, revision] of ['step0', 'step1000'].entries()) {
+      const want = cli.table[i];
+      expect(rows[i][0] === revision && rows[i][2] === cli.revisions[i].commit.slice(0, 12), `row ${i}: ${rows[i]}`);
+      expect(rows[i][3] === want.mean_qk_imaginary_fraction.toFixed(3), `row ${i}'s QK imaginary fraction ${rows[i][3]}, CLI ${want.mean_qk_imaginary_fraction}`);
+    }
+    expect(rows[2][0] === 'step999' && rows[2][3].startsWith('error: hf:test-org/ckpt@step999') && rows[2][3].includes('not found'),
+      `the missing revision is one line on its row: ${rows[2]}`);
+    expect(p.url().includes(asked) && p.url().includes(`hub=${hub}`), `the share link carries the repository, revisions and Hub: ${p.url()}`);
+    // The grid at step1000, coloured by the QK imaginary fraction: the CLI's series' numbers.
+    await p.selectOption('#timeline-metric', 'qk-imaginary');
+    await p.fill('#timeline-slider', '1');
+    await p.waitForFunction(() => document.querySelector('#timeline-at')?.textContent === 'step1000');
+    const series = (layer, head, name) => cli.heads.find((h) => h.layer === layer && h.head === head).series[name];
+    for (const [layer, head] of [[0, 0], [0, 1], [1, 0], [1, 1]]) {
+      const cell = (await p.textContent(`#timeline-grid [data-head="L${layer}H${head}"]`)).trim();
+      expect(cell === series(layer, head, 'qk_imaginary_fraction')[1].toFixed(3), `L${layer}H${head}: ${cell}`);
+    }
+    // L1H0's line: a point at each revision that has the value; its OV is unreadable at step0.
+    await p.click('#timeline-grid [data-head="L1H0"]');
+    await p.waitForSelector('#timeline-line svg');
+    expect(await p.locator('#timeline-line circle').count() === 2, 'QK: step0 and step1000 (step999 failed)');
+    expect(await p.locator('#timeline-spectrum svg').count() === 1, 'the spectrum at step1000');
+    await p.selectOption('#timeline-metric', 'ov-copying');
+    await p.waitForFunction(() => document.querySelectorAll('#timeline-line circle').length === 1);
+    await p.fill('#timeline-slider', '0');
+    const unreadable = (await p.textContent('#timeline-grid [data-head="L1H0"]')).trim();
+    expect(unreadable === '–' && series(1, 0, 'ov_copying_score')[0] === null, `L1H0's OV at step0: ${unreadable}`);
+    await p.selectOption('#timeline-metric', 'qk-imaginary');
+    await p.fill('#timeline-slider', '1');
+    await p.locator('#timeline-grid').scrollIntoViewIfNeeded();
+    await shot('timeline', true, p);
+    // Each revision is kept in the page's store, as a model by link is: the same link in a fresh
+    // page of this browser reads them from there, and asks the Hub only to resolve each branch.
+    await p.waitForFunction(() => document.querySelector('#stored-models')?.dataset.pending === '0', null, { timeout: 60000 });
+    const before = await imitation.served();
+    expect(before.bytes > 2 * 36769, `both revisions were fetched: ${before.bytes} bytes`);
+    const q = await linkContext.newPage();
+    q.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+    await q.goto(p.url());
+    await q.waitForFunction(() => document.querySelectorAll('#timeline-table tbody tr').length === 3, null, { timeout: 120000 });
+    await idle(q);
+    const again = await tableRows(q);
+    const after = await imitation.served();
+    expect(after.bytes - before.bytes < 4000, `the revisions came from the store: ${after.bytes - before.bytes} bytes served`);
+    expect(JSON.stringify(again) === JSON.stringify(rows), `the same table: ${JSON.stringify(again)}`);
+    await linkContext.close();
+  } finally {
+    imitation.child.kill();
+  }
 });
 
 await test('a model by link opens from the Hub, pins its commit in the share link, and gives the local numbers', async () => {

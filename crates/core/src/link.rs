@@ -63,6 +63,10 @@ pub struct LinkFields {
     pub prompt: Option<String>,
     /// `backend=gpu|cpu|auto`: where the Gram matrices are computed (absent: auto).
     pub backend: Option<BackendChoice>,
+    /// A timeline's repository (`timeline=hf:ORG/NAME`, no revision) and its revisions
+    /// (`revisions=step0,step1000`), each a valid revision name.
+    pub timeline: Option<String>,
+    pub revisions: Vec<String>,
 }
 
 /// Reads a fragment (with or without its `#`).
@@ -93,6 +97,20 @@ pub fn parse(fragment: &str) -> LinkFields {
             "sheet" => fields.sheet = Some(decode_sheet(&value)),
             "prompt" => fields.prompt = Some(value),
             "backend" => fields.backend = BackendChoice::parse(&value).ok().or(fields.backend),
+            "timeline" => {
+                if let Ok(ModelLink::Hub { repo, .. }) = ModelLink::parse(&value)
+                    && !value.contains('@')
+                {
+                    fields.timeline = Some(format!("hf:{repo}"));
+                }
+            }
+            "revisions" => {
+                fields.revisions = value
+                    .split(',')
+                    .filter(|r| ModelLink::parse(&format!("hf:a/b@{r}")).is_ok())
+                    .map(str::to_string)
+                    .collect()
+            }
             _ => {}
         }
     }
@@ -141,5 +159,10 @@ mod tests {
         assert!(parse("#model=other").wants_demo && parse("#hub=javascript:x").hub.is_none());
         assert_eq!(parse("#model=demo").backend, None);
         assert!(parse("").wants_demo);
+        let timeline = parse("#timeline=hf%3AEleutherAI%2Fpythia-14m&revisions=step0%2Cstep1000%2C..%2F..%2C%2Cmain");
+        assert_eq!(timeline.timeline.as_deref(), Some("hf:EleutherAI/pythia-14m"));
+        assert_eq!(timeline.revisions, vec!["step0", "step1000", "main"], "bad and empty revisions are skipped");
+        assert!(parse("#timeline=hf%3Aa%2Fb%40step0").timeline.is_none(), "the revisions come from revisions=");
+        assert!(parse("#timeline=https%3A%2F%2Fexample.org%2Fm%2F").timeline.is_none());
     }
 }

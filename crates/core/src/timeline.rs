@@ -11,6 +11,7 @@ use serde_json::Value;
 use crate::analysis::{HeadId, ModelFingerprint};
 use crate::compare::{BEHAVIOURAL_SCORES, ComparisonRow};
 use crate::probes::induction::InductionReport;
+use crate::weights::ModelLink;
 use crate::{Error, Result};
 
 /// One checkpoint as the timeline names it.
@@ -27,6 +28,16 @@ pub struct Revision {
 impl Revision {
     pub fn new(revision: &str, commit: Option<String>) -> Revision {
         Revision { revision: revision.into(), commit, step: step_of(revision) }
+    }
+
+    /// A revision as opened: with the commit its pinned link names, when it is a Hub link
+    /// pinned to a commit (None for a local folder, a web folder or a revision that failed).
+    pub fn opened(revision: &str, pinned: Option<&str>) -> Revision {
+        let commit = pinned.and_then(|link| match ModelLink::parse(link) {
+            Ok(ModelLink::Hub { revision, .. }) if ModelLink::is_commit(&revision) => Some(revision),
+            _ => None,
+        });
+        Revision::new(revision, commit)
     }
 }
 
@@ -239,6 +250,17 @@ mod tests {
         assert_eq!(step_of("step1k"), None);
         assert_eq!(step_of("mystep10"), None);
         assert_eq!(step_revisions(&[0, 1000]), vec!["step0", "step1000"]);
+    }
+
+    #[test]
+    fn an_opened_revision_keeps_the_commit_its_link_was_pinned_to() {
+        let commit = "0123456789abcdef0123456789abcdef01234567";
+        let pinned = format!("hf:EleutherAI/pythia-14m@{commit}");
+        let opened = Revision::opened("step512", Some(&pinned));
+        assert_eq!((opened.commit.as_deref(), opened.step), (Some(commit), Some(512)));
+        assert_eq!(Revision::opened("step512", Some("hf:EleutherAI/pythia-14m@step512")).commit, None);
+        assert_eq!(Revision::opened("ckpt/step3", Some("https://example.org/m/")).commit, None);
+        assert_eq!(Revision::opened("ckpt/step3", None), Revision::new("ckpt/step3", None));
     }
 
     #[test]

@@ -420,9 +420,108 @@ pub fn scatter(points: &[Point], x_name: &str, y_name: &str, title: &str) -> Str
     s
 }
 
+/// One head's value over a timeline's revisions: a line through the revisions in order (a gap
+/// where a value is missing), each point titled with its revision and value, the `selected`
+/// revision ringed and ruled.
+pub fn series_line(values: &[Option<f64>], revisions: &[String], selected: usize, y_name: &str, title: &str) -> String {
+    let (width, height, pad) = (520.0, 260.0, 48.0);
+    let finite: Vec<f64> = values.iter().flatten().copied().filter(|v| v.is_finite()).collect();
+    let lo = finite.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let (lo, hi) = if !lo.is_finite() {
+        (0.0, 1.0)
+    } else if hi - lo < 1e-12 {
+        (lo - 0.5, hi + 0.5)
+    } else {
+        (lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
+    };
+    // Room on the right for the last revision's name, centred under its point.
+    let (left, right, top, bottom) = (pad, width - 40.0, 16.0, height - pad);
+    let steps = values.len().saturating_sub(1).max(1) as f64;
+    let px = |i: usize| left + i as f64 / steps * (right - left);
+    let py = |y: f64| bottom - (y - lo) / (hi - lo) * (bottom - top);
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r##"<svg class="series" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" aria-label="{t}"><rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/><rect x="{left}" y="{top}" width="{w}" height="{h}" fill="#fcfcfc" stroke="#ccc"/>"##,
+        t = esc(title),
+        w = right - left,
+        h = bottom - top
+    );
+    if selected < values.len() {
+        let _ = write!(
+            s,
+            r##"<line class="selected" x1="{x}" y1="{top}" x2="{x}" y2="{bottom}" stroke="#e66101" stroke-dasharray="4 3"/>"##,
+            x = px(selected)
+        );
+    }
+    for (value, y) in [(lo, bottom), (hi, top + 8.0)] {
+        let _ = write!(
+            s,
+            r##"<text x="{x}" y="{y}" font-size="10" text-anchor="end" fill="#555">{v}</text>"##,
+            x = left - 4.0,
+            v = esc(&num(value))
+        );
+    }
+    for (i, name) in revisions.iter().enumerate() {
+        let _ = write!(
+            s,
+            r##"<text x="{x:.2}" y="{y}" font-size="10" text-anchor="middle" fill="#555">{n}</text>"##,
+            x = px(i),
+            y = bottom + 13.0,
+            n = esc(name)
+        );
+    }
+    let _ = write!(
+        s,
+        r##"<text x="14" y="{y}" font-size="12" text-anchor="middle" fill="#222" transform="rotate(-90 14 {y})">{n}</text>"##,
+        y = (top + bottom) / 2.0,
+        n = esc(y_name)
+    );
+    // A run of consecutive known values is one polyline; a missing value breaks it.
+    let mut run: Vec<String> = Vec::new();
+    let mut runs = Vec::new();
+    for (i, value) in values.iter().enumerate() {
+        match value.filter(|v| v.is_finite()) {
+            Some(v) => run.push(format!("{:.2},{:.2}", px(i), py(v))),
+            None => runs.push(std::mem::take(&mut run)),
+        }
+    }
+    runs.push(run);
+    for points in runs.iter().filter(|r| r.len() > 1) {
+        let _ =
+            write!(s, r##"<polyline points="{}" fill="none" stroke="#2166ac" stroke-width="2"/>"##, points.join(" "));
+    }
+    for (i, value) in values.iter().enumerate() {
+        let Some(v) = value.filter(|v| v.is_finite()) else { continue };
+        let (r, stroke) = if i == selected { (6.0, "#e66101") } else { (4.0, "#222") };
+        let name = revisions.get(i).map_or(String::new(), |n| esc(n));
+        let _ = write!(
+            s,
+            r##"<circle class="point" cx="{x:.2}" cy="{y:.2}" r="{r}" fill="#2166ac" stroke="{stroke}" stroke-width="1.5"><title>{name}: {v}</title></circle>"##,
+            x = px(i),
+            y = py(v),
+            v = esc(&num(v))
+        );
+    }
+    s.push_str("</svg>");
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_series_line_has_a_point_per_known_value_and_breaks_at_a_missing_one() {
+        let names: Vec<String> = ["step0", "step1", "step2", "step3"].map(String::from).to_vec();
+        let svg = series_line(&[Some(0.1), None, Some(0.5), Some(0.9)], &names, 2, "induction score", "L1H0");
+        assert_eq!(svg.matches("<circle").count(), 3);
+        assert_eq!(svg.matches("<polyline").count(), 1, "step0 stands alone; step2 to step3 is a line");
+        assert!(svg.contains("<title>step2: 0.500</title>") && svg.contains("<title>step3: 0.900</title>"));
+        assert_eq!(svg.matches(r##"stroke="#e66101" stroke-width="1.5""##).count(), 1, "the selected point is ringed");
+        assert!(svg.contains(r#"class="selected""#));
+    }
 
     #[test]
     fn colours_are_clamped() {

@@ -208,6 +208,7 @@ pub fn Compare() -> impl IntoView {
                 {metric_select("scatter-y", "Behavioural score ", behaviour, true)}
             </div>
             {plot}
+            <super::timeline::TimelineView />
         </section>
     }
 }

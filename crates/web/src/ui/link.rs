@@ -1,8 +1,9 @@
 //! Share links: the URL's fragment holds the view (model, tab, head, metric, mode, sequence, BOS
-//! switch, induction-head threshold, suite or, deflated, a teacher's sheet, prompt, and a forced
-//! backend), so a link opens the same view. A local model is named by its file name and the first
-//! digits of its SHA-256; the page asks for the file and checks the hash. The text itself is read
-//! and written by the core (crates/core/src/link.rs).
+//! switch, induction-head threshold, suite or, deflated, a teacher's sheet, prompt, a forced
+//! backend, and the repository and revisions the compare tab follows over training), so a link
+//! opens the same view. A local model is named by its file name and the first digits of its
+//! SHA-256; the page asks for the file and checks the hash. The text itself is read and written
+//! by the core (crates/core/src/link.rs).
 
 use leptos::prelude::*;
 use wasm_bindgen::JsValue;
@@ -14,6 +15,7 @@ use headprint::figures::metric::Metric;
 use headprint::link::{self, encode_component};
 use headprint::probes::Suite;
 use headprint::probes::exercise::link_form;
+use headprint::weights::remote::HUB_ENDPOINT;
 
 /// Hex digits of the SHA-256 a link keeps (48 bits: enough to tell files apart by accident).
 pub const HASH_DIGITS: usize = 12;
@@ -55,6 +57,16 @@ pub fn fragment(ctx: Ctx) -> Option<String> {
         }
     }
     parts.push(format!("prompt={}", encode_component(&ctx.prompt.get())));
+    if let Some((repo, revisions)) = ctx.timeline_asked.get() {
+        parts.push(format!("timeline={}", encode_component(&repo)));
+        parts.push(format!("revisions={}", encode_component(&revisions.join(","))));
+        // The timeline's revisions come from the Hub the page reads, which the link must name
+        // when it is not the public one (a model by link names it already).
+        let hub = ctx.hub.get();
+        if hub != HUB_ENDPOINT && !parts.iter().any(|p| p.starts_with("hub=")) {
+            parts.push(format!("hub={}", encode_component(&hub)));
+        }
+    }
     // Auto is the default, left out so links stay as they were; a forced backend travels.
     match ctx.backend.get() {
         BackendChoice::Auto => {}
@@ -121,6 +133,11 @@ pub fn apply(ctx: Ctx, fragment: &str) -> Opening {
     }
     if let Some(backend) = fields.backend {
         ctx.backend.set(backend);
+    }
+    if let Some(repo) = fields.timeline
+        && !fields.revisions.is_empty()
+    {
+        ctx.timeline_asked.set(Some((repo, fields.revisions)));
     }
     if let Some(model_link) = fields.model_link {
         return Opening::Link(model_link);

@@ -19,6 +19,7 @@ mod probes;
 mod requested;
 pub mod state;
 mod stored;
+mod timeline;
 mod workers;
 
 use leptos::prelude::*;
@@ -133,6 +134,19 @@ fn App() -> impl IntoView {
             link::write(new);
         }
         fragment
+    });
+    // A link's timeline is gathered once the first model is shown (the pool is then free).
+    Effect::new(move |started: Option<bool>| {
+        if started == Some(true) || ctx.loaded.with(Option::is_none) {
+            return started.unwrap_or(false);
+        }
+        match ctx.timeline_asked.get_untracked() {
+            Some((repo, revisions)) => {
+                spawn_local(timeline::follow(ctx, repo, revisions));
+                true
+            }
+            None => true,
+        }
     });
     // The held-out-text probe runs the first time its scores are asked for.
     Effect::new(move |_| {

@@ -313,6 +313,10 @@ pub struct Ctx {
     pub backend: RwSignal<BackendChoice>,
     /// The Hub `hf:` links are read from (a share link's `hub=`; else the public Hub).
     pub hub: RwSignal<String>,
+    /// The repository and revisions the compare tab follows over training (`timeline=` and
+    /// `revisions=` in a link), and the timeline once gathered.
+    pub timeline_asked: RwSignal<Option<(String, Vec<String>)>>,
+    pub timeline: RwSignal<Option<Arc<super::timeline::Followed>>>,
 }
 
 /// What the page's error line says, and whether it reports a load that failed: the next model
@@ -360,6 +364,8 @@ impl Default for Ctx {
             linked_head: RwSignal::new(None),
             backend: RwSignal::new(BackendChoice::Auto),
             hub: RwSignal::new(HUB_ENDPOINT.to_string()),
+            timeline_asked: RwSignal::new(None),
+            timeline: RwSignal::new(None),
         }
     }
 }
@@ -367,6 +373,11 @@ impl Default for Ctx {
 pub const DEFAULT_PROMPT: &str = "(a(b)c) \"abc\" (a(b)c) \"abc\"";
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A new name for a model the workers will hold.
+pub fn next_model_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
 
 thread_local! {
     /// Follow-up computations in flight, by model and kind: the effects that ask for them rerun
@@ -395,7 +406,7 @@ pub async fn load(ctx: Ctx, label: String, demo: bool, files: ModelSource) {
     ctx.preview.set(None);
     ctx.stalled.set(None);
     ctx.loading.set(Some(label.clone()));
-    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let id = next_model_id();
     let names = files.names();
     let prepend_bos = ctx.prepend_bos.get_untracked();
     let backend = ctx.backend.get_untracked();
