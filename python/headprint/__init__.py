@@ -67,6 +67,12 @@ def _flatten(prefix: str, value: Any, out: dict) -> None:
         out[prefix] = value
 
 
+def _as_stored(model: Any, raw: bool) -> bool:
+    """Whether the weights are read as stored: asked for, or a HookedTransformer's, which are
+    used as TransformerLens holds them (its own fold_ln, if any)."""
+    return raw or given_as(model) == "as given"
+
+
 def _mode(model: Any, raw: bool) -> str:
     if given_as(model) == "as given":
         return "as given"
@@ -75,9 +81,7 @@ def _mode(model: Any, raw: bool) -> str:
 
 def _fingerprint_json(model: Any, raw: bool, backend: str) -> tuple[Model, dict]:
     held = as_model(model)
-    # A HookedTransformer's weights are used as it holds them: its own fold_ln, if any.
-    as_stored = raw or given_as(model) == "as given"
-    return held, json.loads(_run(held.fingerprint_json, as_stored, backend))
+    return held, json.loads(_run(held.fingerprint_json, _as_stored(model, raw), backend))
 
 
 class FingerprintFrame(pd.DataFrame):
@@ -120,8 +124,7 @@ def fingerprint(model: Any, *, raw: bool = False, backend: str = "auto") -> pd.D
         model_link=report.get("model_link"),
     )
     title = f"{held.label}: OV copying score of every head ({frame.attrs['mode']})"
-    as_stored = raw or given_as(model) == "as given"
-    frame._grid = held.grid_svg(as_stored, backend, title)
+    frame._grid = held.grid_svg(_as_stored(model, raw), backend, title)
     return frame
 
 
@@ -134,8 +137,7 @@ def eigenvalues(model: Any, circuit: str = "ov", *, raw: bool = False, backend: 
     held = as_model(model)
     # The residual-space circuits need no vocabulary Gram: they are read alone unless the whole
     # fingerprint is already held; the numbers are the fingerprint's either way.
-    as_stored = raw or given_as(model) == "as given"
-    report = json.loads(_run(held.circuit_json, circuit, as_stored, backend))
+    report = json.loads(_run(held.circuit_json, circuit, _as_stored(model, raw), backend))
     facts = report["model"]
     out = np.full((facts["layers"], facts["heads"], facts["d_head"]), np.nan + 0j, dtype=np.complex128)
     for head in report["heads"]:
@@ -201,8 +203,7 @@ def ov_logits(model: Any, head: str, *, top: int = 20, raw: bool = False) -> pd.
     """One head's token-space OV circuit read as self-copy logits: the ``top`` tokens by the
     raw diagonal and by the diagonal normalised by each row's spread, side by side."""
     held = as_model(model)
-    as_stored = raw or given_as(model) == "as given"
-    report = json.loads(held.ov_logits_json(head, top, as_stored))
+    report = json.loads(held.ov_logits_json(head, top, _as_stored(model, raw)))
     parts = {
         (which, field): [entry[field] for entry in report[f"top_{which}"]]
         for which in ("raw", "normalised")
@@ -233,9 +234,8 @@ def compare(
     rows = []
     for given in models:
         held = as_model(given)
-        as_stored = raw or given_as(given) == "as given"
         entry = json.loads(
-            _run(held.compare_json, as_stored, length, sequences, seed, bos, threshold, backend)
+            _run(held.compare_json, _as_stored(given, raw), length, sequences, seed, bos, threshold, backend)
         )
         row: dict = {"mode": _mode(given, raw)}
         for key in ("model", "parameters", "heads", "mean_qk_imaginary_fraction", "induction_heads",

@@ -62,6 +62,20 @@ impl Held {
         if wanted { choose_bos(model, &self.tokenizer) } else { None }
     }
 
+    /// A report as the CLI prints it: `value` with the `extra` keys and, for a model by link,
+    /// its `model_link`.
+    fn reported(&self, mut value: Value, extra: Vec<(&str, Value)>) -> String {
+        if let Some(object) = value.as_object_mut() {
+            for (key, entry) in extra {
+                object.insert(key.into(), entry);
+            }
+            if let Some(link) = &self.link {
+                object.insert("model_link".into(), link.clone());
+            }
+        }
+        text(&value)
+    }
+
     /// The fingerprint in `raw` or folded mode on `backend`, computed unless already held.
     fn fingerprint(
         &self,
@@ -198,14 +212,6 @@ impl Model {
         self.held.label.clone()
     }
 
-    /// The model's facts as the fingerprint's JSON gives them (family, layers, heads, widths).
-    #[getter]
-    fn facts(&self) -> PyResult<String> {
-        let model = self.held.stream().map_err(crate::error)?;
-        let summary = headprint::analysis::ModelSummary::from_config(&model.config, model.parameter_count);
-        Ok(text(&to_json(&summary).map_err(crate::error)?))
-    }
-
     /// Every head's fingerprint: the CLI's `fingerprint --json`, as a JSON string.
     #[pyo3(signature = (raw, backend, progress=None))]
     fn fingerprint_json(
@@ -218,11 +224,7 @@ impl Model {
         let held = self.held.clone();
         off_the_lock(py, &self.held.stop, progress, move |shown| {
             let report = held.fingerprint(raw, &backend, &shown)?;
-            let mut value = to_json(&*report)?;
-            if let (Some(link), Some(object)) = (&held.link, value.as_object_mut()) {
-                object.insert("model_link".into(), link.clone());
-            }
-            Ok(text(&value))
+            Ok(held.reported(to_json(&*report)?, Vec::new()))
         })
     }
 
@@ -271,18 +273,14 @@ impl Model {
         off_the_lock(py, &self.held.stop, progress, move |shown| {
             let done = held.induction(key, &backend, &shown)?;
             let Probed { report, bos: bos_token, backend: info } = &*done;
-            let mut value = to_json(report)?;
-            if let Some(object) = value.as_object_mut() {
-                object.insert("backend".into(), info.clone());
-                object.insert("prepend_bos".into(), json!(bos));
-                object.insert("bos_token".into(), json!(bos_token));
-                object.insert("threshold".into(), json!(threshold));
-                object.insert("induction_heads".into(), json!(report.induction_heads(threshold)));
-                if let Some(link) = &held.link {
-                    object.insert("model_link".into(), link.clone());
-                }
-            }
-            Ok(text(&value))
+            let extra = vec![
+                ("backend", info.clone()),
+                ("prepend_bos", json!(bos)),
+                ("bos_token", json!(bos_token)),
+                ("threshold", json!(threshold)),
+                ("induction_heads", json!(report.induction_heads(threshold))),
+            ];
+            Ok(held.reported(to_json(report)?, extra))
         })
     }
 
@@ -374,19 +372,15 @@ impl Model {
             let Probed { report, bos: bos_token, backend: info } = &*done;
             let sequence = headprint_native::describe::sequences(report, length, bos_token.as_ref());
             let row = ComparisonRow::new(&held.label, &fingerprint, Some(report), &sequence, threshold);
-            let mut value = to_json(&row)?;
-            if let Some(object) = value.as_object_mut() {
-                object.insert("bos_token".into(), json!(bos_token));
-                object.insert("induction_head_names".into(), json!(report.induction_heads(threshold)));
-                object.insert("head_scores".into(), json!(report.heads));
-                object.insert("spearman".into(), to_json(&spearman_table(&fingerprint, report))?);
-                object.insert("backend".into(), to_json(&fingerprint.backend)?);
-                object.insert("probe_backend".into(), info.clone());
-                if let Some(link) = &held.link {
-                    object.insert("model_link".into(), link.clone());
-                }
-            }
-            Ok(text(&value))
+            let extra = vec![
+                ("bos_token", json!(bos_token)),
+                ("induction_head_names", json!(report.induction_heads(threshold))),
+                ("head_scores", json!(report.heads)),
+                ("spearman", to_json(&spearman_table(&fingerprint, report))?),
+                ("backend", to_json(&fingerprint.backend)?),
+                ("probe_backend", info.clone()),
+            ];
+            Ok(held.reported(to_json(&row)?, extra))
         })
     }
 
