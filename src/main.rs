@@ -14,7 +14,7 @@ use clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand;
 use clap::{Parser, Subcommand};
 use headprint::Result;
 
-use crate::commands::{attention, compare, figure, fingerprint, ov_logits, probe, timeline};
+use crate::commands::{attention, compare, composition, figure, fingerprint, ov_logits, probe, svd, timeline};
 
 #[derive(Parser)]
 #[command(name = "headprint", version, about = "Spectral fingerprints of attention heads, next to what they do")]
@@ -46,6 +46,10 @@ enum Command {
     Timeline(timeline::Args),
     /// The token-space OV circuit of one head read as logits.
     OvLogits(ov_logits::Args),
+    /// Q-, K- and V-composition scores of every earlier head into every later one, beside a random baseline.
+    Composition(composition::Args),
+    /// The singular directions of one head's OV and QK circuits, read out through the vocabulary.
+    Svd(svd::Args),
     /// Draw a figure into an SVG or PNG file (the file name's extension picks the format).
     Figure(figure::Args),
 }
@@ -58,6 +62,8 @@ fn run(command: Command) -> Result<()> {
         Command::Compare(args) => compare::run(args),
         Command::Timeline(args) => timeline::run(args),
         Command::OvLogits(args) => ov_logits::run(args),
+        Command::Composition(args) => composition::run(args),
+        Command::Svd(args) => svd::run(args),
         Command::Figure(args) => figure::run(args),
     }
 }

@@ -20,7 +20,7 @@ use headprint::model::{LoadParts, Model, ModelStream};
 use headprint::weights::{ByteSource, ModelFiles};
 
 /// Every family fixture (a folder of tests/fixtures/families).
-const FIXTURES: [&str; 21] = [
+pub const FIXTURES: [&str; 21] = [
     "qwen2",
     "qwen3",
     "mistral",
@@ -44,7 +44,7 @@ const FIXTURES: [&str; 21] = [
     "smollm3",
 ];
 
-fn folder(name: &str) -> String {
+pub fn folder(name: &str) -> String {
     format!("families/{name}")
 }
 
@@ -146,10 +146,10 @@ fn streamed_families_are_their_loaded_models() {
 }
 
 /// A file in memory that records every range read from it.
-struct Recording {
-    name: String,
-    bytes: Vec<u8>,
-    reads: Arc<Mutex<Vec<Range<u64>>>>,
+pub struct Recording {
+    pub name: String,
+    pub bytes: Vec<u8>,
+    pub reads: Arc<Mutex<Vec<Range<u64>>>>,
 }
 
 impl ByteSource for Recording {
@@ -166,7 +166,7 @@ impl ByteSource for Recording {
 }
 
 /// The byte ranges of a safetensors file's tensors whose names `pick` takes.
-fn ranges_of(bytes: &[u8], pick: impl Fn(&str) -> bool) -> Vec<(String, Range<u64>)> {
+pub fn ranges_of(bytes: &[u8], pick: impl Fn(&str) -> bool) -> Vec<(String, Range<u64>)> {
     let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap());
     let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + header_len as usize]).unwrap();
     header
@@ -211,7 +211,7 @@ fn a_fingerprint_reads_no_mlp_or_expert_byte_of_any_family() {
 }
 
 #[cfg(feature = "gpu")]
-fn gpu() -> Backend {
+pub fn gpu() -> Backend {
     Backend::select(BackendChoice::Gpu).unwrap_or_else(|e| {
         panic!("no GPU adapter ({e}): install Mesa's lavapipe (apt-get install -y mesa-vulkan-drivers)")
     })

@@ -5,6 +5,7 @@ mod common;
 mod hub_imitation;
 
 mod bad_input;
+mod between;
 mod cli;
 mod demo_model;
 mod families;

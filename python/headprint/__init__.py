@@ -19,6 +19,7 @@ import pandas as pd
 from . import _headprint, _progress
 from ._headprint import Error, Model
 from ._readers import as_model, given_as
+from ._between import HeadSvd, composition, composition_table, svd
 
 __all__ = [
     "Error",
@@ -31,6 +32,10 @@ __all__ = [
     "induction",
     "ov_logits",
     "compare",
+    "composition",
+    "composition_table",
+    "svd",
+    "HeadSvd",
 ]
 
 CIRCUITS = ("ov", "qk", "ov_residual", "qk_token")

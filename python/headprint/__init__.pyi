@@ -3,7 +3,8 @@ from typing import Any, Sequence, Union
 import numpy as np
 import pandas as pd
 
-from ._headprint import Error as Error, Model as Model
+from ._headprint import CircuitSvd as CircuitSvd, Error as Error, Model as Model
+from ._between import HeadSvd as HeadSvd
 
 CIRCUITS: tuple[str, ...]
 INDUCTION_HEAD_THRESHOLD: float
@@ -41,3 +42,6 @@ def compare(
     threshold: float = ...,
     backend: str = ...,
 ) -> pd.DataFrame: ...
+def composition(model: ModelLike, kind: str = ..., *, raw: bool = ..., backend: str = ...) -> np.ndarray: ...
+def composition_table(model: ModelLike, *, raw: bool = ..., backend: str = ...) -> pd.DataFrame: ...
+def svd(model: ModelLike, head: str, circuit: str = ..., *, raw: bool = ..., tokens: int = ...) -> Union[CircuitSvd, HeadSvd]: ...

@@ -3,10 +3,12 @@
 
 pub mod attention;
 pub mod compare;
+pub mod composition;
 pub mod figure;
 pub mod fingerprint;
 pub mod ov_logits;
 pub mod probe;
+pub mod svd;
 pub mod timeline;
 
 use std::path::PathBuf;

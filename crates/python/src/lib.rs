@@ -4,6 +4,7 @@
 //! pandas and numpy and reads TransformerLens and transformers objects.
 
 mod arrays;
+mod between;
 mod model;
 mod running;
 
@@ -90,6 +91,9 @@ fn configure_links(offline: bool, on_note: Py<PyAny>) {
 fn _headprint(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Error", m.py().get_type::<Error>())?;
     m.add_class::<Model>()?;
+    m.add_class::<between::Composition>()?;
+    m.add_class::<between::CircuitSvd>()?;
+    m.add_class::<between::Direction>()?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
     m.add_function(wrap_pyfunction!(from_tensors, m)?)?;
     m.add_function(wrap_pyfunction!(configure_links, m)?)?;

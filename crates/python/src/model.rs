@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use headprint::analysis::circuits::HeadWeights;
+use headprint::analysis::composition::{Composition, composition};
 use headprint::analysis::ov_logits::top_k;
+use headprint::analysis::singular::head_svd;
 use headprint::analysis::{
     Factored, Fingerprint, FingerprintStage, HeadId, Mode, ModelFingerprint, OvTokenLogits, fingerprint_stream_watched,
 };
@@ -51,6 +53,8 @@ struct Held {
     /// The residual-space circuits alone, by mode (`raw`), as JSON in the fingerprint's shape.
     residual: Mutex<HashMap<bool, Arc<Value>>>,
     probes: Mutex<HashMap<(ProbeKey, String), Arc<Probed>>>,
+    /// Composition scores by mode (`raw`) and backend: the three kinds come from one report.
+    compositions: Mutex<HashMap<(bool, String), Arc<Composition>>>,
 }
 
 impl Held {
@@ -199,6 +203,7 @@ impl Model {
             fingerprints: Mutex::default(),
             residual: Mutex::default(),
             probes: Mutex::default(),
+            compositions: Mutex::default(),
         };
         Ok(Model { held: Arc::new(held) })
     }
@@ -400,6 +405,53 @@ impl Model {
             let bytes = figure.render(headprint::figures::output::Format::Svg)?;
             String::from_utf8(bytes).map_err(|e| Error::Internal(e.to_string()))
         })
+    }
+
+    /// Every pair's composition scores in `raw` or folded mode on `backend`, computed unless
+    /// already held.
+    #[pyo3(signature = (raw, backend, progress=None))]
+    fn composition(
+        &self,
+        py: Python<'_>,
+        raw: bool,
+        backend: String,
+        progress: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<crate::between::Composition> {
+        let held = self.held.clone();
+        let report = off_the_lock(py, &self.held.stop, progress, move |shown| {
+            let key = (raw, backend.clone());
+            if let Some(done) = held.compositions.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+                return Ok(done.clone());
+            }
+            let model = held.stream()?;
+            let mut computing = select(&backend)?;
+            let mode = if raw { Mode::Raw } else { Mode::Folded };
+            let report = Arc::new(composition(&model, mode, &mut computing, &mut |done, total| {
+                shown.set("layers", done, total)
+            })?);
+            held.compositions.lock().unwrap_or_else(|e| e.into_inner()).insert(key, report.clone());
+            Ok(report)
+        })?;
+        Ok(crate::between::Composition::new(report))
+    }
+
+    /// One head's OV and QK singular directions, each block read out through the vocabulary
+    /// (`tokens` at each end): (ov, qk, the blocks' relative gap, the null tolerance).
+    fn svd(
+        &self,
+        py: Python<'_>,
+        head: String,
+        raw: bool,
+        tokens: usize,
+    ) -> PyResult<(crate::between::CircuitSvd, crate::between::CircuitSvd, f64, f64)> {
+        let held = self.held.clone();
+        let report = off_the_lock(py, &self.held.stop, None, move |_| {
+            let model = held.stream()?;
+            let id = HeadId::parse(&head, &model.config)?;
+            let mode = if raw { Mode::Raw } else { Mode::Folded };
+            head_svd(&model, &held.tokenizer, id, mode, tokens)
+        })?;
+        Ok(crate::between::circuits(report))
     }
 
     fn __repr__(&self) -> String {

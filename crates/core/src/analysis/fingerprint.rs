@@ -13,7 +13,7 @@ use crate::model::{Layer, LoadParts, Model, ModelConfig, ModelStream, Norm, Weig
 use crate::parallel::map_each;
 use crate::{Error, Result};
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelSummary {
     pub family: String,
     pub layers: usize,

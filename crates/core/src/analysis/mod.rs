@@ -3,12 +3,15 @@
 //! docs/methods.md#4-ov-token-logits).
 
 pub mod circuits;
+pub mod composition;
 pub mod fingerprint;
 pub mod head;
 pub mod ov_logits;
+pub mod singular;
 pub mod spectrum;
 
 pub use circuits::{Circuits, Mode};
+pub use composition::{Composition, CompositionKind};
 pub use fingerprint::{
     FingerprintStage, HeadFingerprint, ModelFingerprint, ModelSummary, fingerprint_model, fingerprint_stream,
     fingerprint_stream_watched, fingerprint_stream_with,

@@ -23,6 +23,8 @@ pub const VOCAB_BLOCK: usize = 1024;
 /// A model's weights, wherever they are (natively read from several threads at once).
 pub trait Weights: crate::parallel::Shareable {
     fn config(&self) -> &ModelConfig;
+    /// Parameters the files hold (tied copies counted once), as the summaries report them.
+    fn parameter_count(&self) -> u64;
     fn ln_final(&self) -> &Norm;
     /// Token strings of character models (file metadata `vocab`).
     fn vocab_strings(&self) -> Option<&[String]>;
@@ -109,6 +111,9 @@ fn rows_of(tokens: &[usize], d_model: usize, row: impl Fn(usize) -> Result<DMatr
 impl Weights for Model {
     fn config(&self) -> &ModelConfig {
         &self.config
+    }
+    fn parameter_count(&self) -> u64 {
+        self.parameter_count
     }
     fn ln_final(&self) -> &Norm {
         &self.ln_final
@@ -220,6 +225,9 @@ impl<'a> ModelStream<'a> {
 impl Weights for ModelStream<'_> {
     fn config(&self) -> &ModelConfig {
         &self.config
+    }
+    fn parameter_count(&self) -> u64 {
+        self.parameter_count
     }
     fn ln_final(&self) -> &Norm {
         &self.ln_final
