@@ -62,7 +62,7 @@ fn style(counted: bool, unit: &'static str) -> Option<ProgressStyle> {
                 let _ = w.write_str(unit);
             })
             .with_key("net", |_: &ProgressState, w: &mut dyn Write| {
-                if let Some(bytes) = crate::open::bytes_fetched().filter(|&b| b > 0) {
+                if let Some(bytes) = headprint_native::open::bytes_fetched().filter(|&b| b > 0) {
                     let seconds = START.get().map_or(1.0, |start| start.elapsed().as_secs_f64()).max(1e-3);
                     let _ = write!(w, " · {} fetched", megabytes(bytes));
                     let _ = write!(w, " ({}/s)", megabytes((bytes as f64 / seconds) as u64));

@@ -239,3 +239,21 @@ fn the_cli_prints_composition_and_singular_directions() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("unknown head `L9H0`"), "{stderr}");
 }
+
+#[test]
+fn the_figures_cells_are_each_pairs_ratio_to_its_baseline() {
+    use headprint::figures::composition::CompositionChart;
+    use headprint::figures::output::{Figure, Format};
+    let report = composition_of(&fixture("gptchar-induction"), Mode::Folded, &mut Backend::cpu());
+    let chart = CompositionChart::of(&report, 1.2, 10, "planted".into());
+    assert_eq!(chart.edges.len(), 3, "the planted K- and Q-pairs into the induction head: {:?}", chart.edges);
+    let scale = chart.scale();
+    let (kind, from, to) = (CompositionKind::K, HeadId::new(0, 1), HeadId::new(1, 0));
+    let ratio = report.scores.get(kind, from, to) / report.baseline(kind).mean;
+    let layout = chart.layout(1);
+    let (x0, y0, x1, y1) = layout.cell(from.layer * 2 + from.head, to.layer * 2 + to.head);
+    let png = Figure::Composition(chart).render(Format::Png).unwrap();
+    let (width, _, pixels) = crate::figures::decode(&png);
+    let at = (((y0 + y1) / 2) as usize * width as usize + ((x0 + x1) / 2) as usize) * 3;
+    assert_eq!(pixels[at..at + 3], scale.rgb(ratio), "K L0H1 → L1H0 at ratio {ratio}");
+}

@@ -35,7 +35,7 @@ fn figure(model: &Path, kind: &str, file: &str, extra: &[&str]) -> Vec<u8> {
 }
 
 /// Width, height and RGB pixels of a PNG.
-fn decode(png_bytes: &[u8]) -> (u32, u32, Vec<u8>) {
+pub fn decode(png_bytes: &[u8]) -> (u32, u32, Vec<u8>) {
     let decoder = png::Decoder::new(std::io::Cursor::new(png_bytes));
     let mut reader = decoder.read_info().unwrap();
     let mut pixels = vec![0; reader.output_buffer_size()];
@@ -45,7 +45,7 @@ fn decode(png_bytes: &[u8]) -> (u32, u32, Vec<u8>) {
     (info.width, info.height, pixels)
 }
 
-const KINDS: [&str; 6] = ["copying", "spectrum", "self-copy", "swap", "verdicts", "scatter"];
+const KINDS: [&str; 7] = ["copying", "spectrum", "self-copy", "swap", "verdicts", "scatter", "composition"];
 
 #[test]
 fn every_kind_is_byte_identical_across_runs_and_pngs_are_wide_enough() {

@@ -3,10 +3,12 @@
 use std::path::PathBuf;
 
 use clap::ValueEnum;
+use headprint::analysis::composition::composition;
 use headprint::analysis::ov_logits::top_k;
 use headprint::analysis::{Fingerprint, HeadId, Mode, OvTokenLogits};
 use headprint::backend::{Backend, block_on};
 use headprint::compare::{BEHAVIOURAL_SCORES, SPECTRAL_FEATURES, spearman};
+use headprint::figures::composition::CompositionChart;
 use headprint::figures::output::{Figure, Format};
 use headprint::figures::timeline::TimelineChart;
 use headprint::figures::{copying, scatter, self_copy, spectrum, swap, verdicts};
@@ -49,6 +51,9 @@ pub struct Args {
     /// timeline: the score of the lower panel.
     #[arg(long, default_value = "induction_score")]
     y: String,
+    /// composition: the ratio to the random baseline a pair must reach to be drawn as an edge.
+    #[arg(long, default_value_t = 2.0)]
+    above: f64,
     #[command(flatten)]
     revisions: RevisionArgs,
     /// Spectral values from the weights as stored (default: LayerNorm folded).
@@ -75,6 +80,9 @@ enum Kind {
     /// Heads over training: a feature and a score of the top heads as lines over the checkpoints
     /// (log step axis), above the study's table over training.
     Timeline,
+    /// Every writer x reader pair's Q-, K- and V-composition over its random baseline, and the
+    /// strongest pairs (--top, default 60, at --above times the baseline or more) as a graph of layers.
+    Composition,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -83,6 +91,7 @@ pub fn run(args: Args) -> Result<()> {
     let mode = if args.raw { Mode::Raw } else { Mode::Folded };
     let figure = match (args.kind, &args.models[..]) {
         (Kind::Timeline, _) => timeline_chart(&args, mode)?,
+        (Kind::Composition, [model]) => composition_chart(&args, model, mode)?,
         (_, [model]) if args.revisions.revisions.is_empty() && args.revisions.steps.is_empty() => {
             one_model_figure(&args, model, mode)?
         }
@@ -118,6 +127,17 @@ fn timeline_chart(args: &Args, mode: Mode) -> Result<Figure> {
         heads,
         timeline,
     }))
+}
+
+/// The composition maps and graph: the model's attention weights alone, on the CPU.
+fn composition_chart(args: &Args, given: &str, mode: Mode) -> Result<Figure> {
+    let opened = crate::open::open(given)?;
+    let model = headprint::model::ModelStream::open(&opened.files)?;
+    let bar = progress::stage("composition", Some(model.config.layers), "layers");
+    let report = composition(&model, mode, &mut Backend::cpu(), &mut |done, total| bar.set(done, total))?;
+    drop(bar);
+    let title = format!("{}: composition between heads ({} mode)", opened.label, mode.name());
+    Ok(Figure::Composition(CompositionChart::of(&report, args.above, args.top.unwrap_or(60), title)))
 }
 
 /// Every figure of one model.
@@ -270,7 +290,9 @@ fn one_model_figure(args: &Args, given: &str, mode: Mode) -> Result<Figure> {
                 named: 4,
             })
         }
-        Kind::Timeline => return Err(Error::Internal("the timeline figure takes its checkpoints".into())),
+        Kind::Timeline | Kind::Composition => {
+            return Err(Error::Internal("this figure is drawn apart from the one-model figures".into()));
+        }
     })
 }
 

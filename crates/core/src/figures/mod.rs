@@ -6,6 +6,7 @@
 
 pub mod attention;
 pub mod colour;
+pub mod composition;
 pub mod copying;
 pub mod matrix;
 pub mod metric;

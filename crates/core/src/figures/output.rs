@@ -6,6 +6,7 @@ use std::sync::Once;
 
 use plotters::prelude::*;
 
+use super::composition::CompositionChart;
 use super::copying::CopyingScores;
 use super::scatter::Scatter;
 use super::self_copy::SelfCopy;
@@ -59,6 +60,7 @@ pub enum Figure {
     Verdicts(Verdicts),
     Scatter(Scatter),
     Timeline(TimelineChart),
+    Composition(CompositionChart),
 }
 
 impl Figure {
@@ -72,6 +74,7 @@ impl Figure {
             Figure::Verdicts(f) => f.size(),
             Figure::Scatter(f) => f.size(),
             Figure::Timeline(f) => f.size(),
+            Figure::Composition(f) => f.size(),
         }
     }
 
@@ -84,6 +87,7 @@ impl Figure {
             Figure::Verdicts(f) => f.draw(area),
             Figure::Scatter(f) => f.draw(area),
             Figure::Timeline(f) => f.draw(area),
+            Figure::Composition(f) => f.draw(area),
         }
     }
 
