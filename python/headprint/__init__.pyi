@@ -5,6 +5,9 @@ import pandas as pd
 
 from ._headprint import Error as Error, Model as Model
 
+__version__: str
+__all__: list[str]
+
 CIRCUITS: tuple[str, ...]
 INDUCTION_HEAD_THRESHOLD: float
 
