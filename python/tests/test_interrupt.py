@@ -63,30 +63,25 @@ def model(weights):
 
 
 class Interrupting:
-    """A progress callback that sends this process a real SIGINT at the step `chosen(stage,
-    done, total, seen)` picks, `seen` being the steps shown before."""
+    """A progress callback that sends this process a real SIGINT at the first step that
+    `chosen(stage, done, total)` picks."""
 
     def __init__(self, chosen):
         self.chosen = chosen
-        self.seen: list[tuple[str, int, int]] = []
         self.sent_at = None
 
     def __call__(self, stage, done, total):
-        step = (stage, done, total)
-        if self.sent_at is None and self.chosen(stage, done, total, self.seen):
-            self.sent_at = step
-            self.seen.append(step)
+        if self.sent_at is None and self.chosen(stage, done, total):
+            self.sent_at = (stage, done, total)
             signal.raise_signal(signal.SIGINT)
-        else:
-            self.seen.append(step)
 
 
 STEPS = {
-    "first": lambda stage, done, total, seen: True,
-    "first of the heads": lambda stage, done, total, seen: stage == "heads",
+    "first": lambda stage, done, total: True,
+    "first of the heads": lambda stage, done, total: stage == "heads",
     # The work's last step: shown either while the report is still being assembled or, when
     # the work ended before the next look, together with its result.
-    "last": lambda stage, done, total, seen: stage == "heads" and done == total,
+    "last": lambda stage, done, total: stage == "heads" and done == total,
 }
 
 

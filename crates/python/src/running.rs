@@ -121,11 +121,10 @@ pub fn off_the_lock<T: Send + 'static>(
         }
     };
     let _ = worker.join();
-    // A Ctrl-C that came after the last look (while the work finished, while its result was
-    // taken, or in the progress callback of a run already done) is still pending. Python raises
-    // a pending signal at its next check, so the call does too rather than hand back a result
-    // as if no Ctrl-C had come: the caller may be C code, or a finalizer whose exception
-    // Python drops, and there the interrupt would be lost.
+    // A Ctrl-C that came after the last look (as the work finished, while its result came
+    // back) is still pending. Python raises a pending signal at its next check; this call is
+    // that check, rather than handing back a result as if no Ctrl-C had come and leaving the
+    // raise to whatever runs next (C code that calls this in a loop would go on first).
     py.check_signals()?;
     outcome
 }
