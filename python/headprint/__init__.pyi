@@ -6,6 +6,9 @@ import pandas as pd
 from ._headprint import CircuitSvd as CircuitSvd, Error as Error, Model as Model
 from ._between import HeadSvd as HeadSvd
 
+__version__: str
+__all__: list[str]
+
 CIRCUITS: tuple[str, ...]
 INDUCTION_HEAD_THRESHOLD: float
 

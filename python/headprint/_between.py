@@ -9,31 +9,15 @@ from typing import Any
 import numpy as _np
 import pandas as _pd
 
-from . import _progress
+from ._api import _as_stored, _mode, _run
 from ._headprint import CircuitSvd, Error
-from ._readers import as_model, given_as
+from ._readers import as_model
 
 KINDS = ("q", "k", "v")
 
 
-def _raw(model: Any, raw: bool) -> bool:
-    # A HookedTransformer's weights are used as TransformerLens holds them.
-    return raw or given_as(model) == "as given"
-
-
-def _mode(model: Any, raw: bool) -> str:
-    if given_as(model) == "as given":
-        return "as given"
-    return "raw" if raw else "folded"
-
-
 def _report(model: Any, raw: bool, backend: str):
-    held = as_model(model)
-    report = _progress.reporter()
-    try:
-        return held.composition(_raw(model, raw), backend, report)
-    finally:
-        _progress.finish(report)
+    return _run(as_model(model).composition, _as_stored(model, raw), backend)
 
 
 def composition(model: Any, kind: str = "k", *, raw: bool = False, backend: str = "auto") -> _np.ndarray:
@@ -87,7 +71,7 @@ def svd(model: Any, head: str, circuit: str = "ov", *, raw: bool = False, tokens
     direction signed, a degenerate block (values within a relative gap of 1e-2) as a subspace."""
     if circuit not in ("ov", "qk", "both"):
         raise Error(f'circuit "{circuit}": choose "ov", "qk" or "both"')
-    ov, qk, gap, null_tolerance = as_model(model).svd(head, _raw(model, raw), tokens)
+    ov, qk, gap, null_tolerance = as_model(model).svd(head, _as_stored(model, raw), tokens)
     if circuit == "ov":
         return ov
     if circuit == "qk":

@@ -1,7 +1,8 @@
 //! Long work off the interpreter's lock: it runs on its own thread while the calling thread
 //! waits without the GIL, wakes every tenth of a second to pass progress to Python and to
 //! look for Ctrl-C, and on Ctrl-C stops the work at its next weight read and raises
-//! KeyboardInterrupt.
+//! KeyboardInterrupt. A Ctrl-C seen at any point of the call raises, even one that came as the
+//! work finished.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -120,5 +121,10 @@ pub fn off_the_lock<T: Send + 'static>(
         }
     };
     let _ = worker.join();
+    // A Ctrl-C that came after the last look (as the work finished, while its result came
+    // back) is still pending. Python raises a pending signal at its next check; this call is
+    // that check, rather than handing back a result as if no Ctrl-C had come and leaving the
+    // raise to whatever runs next (C code that calls this in a loop would go on first).
+    py.check_signals()?;
     outcome
 }
