@@ -67,8 +67,8 @@ def test_the_table_lists_every_pair_with_its_ratio_to_the_baseline():
 def test_singular_directions_are_numpys_svd():
     model = hooked_gpt2(FIXTURES / "gpt2")
     for circuit in ("ov", "qk"):
-        ours = headprint.svd(model, "L1H2", circuit)
-        a, b = (model.W_V[1, 2], model.W_O[1, 2]) if circuit == "ov" else (model.W_Q[1, 2], model.W_K[1, 2].T)
+        ours = headprint.svd(model, "L1H1", circuit)
+        a, b = (model.W_V[1, 1], model.W_O[1, 1]) if circuit == "ov" else (model.W_Q[1, 1], model.W_K[1, 1].T)
         dense = a.astype(np.float64) @ b.astype(np.float64)
         theirs = np.linalg.svd(dense, compute_uv=False)[: a.shape[1]]
         assert np.abs(ours.singular_values - theirs).max() <= 1e-12 * theirs[0]
