@@ -15,12 +15,14 @@ Each round, in turn:
 - tl:     TransformerLens's own `tl_model.all_composition_scores(kind)` for Q, K and V on the same
           HookedTransformer (built the same way, not timed).
 The scores of py and tl are compared (largest absolute difference), so the work is the same work.
-Peak memory is each process's maximum resident set, less the same process's before the timed work.
+Peak memory: the CLI's maximum resident set (GNU time's); for py and tl, the process's peak
+resident set during the timed work alone (Linux's VmHWM, reset through /proc/self/clear_refs
+once the model is built), so torch and the model's weights count as they are held, not as they
+were loaded.
 """
 
 import argparse
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -30,13 +32,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 sys.path.insert(0, {scripts!r})
 import numpy as np, torch
 import bench_python
 which = sys.argv[1]
 model = bench_python.hooked()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def peak_kb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+open("/proc/self/clear_refs", "w").write("5")
 start = time.perf_counter()
 if which == "py":
     import headprint
@@ -45,9 +51,9 @@ else:
     with torch.no_grad():
         scores = {{k: model.all_composition_scores(k.upper()).double().numpy() for k in "qkv"}}
 seconds = time.perf_counter() - start
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+peak = peak_kb()
 np.savez(sys.argv[2], **scores)
-print(json.dumps({{"seconds": seconds, "peak_mb": (peak - before) / 1024}}))
+print(json.dumps({{"seconds": seconds, "peak_mb": peak / 1024}}))
 """
 
 
@@ -61,12 +67,12 @@ def cli_run(cli, folder):
     import time
 
     start = time.perf_counter()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    subprocess.run([cli, "composition", folder, "--json", "--backend", "cpu", "--quiet"], check=True, capture_output=True)
+    done = subprocess.run(
+        ["/usr/bin/time", "-f", "%M", cli, "composition", folder, "--json", "--backend", "cpu", "--quiet"],
+        check=True, capture_output=True, text=True,
+    )
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    # RUSAGE_CHILDREN's maximum is over every child so far: the CLI runs first each round.
-    return {"seconds": seconds, "peak_mb": max(peak, before) / 1024}
+    return {"seconds": seconds, "peak_mb": int(done.stderr.strip().splitlines()[-1]) / 1024}
 
 
 def main():
