@@ -34,7 +34,10 @@ impl Composition {
     }
 }
 
-fn edge_tuple(edge: CompositionEdge) -> (String, String, String, f64, f64) {
+/// A pair as Python lists it: (kind, from, to, score, ratio).
+type Edge = (String, String, String, f64, f64);
+
+fn edge_tuple(edge: CompositionEdge) -> Edge {
     (edge.kind.name().to_string(), edge.from, edge.to, edge.score, edge.ratio)
 }
 
@@ -78,7 +81,7 @@ impl Composition {
 
     /// Every pair l1 < l2 of one kind, strongest first: (kind, from, to, score, ratio to the
     /// baseline's mean).
-    fn ranked(&self, kind_name: &str) -> PyResult<Vec<(String, String, String, f64, f64)>> {
+    fn ranked(&self, kind_name: &str) -> PyResult<Vec<Edge>> {
         Ok(self.report.ranked(kind(kind_name)?).into_iter().map(edge_tuple).collect())
     }
 
