@@ -7,6 +7,7 @@ pub mod figure;
 pub mod fingerprint;
 pub mod ov_logits;
 pub mod probe;
+pub mod sweep;
 pub mod timeline;
 
 use std::path::PathBuf;
