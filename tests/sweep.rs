@@ -171,7 +171,8 @@ fn a_rerun_fetches_no_weight_byte_a_repeated_checkpoint_is_never_fetched_and_a_m
     let out = scratch("sweep-rerun").join("out");
     let link = format!("hf:{REPO}");
     let args = [link.as_str(), "--revisions", "step1,step2,step3"];
-    let (ok, stdout, stderr) = sweep(&hub, &scratch("sweep-rerun-1"), &out, &args, &[]);
+    let first_home = scratch("sweep-rerun-1");
+    let (ok, stdout, stderr) = sweep(&hub, &first_home, &out, &args, &[]);
     assert!(ok, "{stdout}\n{stderr}");
     assert!(stdout.contains("2 computed") && stdout.contains("1 with the same weights"), "{stdout}");
     assert!(weight_bytes(&hub, &step1) > 0 && weight_bytes(&hub, &step3) > 0, "the distinct checkpoints are read");
@@ -193,6 +194,10 @@ fn a_rerun_fetches_no_weight_byte_a_repeated_checkpoint_is_never_fetched_and_a_m
     }
     let (_, third) = rows_of(&out.join("test-org--sweep@step3.parquet"));
     assert!(third[0]["same_weights_as"].is_null() && third[0]["weights_sha256"] != first[0]["weights_sha256"]);
+
+    // Offline, the cache's record of each branch's commit is enough to skip them all.
+    let (ok, stdout, stderr) = sweep(&hub, &first_home, &out, &[&args[..], &["--offline"]].concat(), &[]);
+    assert!(ok && stdout.contains("3 already written"), "{stdout}\n{stderr}");
 
     // A rerun with an empty cache, as on another node: every file is there for its commit.
     hub.clear_log();

@@ -233,8 +233,14 @@ impl<'a> Opener<'a> {
     /// What the Hub publishes about a revision before any of its files is read: the commit and
     /// each safetensors file's content hash (its LFS sha256), from one answer of its API
     /// (`/api/models/ORG/NAME/revision/REVISION?blobs=true`). No weight byte is fetched.
+    /// Offline, the cache's record of the revision's commit stands in (with no hashes).
     pub fn published(&self, repo: &str, revision: &str) -> Result<Published> {
         let what = format!("hf:{repo}@{revision}");
+        if self.client.is_offline() {
+            let commit = ModelLink::is_commit(revision).then(|| revision.to_string());
+            let commit = commit.or_else(|| self.cache.commit_of(repo, revision));
+            return commit.map(|commit| Published { commit, weights: Vec::new() }).ok_or(Error::Offline { what });
+        }
         let url = format!("{}/api/models/{repo}/revision/{revision}?blobs=true", self.hub_endpoint);
         let whole = self.whole(&url, &what)?;
         if let Some(missing) = whole.missing {
