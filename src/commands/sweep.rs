@@ -271,7 +271,16 @@ impl Sweep<'_> {
         let heads = self.measure(unit, &link);
         let heads = match heads {
             Ok(heads) => heads,
-            Err(e) => return self.fail(unit, &path, &facts, &e.to_string().replace(&link, &unit.link)),
+            Err(e) => {
+                // The opener's errors name the link already; the unit's link once is enough.
+                let reason = e.to_string().replace(&link, &unit.link);
+                let prefix = format!("{}: ", unit.link);
+                let reason = match reason.strip_prefix(&prefix) {
+                    Some(rest) if rest.contains(&unit.link) => rest.to_string(),
+                    _ => reason,
+                };
+                return self.fail(unit, &path, &facts, &reason);
+            }
         };
         let table = unit_table(unit, &facts, Ok(&heads), self.args.probe);
         if let Err(e) = self.write(&path, unit, &facts, &table, false) {
