@@ -7,6 +7,7 @@ mod loaded;
 mod open;
 mod print;
 mod progress;
+mod rows_file;
 
 use std::process::ExitCode;
 
@@ -14,7 +15,7 @@ use clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand;
 use clap::{Parser, Subcommand};
 use headprint::Result;
 
-use crate::commands::{attention, compare, composition, figure, fingerprint, ov_logits, probe, svd, timeline};
+use crate::commands::{attention, compare, composition, figure, fingerprint, ov_logits, probe, svd, sweep, timeline};
 
 #[derive(Parser)]
 #[command(name = "headprint", version, about = "Spectral fingerprints of attention heads, next to what they do")]
@@ -44,6 +45,9 @@ enum Command {
     /// One model's checkpoints (Pythia's step{N} branches, or local folders): each head's fingerprint, and with
     /// --probe its induction score, as a series over the revisions, and the study's row per revision.
     Timeline(timeline::Args),
+    /// Many models and checkpoints, one Parquet file of per-head rows each, in shards (Slurm
+    /// arrays), resumable, and with repeated checkpoints found before a byte is fetched.
+    Sweep(sweep::Args),
     /// The token-space OV circuit of one head read as logits.
     OvLogits(ov_logits::Args),
     /// Q-, K- and V-composition scores of every earlier head into every later one, beside a random baseline.
@@ -61,6 +65,7 @@ fn run(command: Command) -> Result<()> {
         Command::Probe(args) => probe::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Timeline(args) => timeline::run(args),
+        Command::Sweep(args) => sweep::run(args),
         Command::OvLogits(args) => ov_logits::run(args),
         Command::Composition(args) => composition::run(args),
         Command::Svd(args) => svd::run(args),

@@ -19,6 +19,7 @@ mod hub_layouts;
 mod properties;
 mod reference;
 mod stream;
+mod sweep;
 mod timeline;
 mod verdicts;
 mod worker_session;

@@ -9,6 +9,7 @@ pub mod fingerprint;
 pub mod ov_logits;
 pub mod probe;
 pub mod svd;
+pub mod sweep;
 pub mod timeline;
 
 use std::path::PathBuf;

@@ -54,7 +54,7 @@ pub struct Gathered {
 
 /// What one revision's row says beside the study's columns: how it was fetched and computed.
 #[derive(Default)]
-struct Facts {
+pub(crate) struct Facts {
     /// `model_link`, for a revision by link.
     link: Option<Value>,
     backend: Option<BackendInfo>,
@@ -207,8 +207,8 @@ pub fn gather(
 }
 
 /// One revision opened, fingerprinted and, with `sequence`, probed; with its pinned link when it
-/// came by link, and its row's facts.
-fn measure(
+/// came by link, and its row's facts. The sweep measures each of its units so too.
+pub(crate) fn measure(
     link: &str,
     mode: Mode,
     sequence: Option<&SequenceArgs>,

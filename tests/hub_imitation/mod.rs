@@ -4,8 +4,10 @@
 //! - the hub: `/{org}/{name}/resolve/{revision}/{path}` answers a large file (`*.safetensors`)
 //!   with a `302` to the CDN (a signed URL that expires) carrying `X-Repo-Commit`,
 //!   `X-Linked-Size` and `X-Linked-Etag`, and a small file with a relative `307` to
-//!   `/api/resolve-cache/…`; `401` + `X-Error-Code: GatedRepo` for a gated repository without the
-//!   token, `404` + `RepoNotFound` / `RevisionNotFound` / `EntryNotFound`, `429` + `Retry-After`.
+//!   `/api/resolve-cache/…`; the API's `/api/models/{org}/{name}/revision/{revision}` with the
+//!   commit (`sha`) and the files (`siblings`, with `?blobs=true` each LFS file's sha256);
+//!   `401` + `X-Error-Code: GatedRepo` for a gated repository without the token, `404` +
+//!   `RepoNotFound` / `RevisionNotFound` / `EntryNotFound`, `429` + `Retry-After`.
 //!   It echoes `Origin` in `Access-Control-Allow-Origin` and exposes the Hub's headers.
 //! - the CDN: signed files and a plain web folder (`/web/…`), `Access-Control-Allow-Origin: *`,
 //!   `206` + `Content-Range` for one range, `416` + `bytes */N` past the end.
@@ -467,7 +469,21 @@ fn hub(request: &Request, state: &State, cdn: &str) -> Answer {
             None if repo.commits.contains_key(revision) => revision.to_string(),
             None => return error(404, "RevisionNotFound"),
         };
-        let body = serde_json::json!({"id": format!("{org}/{name}"), "sha": commit}).to_string();
+        // With `?blobs=true`, as the Hub's model-info API answers it: each file by name with its
+        // size, and an LFS file's content hash (sha256 of its bytes) under `lfs`.
+        let blobs = request.path.split_once('?').is_some_and(|(_, query)| query.split('&').any(|q| q == "blobs=true"));
+        let mut files: Vec<(&String, &Arc<Vec<u8>>)> = repo.commits[&commit].iter().collect();
+        files.sort();
+        let siblings: Vec<serde_json::Value> = files
+            .into_iter()
+            .map(|(file, bytes)| match (blobs, file.ends_with(".safetensors")) {
+                (true, true) => serde_json::json!({"rfilename": file, "size": bytes.len(),
+                    "lfs": {"sha256": hex_digest(bytes), "size": bytes.len(), "pointerSize": 134}}),
+                (true, false) => serde_json::json!({"rfilename": file, "size": bytes.len()}),
+                (false, _) => serde_json::json!({"rfilename": file}),
+            })
+            .collect();
+        let body = serde_json::json!({"id": format!("{org}/{name}"), "sha": commit, "siblings": siblings}).to_string();
         return Answer::text(200, &body).header("Content-Type", "application/json");
     }
     let parts: Vec<&str> = path.trim_start_matches('/').splitn(5, '/').collect();

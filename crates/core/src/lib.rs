@@ -2,7 +2,7 @@
 //!
 //! Data flows one way: files -> [`weights`] -> [`model`] -> [`analysis`] (circuits, spectra,
 //! OV token logits) and [`forward`] -> [`probes`] -> [`compare`], and over a model's
-//! checkpoints [`timeline`]; [`backend`] runs the analysis's large products on the CPU or a
+//! checkpoints [`timeline`], and over many models and checkpoints [`sweep`]'s rows; [`backend`] runs the analysis's large products on the CPU or a
 //! GPU. Nothing here knows about the browser: [`worker`]'s session answers the page's requests from the core, and the page's crate (`headprint-web`)
 //! carries them to and from the browser. The command line is the `headprint-cli` crate.
 
@@ -16,6 +16,7 @@ pub mod link;
 pub mod model;
 pub mod parallel;
 pub mod probes;
+pub mod sweep;
 pub mod timeline;
 pub mod tokens;
 pub mod weights;

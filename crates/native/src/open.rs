@@ -9,7 +9,7 @@ use std::time::Duration;
 use headprint::Result;
 use headprint::weights::ModelFiles;
 use headprint::weights::remote::{
-    Client, DiskCache, HUB_ENDPOINT, LinkCache, ModelLink, NoCache, Opener, Patience, READ_TIMEOUT_SECONDS,
+    Client, DiskCache, HUB_ENDPOINT, LinkCache, ModelLink, NoCache, Opener, Patience, Published, READ_TIMEOUT_SECONDS,
     hf_cache_root,
 };
 use serde_json::json;
@@ -151,6 +151,19 @@ pub fn open(model: &str) -> Result<Opened> {
             fetched_before,
         }),
     })
+}
+
+/// What the Hub publishes about `repo` at `revision` (its commit and its weights' content
+/// hashes), asked before any file of it is read; an error when offline.
+pub fn published(repo: &str, revision: &str) -> Result<Published> {
+    let client = client()?;
+    let disk = DiskCache::default_root().map(DiskCache::new);
+    let memory = NoCache { budget: 0 };
+    let cache: &dyn LinkCache = match &disk {
+        Some(disk) => disk,
+        None => &memory,
+    };
+    Opener::new(client, cache, &hub_endpoint()).published(repo, revision)
 }
 
 /// Body bytes fetched so far in this run, when a link was opened.

@@ -21,7 +21,7 @@ pub use store::{FileFacts, FileKey, LinkCache, MemoryRanges, NoCache, RangeStore
 
 use super::{ByteSource, ModelFiles};
 use crate::{Error, Result};
-use store::short_hash;
+pub(crate) use store::short_hash;
 
 /// The first request to a large file asks for its 8-byte header length (and learns its size,
 /// version and CDN address); the header is the next request, and then only the tensors read.
@@ -47,6 +47,35 @@ pub struct OpenedLink {
     pub total_bytes: u64,
     /// Files read from the local Hugging Face cache instead of the network.
     pub local_files: usize,
+}
+
+/// A Hub revision as its API describes it, before any of its files is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    pub commit: String,
+    /// The safetensors files the model is read from, by name, with the content hash the Hub
+    /// publishes for each (None for a file it gives none for).
+    pub weights: Vec<(String, Option<String>)>,
+}
+
+impl Published {
+    /// One hash for all the weights: two revisions have the same one exactly when every weights
+    /// file's published hash is the same. None when a file has no published hash, or there are
+    /// no weights files.
+    pub fn weights_sha256(&self) -> Option<String> {
+        match &self.weights[..] {
+            [] => None,
+            [(_, hash)] => hash.clone(),
+            files => {
+                use sha2::{Digest, Sha256};
+                let mut hasher = Sha256::new();
+                for (name, hash) in files {
+                    hasher.update(format!("{name}={};", hash.as_deref()?).as_bytes());
+                }
+                Some(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
+            }
+        }
+    }
 }
 
 /// What the files of a model add up to.
@@ -199,6 +228,47 @@ impl<'a> Opener<'a> {
             // since: config.json is read again at the commit.
             None => Ok((self.commit_from_api(repo, revision, &what)?, None)),
         }
+    }
+
+    /// What the Hub publishes about a revision before any of its files is read: the commit and
+    /// each safetensors file's content hash (its LFS sha256), from one answer of its API
+    /// (`/api/models/ORG/NAME/revision/REVISION?blobs=true`). No weight byte is fetched.
+    /// Offline, the cache's record of the revision's commit stands in (with no hashes).
+    pub fn published(&self, repo: &str, revision: &str) -> Result<Published> {
+        let what = format!("hf:{repo}@{revision}");
+        if self.client.is_offline() {
+            let commit = ModelLink::is_commit(revision).then(|| revision.to_string());
+            let commit = commit.or_else(|| self.cache.commit_of(repo, revision));
+            return commit.map(|commit| Published { commit, weights: Vec::new() }).ok_or(Error::Offline { what });
+        }
+        let url = format!("{}/api/models/{repo}/revision/{revision}?blobs=true", self.hub_endpoint);
+        let whole = self.whole(&url, &what)?;
+        if let Some(missing) = whole.missing {
+            return Err(missing);
+        }
+        let answer: serde_json::Value = serde_json::from_slice(&whole.bytes.unwrap_or_default()).unwrap_or_default();
+        let commit = answer["sha"].as_str().filter(|c| ModelLink::is_commit(c)).ok_or_else(|| Error::Network {
+            what: what.clone(),
+            reason: "the Hub's API did not say which commit the revision is (no sha)".into(),
+        })?;
+        self.cache.keep_commit(repo, revision, commit);
+        let mut weights = Vec::new();
+        for sibling in answer["siblings"].as_array().into_iter().flatten() {
+            let Some(name) = sibling["rfilename"].as_str().filter(|n| n.ends_with(".safetensors") && !n.contains('/'))
+            else {
+                continue;
+            };
+            // The model-info API names it `sha256`, the tree API `oid`; both are the file's sha256.
+            let lfs = &sibling["lfs"];
+            let hash = lfs["sha256"].as_str().or_else(|| lfs["oid"].as_str()).map(|h| h.trim_start_matches("sha256:"));
+            weights.push((name.to_string(), hash.map(str::to_string)));
+        }
+        // The opener reads model.safetensors alone when there is one (see `open`).
+        if weights.iter().any(|(name, _)| name == "model.safetensors") {
+            weights.retain(|(name, _)| name == "model.safetensors");
+        }
+        weights.sort();
+        Ok(Published { commit: commit.to_string(), weights })
     }
 
     /// The commit of `revision` from `/api/models/ORG/NAME/revision/REVISION` (`sha`).
