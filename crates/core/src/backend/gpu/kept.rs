@@ -250,9 +250,6 @@ impl Gpu {
         Ok(kept)
     }
 
-    /// Columns of X (`rows` each) written into `high` and `low` as the products read them: the
-    /// f32 values and their rests as split on the host or, to be folded, the f32 values as
-
     /// Columns per chunk of a matrix kept on the device: whole blocks of `block` columns, as many
     /// as one binding holds at `rows` entries a column (at least one block) and [`WIDE_COLUMNS`]
     /// allow.

@@ -70,7 +70,7 @@ struct ProductSettings {
 }
 
 // A uniform's size is a multiple of 16 bytes.
-const _: () = assert!(size_of::<ProductSettings>() % 16 == 0);
+const _: () = assert!(size_of::<ProductSettings>().is_multiple_of(16));
 
 /// The compiled product kernels.
 pub(super) struct ProductKernels {

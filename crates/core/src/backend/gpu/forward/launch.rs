@@ -171,14 +171,14 @@ pub(super) struct HighestSettings {
 
 // A uniform's size is a multiple of 16 bytes.
 const _: () = {
-    assert!(size_of::<GemmSettings>() % 16 == 0);
-    assert!(size_of::<NormSettings>() % 16 == 0);
-    assert!(size_of::<RotarySettings>() % 16 == 0);
-    assert!(size_of::<AttendSettings>() % 16 == 0);
-    assert!(size_of::<ActivateSettings>() % 16 == 0);
-    assert!(size_of::<WeighSettings>() % 16 == 0);
-    assert!(size_of::<GatherSettings>() % 16 == 0);
-    assert!(size_of::<HighestSettings>() % 16 == 0);
+    assert!(size_of::<GemmSettings>().is_multiple_of(16));
+    assert!(size_of::<NormSettings>().is_multiple_of(16));
+    assert!(size_of::<RotarySettings>().is_multiple_of(16));
+    assert!(size_of::<AttendSettings>().is_multiple_of(16));
+    assert!(size_of::<ActivateSettings>().is_multiple_of(16));
+    assert!(size_of::<WeighSettings>().is_multiple_of(16));
+    assert!(size_of::<GatherSettings>().is_multiple_of(16));
+    assert!(size_of::<HighestSettings>().is_multiple_of(16));
 };
 
 /// A dispatch of `pipeline` over `groups`: its settings' bytes (bound at
