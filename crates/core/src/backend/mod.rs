@@ -25,9 +25,8 @@ pub mod cpu;
 pub mod gpu;
 // Without the GPU backend, a GPU that cannot be made: the backend's code is the same either way.
 #[cfg(not(feature = "gpu"))]
-mod no_gpu;
-#[cfg(not(feature = "gpu"))]
-pub use no_gpu as gpu;
+#[path = "no_gpu.rs"]
+pub mod gpu;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod wasm_gemm;
 
