@@ -1,5 +1,5 @@
 //! Where a GPU product's time goes, and what the kernel could do instead: times the kernel of
-//! crates/core/src/backend/products.wgsl alone (one large dispatch, inputs uploaded once, nothing
+//! crates/core/src/backend/gpu/products.wgsl alone (one large dispatch, inputs uploaded once, nothing
 //! read back) beside variants of it, with wgpu's runtime checks on and off, then whole products
 //! through the backend (uploads, dispatches, read-back) on the same shape, against the CPU. A
 //! benchmark for a machine with a hardware GPU, not a test; prints one JSON line per
@@ -22,8 +22,8 @@ use nalgebra::DMatrix;
 use serde_json::json;
 
 const KERNELS: &str = concat!(
-    include_str!("../crates/core/src/backend/products_layout.wgsl"),
-    include_str!("../crates/core/src/backend/products.wgsl")
+    include_str!("../crates/core/src/backend/gpu/products_layout.wgsl"),
+    include_str!("../crates/core/src/backend/gpu/products.wgsl")
 );
 
 fn variants() -> Vec<(&'static str, String)> {
@@ -73,7 +73,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let gpu = match pollster::block_on(unsafe { Gpu::open_with(true, &source, checks) }) {
                 Ok(gpu) => gpu,
                 Err(reason) => {
-                    println!("{}", json!({"variant": name, "checks": checks_name, "error": reason}));
+                    println!("{}", json!({"variant": name, "checks": checks_name, "error": reason.to_string()}));
                     continue;
                 }
             };
@@ -88,7 +88,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                                "adapter": gpu.adapter(), "seconds": seconds,
                                "nominal_gflops": (nominal / best / 1e9).round()})
                     }
-                    Err(reason) => json!({"variant": name, "checks": checks_name, "kernel": kernel, "error": reason}),
+                    Err(reason) => {
+                        json!({"variant": name, "checks": checks_name, "kernel": kernel, "error": reason.to_string()})
+                    }
                 };
                 println!("{line}");
             }

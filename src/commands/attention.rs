@@ -38,7 +38,7 @@ pub fn run(args: Args) -> Result<()> {
     let model = loaded.model()?;
     let mut backend = args.backend.open()?;
     let computed = block_on(backend.with_fallback(async |backend| attention_patterns(&model, &ids, backend).await))?;
-    let backend = backend.forward_info(&model.config);
+    let backend = backend.forward_info();
     print_note(&backend);
     // patterns[layer][head][query][key]
     let patterns: Vec<Vec<Vec<Vec<f32>>>> = computed

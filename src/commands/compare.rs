@@ -160,6 +160,6 @@ fn compared(given: &str, args: &Args, mode: Mode, backend: &mut Backend) -> Resu
         spearman,
         link: loaded.link.as_ref().map(LinkFacts::json),
         fingerprint_backend: fingerprint.backend.clone(),
-        probe_backend: backend.forward_info(&model.config),
+        probe_backend: backend.forward_info(),
     })
 }

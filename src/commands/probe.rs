@@ -58,7 +58,7 @@ fn suite_table(loaded: &Loaded, args: &Args, suite_name: &str, backend: &mut Bac
     let rows = block_on(
         backend.with_fallback(async |backend| verdict_table(model, tokenizer, &suite, head, bos_id, backend).await),
     )?;
-    let backend = backend.forward_info(&model.config);
+    let backend = backend.forward_info();
     print_note(&backend);
     if args.common.json {
         return print_json(&json!({
@@ -97,7 +97,7 @@ fn induction(loaded: &Loaded, args: &Args, backend: &mut Backend) -> Result<()> 
     let threshold = args.sequence.threshold;
     let copies = loaded.first_copies(&args.sequence, args.tokens.as_deref())?;
     let report = progress::induction_probe(model, &copies, bos.as_ref().map(|b| b.id), backend)?;
-    let backend = backend.forward_info(&model.config);
+    let backend = backend.forward_info();
     print_note(&backend);
     let heads = report.induction_heads(threshold);
     if args.common.json {

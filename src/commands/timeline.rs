@@ -231,7 +231,7 @@ pub(crate) fn measure(
             let drawn = copies.as_deref().unwrap_or_default();
             let report =
                 progress::induction_probe(&model, drawn, bos.as_ref().map(|b| b.id), backend).map_err(named)?;
-            facts.probe_backend = Some(backend.forward_info(&model.config));
+            facts.probe_backend = Some(backend.forward_info());
             let described = describe_sequences(&report, drawn.first().map_or(0, |c| c.tokens.len()), bos.as_ref());
             (Some(report), described)
         }

@@ -149,7 +149,7 @@ impl Held {
             })
             .await
         }))?;
-        let backend = to_json(&computing.forward_info(&model.config))?;
+        let backend = to_json(&computing.forward_info())?;
         let done = Arc::new(Probed { report, bos, backend });
         self.probes.lock().unwrap_or_else(|e| e.into_inner()).insert(cache_key, done.clone());
         Ok(done)
@@ -314,7 +314,7 @@ impl Model {
             let mut computing = select(&backend)?;
             let computed =
                 block_on(computing.with_fallback(async |computing| attention_patterns(&model, &ids, computing).await))?;
-            let info = text(&to_json(&computing.forward_info(&model.config))?);
+            let info = text(&to_json(&computing.forward_info())?);
             let n = ids.len();
             let (layers, heads) = (computed.len(), computed.first().map_or(0, Vec::len));
             let mut flat = Vec::with_capacity(layers * heads * n * n);

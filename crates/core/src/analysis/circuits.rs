@@ -111,7 +111,7 @@ fn scale_rows(norm: &Norm, w: &mut DMatrix<f64>) {
 ///
 /// They are accumulated in f64 from f32 rows, a block at a time (each block's products on the CPU
 /// in f64, or on a GPU from split f32 parts with error-free sums, ~1e-11 of f64: see
-/// backend/products.wgsl), and every per-head product with them is f64. f32 is not enough: its
+/// backend/gpu/products.wgsl), and every per-head product with them is f64. f32 is not enough: its
 /// Grams are close, but an embedding with a common direction (as trained ones have) makes
 /// `A^T A = W_V^T G_E W_V` ill-conditioned, and κ of the token-space OV circuit comes out
 /// percents off (docs/methods.md#1-conventions, Precision). tests/gram_precision.rs holds the f64

@@ -23,6 +23,10 @@ use serde::{Deserialize, Serialize};
 pub mod cpu;
 #[cfg(feature = "gpu")]
 pub mod gpu;
+// Without the GPU backend, a GPU that cannot be made: the backend's code is the same either way.
+#[cfg(not(feature = "gpu"))]
+#[path = "no_gpu.rs"]
+pub mod gpu;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod wasm_gemm;
 
@@ -136,6 +140,25 @@ impl BackendInfo {
                 None => format!("GPU · {adapter}"),
             },
             None => "CPU".into(),
+        }
+    }
+}
+
+/// How a GPU's products are computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arithmetic {
+    /// Native f64 (products_f64.wgsl), where the adapter offers SHADER_F64 (natively only:
+    /// WebGPU has no f64).
+    F64,
+    /// Each f64 as two f32 parts, with error-free sums (products.wgsl): on every adapter.
+    F32Pairs,
+}
+
+impl Arithmetic {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arithmetic::F64 => "f64",
+            Arithmetic::F32Pairs => "f32 pairs",
         }
     }
 }
@@ -287,7 +310,6 @@ pub struct Kept {
 
 enum KeptKind {
     Cpu(DMatrix<f64>),
-    #[cfg(feature = "gpu")]
     Gpu(gpu::DeviceMatrix),
 }
 
@@ -296,7 +318,6 @@ impl Kept {
     pub fn shape(&self) -> (usize, usize) {
         match &self.kind {
             KeptKind::Cpu(m) => m.shape(),
-            #[cfg(feature = "gpu")]
             KeptKind::Gpu(m) => m.shape(),
         }
     }
@@ -345,15 +366,12 @@ enum SumKind {
     /// decides, and a sum of both kinds is an error.
     Cpu { total: Option<DMatrix<f64>>, segment: DMatrix<f64>, gram: Option<bool> },
     /// On the device, read back once: segments do not matter there (a GPU's bits are its own).
-    #[cfg(feature = "gpu")]
     Gpu(gpu::Accumulator),
 }
 
 impl Sum {
     /// Closes the open segment (on the CPU, adds its sum to the total and starts the next one
     /// from zero).
-    // Without the GPU backend the CPU's is the only kind of sum.
-    #[cfg_attr(not(feature = "gpu"), allow(irrefutable_let_patterns))]
     pub fn end_segment(&mut self) {
         if let SumKind::Cpu { total, segment, gram } = &mut self.kind {
             if segment.is_empty() {
@@ -383,7 +401,6 @@ impl Sum {
 
 enum Kind {
     Cpu,
-    #[cfg(feature = "gpu")]
     Gpu(Box<gpu::Gpu>),
 }
 
@@ -435,48 +452,29 @@ impl Backend {
 
     /// A GPU on any adapter (software ones too), computing with `arithmetic` where the adapter
     /// offers it: for the tests and benchmarks that compare the GPU's two kernels.
-    #[cfg(feature = "gpu")]
-    pub async fn gpu_preferring(arithmetic: gpu::Arithmetic) -> Result<Backend> {
+    pub async fn gpu_preferring(arithmetic: Arithmetic) -> Result<Backend> {
         let gpu = gpu::Gpu::open_preferring(true, arithmetic)
             .await
-            .map_err(|reason| Error::Invalid(format!("--backend gpu: {reason}")))?;
+            .map_err(|error| Error::Invalid(format!("--backend gpu: {}", gpu_reason(error))))?;
         Ok(Backend { kind: Kind::Gpu(Box::new(gpu)), note: None })
     }
 
-    #[cfg(feature = "gpu")]
+    /// A GPU, or why there is none.
     async fn open_gpu(allow_software: bool) -> std::result::Result<Backend, String> {
-        let gpu = gpu::Gpu::open(allow_software).await?;
+        let gpu = gpu::Gpu::open(allow_software).await.map_err(gpu_reason)?;
         Ok(Backend { kind: Kind::Gpu(Box::new(gpu)), note: None })
-    }
-
-    #[cfg(not(feature = "gpu"))]
-    async fn open_gpu(_allow_software: bool) -> std::result::Result<Backend, String> {
-        Err("this build has no GPU backend (built without the `gpu` feature)".into())
     }
 
     /// A GPU's byte counters since it opened; None on the CPU.
     pub fn bytes_moved(&self) -> Option<BytesMoved> {
         match &self.kind {
             Kind::Cpu => None,
-            #[cfg(feature = "gpu")]
             Kind::Gpu(gpu) => Some(gpu.bytes_moved()),
         }
     }
 
-    /// [`Backend::info`] for work that ran the forward pass of a model of `config`, which a GPU
-    /// computes in f32: the CPU, with a note naming why, where the GPU's kernels do not compute
-    /// the model's features ([`crate::model::Features::beyond_gpu_forward`]).
-    pub fn forward_info(&self, config: &crate::model::ModelConfig) -> BackendInfo {
-        let beyond = config.features.beyond_gpu_forward();
-        if self.is_gpu() && !beyond.is_empty() {
-            return BackendInfo {
-                note: Some(format!(
-                    "the GPU's forward pass does not compute {} yet: the model ran on the CPU",
-                    beyond.join(", ")
-                )),
-                ..BackendInfo::default()
-            };
-        }
+    /// [`Backend::info`] for work that ran a model's forward pass, which a GPU computes in f32.
+    pub fn forward_info(&self) -> BackendInfo {
         let info = self.info();
         let arithmetic = info.arithmetic.as_ref().map(|_| "f32".to_string());
         BackendInfo { arithmetic, ..info }
@@ -486,7 +484,6 @@ impl Backend {
         let note = self.note.clone();
         match &self.kind {
             Kind::Cpu => BackendInfo { note, ..BackendInfo::default() },
-            #[cfg(feature = "gpu")]
             Kind::Gpu(gpu) => BackendInfo {
                 name: "gpu".into(),
                 adapter: Some(gpu.adapter().into()),
@@ -504,11 +501,9 @@ impl Backend {
     /// How many rows of an `n`-column matrix to hand over per product: the CPU widens a block
     /// to f64 at a time (a few MB); a GPU takes as many as one storage binding holds, so each
     /// read-back of the n x n result is worth many rows.
-    #[cfg_attr(not(feature = "gpu"), allow(unused_variables))]
     pub fn block_rows(&self, n: usize) -> usize {
         match &self.kind {
             Kind::Cpu => cpu::BLOCK_ROWS,
-            #[cfg(feature = "gpu")]
             Kind::Gpu(gpu) => gpu.block_rows(n),
         }
         .max(1)
@@ -518,8 +513,7 @@ impl Backend {
     pub async fn sum(&self, m: usize, n: usize) -> Result<Sum> {
         let kind = match &self.kind {
             Kind::Cpu => SumKind::Cpu { total: None, segment: DMatrix::zeros(0, 0), gram: None },
-            #[cfg(feature = "gpu")]
-            Kind::Gpu(gpu) => SumKind::Gpu(gpu.accumulator(m, n).await.map_err(Error::Gpu)?),
+            Kind::Gpu(gpu) => SumKind::Gpu(gpu.accumulator(m, n).await?),
         };
         Ok(Sum { m, n, kind })
     }
@@ -533,9 +527,7 @@ impl Backend {
                 cpu::add_product(a, b, Sum::open_segment(sum.m, sum.n, segment));
                 Ok(())
             }
-            #[cfg(feature = "gpu")]
-            (Kind::Gpu(gpu), SumKind::Gpu(sum)) => gpu.accumulate(sum, a, Some(b)).await.map_err(Error::Gpu),
-            #[cfg(feature = "gpu")]
+            (Kind::Gpu(gpu), SumKind::Gpu(sum)) => gpu.accumulate(sum, a, Some(b)).await,
             _ => Err(another_backends_sum()),
         }
     }
@@ -549,9 +541,7 @@ impl Backend {
                 cpu::add_gram_lower(a, Sum::open_segment(sum.m, sum.n, segment));
                 Ok(())
             }
-            #[cfg(feature = "gpu")]
-            (Kind::Gpu(gpu), SumKind::Gpu(sum)) => gpu.accumulate(sum, a, None).await.map_err(Error::Gpu),
-            #[cfg(feature = "gpu")]
+            (Kind::Gpu(gpu), SumKind::Gpu(sum)) => gpu.accumulate(sum, a, None).await,
             _ => Err(another_backends_sum()),
         }
     }
@@ -568,14 +558,13 @@ impl Backend {
         product: &mut Sum,
         b_gram: &mut Sum,
     ) -> Result<()> {
-        #[cfg(feature = "gpu")]
         if let Kind::Gpu(gpu) = &self.kind {
             check_shape(a_gram, a, a)?;
             check_shape(product, b, a)?;
             check_shape(b_gram, b, b)?;
             return match (&mut a_gram.kind, &mut product.kind, &mut b_gram.kind) {
                 (SumKind::Gpu(a_gram), SumKind::Gpu(product), SumKind::Gpu(b_gram)) => {
-                    gpu.accumulate_both(a, b, (a_gram, product, b_gram)).await.map_err(Error::Gpu)
+                    gpu.accumulate_both(a, b, (a_gram, product, b_gram)).await
                 }
                 _ => Err(another_backends_sum()),
             };
@@ -590,9 +579,7 @@ impl Backend {
         sum.end_segment();
         match (&self.kind, sum.kind) {
             (Kind::Cpu, SumKind::Cpu { total, .. }) => Ok(total.unwrap_or_else(|| DMatrix::zeros(sum.m, sum.n))),
-            #[cfg(feature = "gpu")]
-            (Kind::Gpu(gpu), SumKind::Gpu(sum)) => gpu.read(&sum).await.map_err(Error::Gpu),
-            #[cfg(feature = "gpu")]
+            (Kind::Gpu(gpu), SumKind::Gpu(sum)) => gpu.read(&sum).await,
             _ => Err(another_backends_sum()),
         }
     }
@@ -604,15 +591,13 @@ impl Backend {
     pub async fn multiply(&mut self, a: &Arc<DMatrix<f64>>, form: Factor, x: &DMatrix<f64>) -> Result<DMatrix<f64>> {
         match &self.kind {
             Kind::Cpu => Ok(cpu_product(a, form, x)),
-            #[cfg(feature = "gpu")]
-            Kind::Gpu(gpu) => gpu.multiply(a, x).await.map_err(Error::Gpu),
+            Kind::Gpu(gpu) => gpu.multiply(a, x).await,
         }
     }
 
     /// `A X` of f64 matrices, as [`Backend::multiply`], X first folded as `fold` says, left where
     /// the backend computed it (on a GPU, on the device) for [`Backend::column_products`] with
     /// blocks of `block` columns.
-    #[cfg_attr(not(feature = "gpu"), allow(unused_variables))]
     pub async fn multiply_kept(
         &mut self,
         a: &Arc<DMatrix<f64>>,
@@ -624,9 +609,8 @@ impl Backend {
         let x = x.into();
         match &self.kind {
             Kind::Cpu => Ok(Kept { kind: KeptKind::Cpu(cpu_product(a, form, &folded(x, fold))) }),
-            #[cfg(feature = "gpu")]
             Kind::Gpu(gpu) => {
-                let (product, _) = gpu.multiply_kept(a, &x, block, false, fold).await.map_err(Error::Gpu)?;
+                let (product, _) = gpu.multiply_kept(a, &x, block, false, fold).await?;
                 Ok(Kept { kind: KeptKind::Gpu(product) })
             }
         }
@@ -634,7 +618,6 @@ impl Backend {
 
     /// [`Backend::multiply_kept`], and the folded X kept beside `A X` as [`Backend::keep`] would
     /// keep it (a GPU uploads X once for both).
-    #[cfg_attr(not(feature = "gpu"), allow(unused_variables))]
     pub async fn multiply_keeping_both(
         &mut self,
         a: &Arc<DMatrix<f64>>,
@@ -650,9 +633,8 @@ impl Backend {
                 let product = cpu_product(a, form, &x);
                 Ok((Kept { kind: KeptKind::Cpu(product) }, Kept { kind: KeptKind::Cpu(x) }))
             }
-            #[cfg(feature = "gpu")]
             Kind::Gpu(gpu) => {
-                let (product, x) = gpu.multiply_kept(a, &x, block, true, fold).await.map_err(Error::Gpu)?;
+                let (product, x) = gpu.multiply_kept(a, &x, block, true, fold).await?;
                 let x = x.ok_or_else(|| Error::Internal("a product that was to keep X did not".into()))?;
                 Ok((Kept { kind: KeptKind::Gpu(product) }, Kept { kind: KeptKind::Gpu(x) }))
             }
@@ -662,7 +644,6 @@ impl Backend {
     /// [`Backend::multiply_kept`] of X by A, and of X's columns `columns` by B (dense): X
     /// folded once for both, and on a GPU uploaded once and dropped after (an untied model's
     /// `F_E [W_Q | W_K | W_V]` and `C W_V`, whose W_V would otherwise cross twice).
-    #[cfg_attr(not(feature = "gpu"), allow(unused_variables))]
     pub async fn multiply_kept_twice(
         &mut self,
         (a, form): (&Arc<DMatrix<f64>>, Factor),
@@ -684,12 +665,11 @@ impl Backend {
                 let of_columns = cpu::product(b.as_view(), x.columns(columns.start, columns.len()));
                 Ok((Kept { kind: KeptKind::Cpu(product) }, Kept { kind: KeptKind::Cpu(of_columns) }))
             }
-            #[cfg(feature = "gpu")]
             Kind::Gpu(gpu) => {
-                let (product, kept_x) = gpu.multiply_kept(a, &x, block, true, fold).await.map_err(Error::Gpu)?;
+                let (product, kept_x) = gpu.multiply_kept(a, &x, block, true, fold).await?;
                 drop(x);
                 let kept_x = kept_x.ok_or_else(|| Error::Internal("a product that was to keep X did not".into()))?;
-                let of_columns = gpu.multiply_columns(b, &kept_x, columns).await.map_err(Error::Gpu)?;
+                let of_columns = gpu.multiply_columns(b, &kept_x, columns).await?;
                 Ok((Kept { kind: KeptKind::Gpu(product) }, Kept { kind: KeptKind::Gpu(of_columns) }))
             }
         }
@@ -697,13 +677,11 @@ impl Backend {
 
     /// `x`, first folded as `fold` says, kept on this backend (a GPU uploads it), for
     /// [`Backend::column_products`] with blocks of `block` columns.
-    #[cfg_attr(not(feature = "gpu"), allow(unused_variables))]
     pub async fn keep(&mut self, x: impl Into<Columns<'_>>, block: usize, fold: Option<Fold<'_>>) -> Result<Kept> {
         let x = x.into();
         let kind = match &self.kind {
             Kind::Cpu => KeptKind::Cpu(folded(x, fold)),
-            #[cfg(feature = "gpu")]
-            Kind::Gpu(gpu) => KeptKind::Gpu(gpu.keep(&x, block, fold).await.map_err(Error::Gpu)?),
+            Kind::Gpu(gpu) => KeptKind::Gpu(gpu.keep(&x, block, fold).await?),
         };
         Ok(Kept { kind })
     }
@@ -713,9 +691,7 @@ impl Backend {
     pub async fn read_kept(&self, kept: &Kept) -> Result<DMatrix<f64>> {
         match (&self.kind, &kept.kind) {
             (Kind::Cpu, KeptKind::Cpu(x)) => Ok(x.clone()),
-            #[cfg(feature = "gpu")]
-            (Kind::Gpu(gpu), KeptKind::Gpu(x)) => gpu.read_kept(x).await.map_err(Error::Gpu),
-            #[cfg(feature = "gpu")]
+            (Kind::Gpu(gpu), KeptKind::Gpu(x)) => gpu.read_kept(x).await,
             _ => Err(another_backends_matrix()),
         }
     }
@@ -724,8 +700,6 @@ impl Backend {
     /// (f64: the CPU's in f64, natively each on its own thread; a GPU's as its other products,
     /// computed on the device and read back together). A block's product with itself (the same
     /// matrix and blocks on both sides) is exactly symmetric.
-    // Without the GPU backend the CPU's is the only kind of kept matrix.
-    #[cfg_attr(not(feature = "gpu"), allow(irrefutable_let_patterns))]
     pub async fn column_products(&mut self, width: usize, runs: &[ColumnRun<'_, Kept>]) -> Result<Vec<DMatrix<f64>>> {
         for run in runs {
             let (left, right) = (run.left.shape(), run.right.shape());
@@ -764,7 +738,6 @@ impl Backend {
                     }
                 }))
             }
-            #[cfg(feature = "gpu")]
             Kind::Gpu(gpu) => {
                 let mut on_device = Vec::with_capacity(runs.len());
                 for run in runs {
@@ -779,7 +752,7 @@ impl Backend {
                         count: run.count,
                     });
                 }
-                gpu.column_products(width, &on_device).await.map_err(Error::Gpu)
+                gpu.column_products(width, &on_device).await
             }
         }
     }
@@ -794,16 +767,10 @@ impl Backend {
         runs: &[(&[usize], Keep<'_>)],
         each_layer: &mut dyn FnMut(usize, usize),
     ) -> Result<Vec<ForwardOutput>> {
-        // A model with features the GPU's kernels do not compute runs on the CPU
-        // (`forward_info` says so); its circuits still run on the GPU.
-        #[cfg(feature = "gpu")]
-        if let Kind::Gpu(gpu) = &self.kind {
-            let config = model.config();
-            if config.features.beyond_gpu_forward().is_empty() {
-                return gpu.forward(model, runs, each_layer).await;
-            }
+        match &self.kind {
+            Kind::Cpu => forward::run_batch(model, runs, each_layer),
+            Kind::Gpu(gpu) => gpu.forward(model, runs, each_layer).await,
         }
-        forward::run_batch(model, runs, each_layer)
     }
 
     /// Runs `work` on this backend; if the GPU fails on the way, it is dropped for the CPU, the
@@ -845,7 +812,6 @@ fn one_kind(kind: &mut Option<bool>, gram: bool) -> Result<()> {
 }
 
 /// A sum made on one backend, given to another (after a fallback, sums are made anew).
-#[cfg(feature = "gpu")]
 fn another_backends_sum() -> Error {
     Error::Internal("a sum made on another backend".into())
 }
@@ -855,6 +821,14 @@ fn cpu_product(a: &DMatrix<f64>, form: Factor, x: &DMatrix<f64>) -> DMatrix<f64>
     match form {
         Factor::UpperTriangular => cpu::upper_product(a, x),
         Factor::General => cpu::product(a.as_view(), x.as_view()),
+    }
+}
+
+/// Why a GPU did not open, in the words of the notes (without the error's "GPU: ").
+fn gpu_reason(error: Error) -> String {
+    match error {
+        Error::Gpu(reason) => reason,
+        other => other.to_string(),
     }
 }
 

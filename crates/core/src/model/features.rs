@@ -158,11 +158,4 @@ impl Features {
     pub fn plain_embedding(&self) -> bool {
         self.embedding_scale.is_none() && !self.embedding_norm
     }
-
-    /// The features a forward pass on a GPU does not compute yet, named for the note that says
-    /// the pass ran on the CPU instead; empty when the GPU runs the model, as it runs every
-    /// feature above. A new feature is named here until the GPU's kernels compute it.
-    pub fn beyond_gpu_forward(&self) -> Vec<&'static str> {
-        Vec::new()
-    }
 }

@@ -172,7 +172,7 @@ impl Held {
             sequence: sequence.describe(shown_bos),
             bos,
             scores: scores.map_err(|e| e.to_string()),
-            backend: backend.forward_info(&self.config),
+            backend: backend.forward_info(),
         }
     }
 

@@ -13,7 +13,16 @@
 
 use nalgebra::DMatrix;
 
-use super::{Gpu, Scopes};
+mod launch;
+
+use launch::{
+    ActivateSettings, AttendSettings, Dispatch, GatherSettings, GemmSettings, HighestSettings, NormSettings,
+    RotarySettings, WeighSettings, activation, alibi, binding,
+};
+
+use super::buffers::Role;
+use super::failure::{Scopes, one_line};
+use super::{Gpu, compute_pipeline};
 use crate::forward::{self, ForwardOutput, HeadOutputs, Keep, Logits, Patterns};
 use crate::model::{
     Activation, Experts, Layer, LoadParts, Mlp, MlpKind, ModelConfig, Norm, NormKind, NormSites, Positions, QkNorm,
@@ -61,27 +70,6 @@ pub(super) struct ForwardKernels {
 
 /// A sequence to run, and what to keep of it.
 type Run<'a> = (&'a [usize], Keep<'a>);
-
-/// The numbers each kernel reads its settings from (forward.wgsl's `Settings`).
-type Settings = [u32; 12];
-
-/// Settings from the first eight numbers, the rest zero (only `attend` reads more).
-fn settings(first: [usize; 8]) -> Settings {
-    let mut all = [0u32; 12];
-    for (to, from) in all.iter_mut().zip(first) {
-        *to = from as u32;
-    }
-    all
-}
-
-/// A dispatch of `pipeline` over `groups`, with the buffers bound at their numbers (0 is the
-/// settings).
-struct Dispatch<'a> {
-    pipeline: &'a wgpu::ComputePipeline,
-    settings: Settings,
-    buffers: Vec<(u32, &'a wgpu::Buffer)>,
-    groups: (u32, u32, u32),
-}
 
 /// Where each sequence of the batch sits: its rows in the stacked matrix, and its patterns'
 /// offset (in f32 values) among its group's.
@@ -185,10 +173,6 @@ impl Gpu {
     ) -> Result<Vec<ForwardOutput>> {
         forward::check_runs(model, runs)?;
         let config = model.config();
-        let beyond = config.features.beyond_gpu_forward();
-        if !beyond.is_empty() {
-            return Err(Error::Gpu(format!("the GPU's forward pass does not compute {} yet", beyond.join(", "))));
-        }
         if config.d_head > WIDEST_HEAD {
             return Err(Error::Gpu(format!(
                 "heads of {} dimensions, over the {WIDEST_HEAD} the GPU's attention kernel holds",
@@ -229,15 +213,15 @@ impl Gpu {
         each_layer: &mut dyn FnMut(usize, usize),
     ) -> Result<Vec<ForwardOutput>> {
         let config = model.config();
-        let kernels = self.forward_kernels().await.map_err(Error::Gpu)?;
-        let (placed, groups) = self.place(config, runs, pieces.pattern_bytes).map_err(Error::Gpu)?;
+        let kernels = self.forward_kernels().await?;
+        let (placed, groups) = self.place(config, runs, pieces.pattern_bytes)?;
         let rows = placed.last().map_or(0, |p| p.first_row + p.len);
         let mut outputs: Vec<ForwardOutput> = runs.iter().map(|_| ForwardOutput::empty(config.layers)).collect();
         let mut residual = DMatrix::<f32>::zeros(rows, config.d_model);
         for ((tokens, _), at) in runs.iter().zip(&placed) {
             residual.rows_mut(at.first_row, at.len).copy_from(&forward::first_residual(model, tokens)?);
         }
-        let device = self.activations(config, &placed, &groups, &residual).map_err(Error::Gpu)?;
+        let device = self.activations(config, &placed, &groups, &residual)?;
         drop(residual);
         let keeps_heads = runs.iter().any(|(_, keep)| !matches!(keep.head_outputs, HeadOutputs::None));
         for l in 0..config.layers {
@@ -258,7 +242,7 @@ impl Gpu {
     }
 
     /// The kernels, compiled on the first call.
-    async fn forward_kernels(&self) -> std::result::Result<&ForwardKernels, String> {
+    async fn forward_kernels(&self) -> Result<&ForwardKernels> {
         if let Some(kernels) = self.forward.get() {
             return Ok(kernels);
         }
@@ -267,7 +251,7 @@ impl Gpu {
             label: Some("forward.wgsl"),
             source: wgpu::ShaderSource::Wgsl(KERNELS.into()),
         });
-        let pipeline = |entry: &str| super::compute_pipeline(&self.device, &module, entry);
+        let pipeline = |entry: &str| compute_pipeline(&self.device, &module, entry);
         let kernels = ForwardKernels {
             gemm: pipeline("gemm"),
             norm: pipeline("norm"),
@@ -279,11 +263,7 @@ impl Gpu {
             highest: pipeline("highest"),
         };
         if let Some(error) = invalid.pop().await {
-            return Err(format!(
-                "{}: the forward kernels do not compile: {}",
-                self.adapter,
-                super::one_line(&error.to_string())
-            ));
+            return Err(self.error(format!("the forward kernels do not compile: {}", one_line(&error.to_string()))));
         }
         Ok(self.forward.get_or_init(|| kernels))
     }
@@ -295,7 +275,7 @@ impl Gpu {
         config: &ModelConfig,
         runs: &[(&[usize], Keep<'_>)],
         pattern_bytes: u64,
-    ) -> std::result::Result<(Vec<Placed>, Vec<PatternGroup>), String> {
+    ) -> Result<(Vec<Placed>, Vec<PatternGroup>)> {
         let limit = (pattern_bytes.min(self.max_binding) / 4) as usize;
         let (mut placed, mut groups) = (Vec::with_capacity(runs.len()), Vec::new());
         let (mut first_row, mut group_start, mut group_first_value, mut value) = (0, 0, 0, 0);
@@ -303,11 +283,11 @@ impl Gpu {
             let len = tokens.len();
             let values = config.heads * len * len;
             if values > limit {
-                return Err(format!(
+                return Err(Error::Gpu(format!(
                     "{len} tokens' attention patterns take {} MB, over the {} MB one binding holds",
                     4 * values / 1_000_000,
                     4 * limit / 1_000_000
-                ));
+                )));
             }
             if value + values - group_first_value > limit {
                 groups.push(PatternGroup {
@@ -338,9 +318,9 @@ impl Gpu {
         placed: &[Placed],
         groups: &[PatternGroup],
         residual: &DMatrix<f32>,
-    ) -> std::result::Result<Activations, String> {
+    ) -> Result<Activations> {
         let rows = residual.nrows();
-        let storage = |label: &str, values: usize| -> std::result::Result<wgpu::Buffer, String> {
+        let storage = |label: &str, values: usize| -> Result<wgpu::Buffer> {
             self.fits(label, 4 * values as u64)?;
             Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(label),
@@ -511,56 +491,65 @@ impl Gpu {
             let longest = placed.iter().map(|p| p.len).max().unwrap_or(1);
             let half = dims / 2;
             for (out, heads) in [(&device.queries, config.heads), (&device.keys, config.kv_heads)] {
-                before.push(Dispatch {
-                    pipeline: &kernels.rotary,
-                    settings: settings([rows, heads, d_head, interleaved as usize, half, longest * half, start, 0]),
-                    buffers: vec![(1, table), (4, out), (6, &device.rows_of)],
-                    groups: threads(rows * heads * half),
-                });
+                let settings = RotarySettings {
+                    rows: rows as u32,
+                    heads: heads as u32,
+                    d_head: d_head as u32,
+                    interleaved: interleaved as u32,
+                    half: half as u32,
+                    sines_at: (longest * half) as u32,
+                    table_first: start as u32,
+                    _pad: [0],
+                };
+                before.push(Dispatch::new(
+                    &kernels.rotary,
+                    &settings,
+                    vec![(binding::X, table), (binding::OUT, out), (binding::ROWS_OF, &device.rows_of)],
+                    threads(rows * heads * half),
+                ));
             }
         }
         self.submit(before).await?;
 
         let scale = config.attention_scale();
-        // A layer's sliding window (0: none), the scores' soft cap (0: none) and ALiBi's side of
-        // the scale (0: none).
+        // A layer's sliding window (0: none).
         let window = config.layer_window(l).unwrap_or(0);
-        let cap = config.features.attention_softcap.map_or(0, f32::to_bits);
+        let window = u32::try_from(window).map_err(|_| Error::Gpu(format!("a window of {window}")))?;
+        let cap = config.features.attention_softcap;
         let alibi = match positions {
-            Positions::Alibi { before_scale } => 1 + before_scale as u32,
-            Positions::Learned | Positions::Rotary { .. } | Positions::Nope => 0,
+            Positions::Alibi { before_scale: false } => alibi::AFTER_SCALE,
+            Positions::Alibi { before_scale: true } => alibi::BEFORE_SCALE,
+            Positions::Learned | Positions::Rotary { .. } | Positions::Nope => alibi::NONE,
         };
         for group in groups {
             let first_row = placed[group.runs.start].first_row;
             let last = &placed[group.runs.end - 1];
             let count = last.first_row + last.len - first_row;
-            let mut attend_settings = settings([
-                rows,
-                config.heads,
-                d_head,
-                count,
-                config.heads / config.kv_heads,
-                scale.to_bits() as usize,
-                first_row,
-                group.first_value,
-            ]);
-            attend_settings[8] = u32::try_from(window).map_err(|_| Error::Gpu(format!("a window of {window}")))?;
-            attend_settings[9] = cap;
-            attend_settings[10] = alibi;
-            let attend = Dispatch {
-                pipeline: &kernels.attend,
-                settings: attend_settings,
-                buffers: vec![
-                    (1, &device.queries),
-                    (2, &device.keys),
-                    (3, &device.values),
-                    (4, &device.patterns),
-                    (5, &device.mixed),
-                    (6, &device.rows_of),
-                    (7, device.slopes.as_ref().unwrap_or(&device.unused)),
-                ],
-                groups: (count.min(SPAN) as u32, config.heads as u32, count.div_ceil(SPAN) as u32),
+            let settings = AttendSettings {
+                rows: rows as u32,
+                heads: config.heads as u32,
+                d_head: d_head as u32,
+                first_row: first_row as u32,
+                row_count: count as u32,
+                group: (config.heads / config.kv_heads) as u32,
+                scale,
+                patterns_first: group.first_value as u32,
+                window,
+                soft_cap: cap.is_some() as u32,
+                cap: cap.unwrap_or(0.0),
+                alibi,
             };
+            let buffers = vec![
+                (binding::X, &device.queries),
+                (binding::Y, &device.keys),
+                (binding::W, &device.values),
+                (binding::OUT, &device.patterns),
+                (binding::OUT2, &device.mixed),
+                (binding::ROWS_OF, &device.rows_of),
+                (binding::SLOPES, device.slopes.as_ref().unwrap_or(&device.unused)),
+            ];
+            let groups = (count.min(SPAN) as u32, config.heads as u32, count.div_ceil(SPAN) as u32);
+            let attend = Dispatch::new(&kernels.attend, &settings, buffers, groups);
             self.read_patterns(
                 kernels,
                 device,
@@ -658,12 +647,20 @@ impl Gpu {
                 Product::Set,
             ));
             // The first expert's weighted output replaces the sum; the others add to it.
-            dispatches.push(Dispatch {
-                pipeline: &kernels.weigh,
-                settings: settings([rows, d_model, 0, 1 | (first as usize) << 1, e * rows, 0, 0, 0]),
-                buffers: vec![(1, expert_out), (2, &weights_on_device), (4, sum)],
-                groups: threads(rows * d_model),
-            });
+            let settings = WeighSettings {
+                rows: rows as u32,
+                width: d_model as u32,
+                per_row: 1,
+                replace: first as u32,
+                weights_first: (e * rows) as u32,
+                ..WeighSettings::default()
+            };
+            dispatches.push(Dispatch::new(
+                &kernels.weigh,
+                &settings,
+                vec![(binding::X, expert_out), (binding::Y, &weights_on_device), (binding::OUT, sum)],
+                threads(rows * d_model),
+            ));
             self.submit(dispatches).await?;
             first = false;
         }
@@ -672,12 +669,17 @@ impl Gpu {
             Some(norm) => {
                 self.norm(kernels, config, rows, norm, (sum, &device.residual), NormTo::Join(multiplier), device)
             }
-            None => Dispatch {
-                pipeline: &kernels.weigh,
-                settings: settings([rows, d_model, 0, 0, 0, multiplier.to_bits() as usize, 0, 0]),
-                buffers: vec![(1, sum), (2, &device.unused), (4, &device.residual)],
-                groups: threads(rows * d_model),
-            },
+            None => Dispatch::new(
+                &kernels.weigh,
+                &WeighSettings {
+                    rows: rows as u32,
+                    width: d_model as u32,
+                    weight: multiplier,
+                    ..WeighSettings::default()
+                },
+                vec![(binding::X, sum), (binding::Y, &device.unused), (binding::OUT, &device.residual)],
+                threads(rows * d_model),
+            ),
         };
         self.submit(vec![join]).await
     }
@@ -699,12 +701,12 @@ impl Gpu {
         let shape = (rows, config.d_model, k);
         Ok(match (out_norm, &device.branch) {
             (None, _) => {
-                let mut product = gemm(kernels, shape, x, w, Some(b), &device.residual, Product::Add);
-                if let Some(multiplier) = multiplier {
-                    product.settings[3] |= 8;
-                    product.settings[5] = multiplier.to_bits();
-                }
-                vec![product]
+                let settings = GemmSettings {
+                    multiply: multiplier.is_some() as u32,
+                    multiplier: multiplier.unwrap_or(0.0),
+                    ..gemm_settings(shape, Product::Add)
+                };
+                vec![gemm_with(kernels, settings, x, w, Some(b), &device.residual)]
             }
             (Some(norm), Some(branch)) => vec![
                 gemm(kernels, shape, x, w, Some(b), branch, Product::Set),
@@ -758,8 +760,8 @@ impl Gpu {
         let per_row = 4 * rows.max(config.d_model) as u64;
         let block = vocab_rows.min((self.max_binding / per_row) as usize).max(1);
         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC;
-        let logits = self.scratch(super::Role::Logits, 4 * (rows * block) as u64, usage);
-        let highest = self.scratch(super::Role::Highest, 8 * rows as u64, usage);
+        let logits = self.scratch(Role::Logits, 4 * (rows * block) as u64, usage);
+        let highest = self.scratch(Role::Highest, 8 * rows as u64, usage);
         let bias =
             model.unembedding_bias().map(|b| self.upload_values("unembedding bias", b.as_slice())).transpose()?;
         for start in (0..vocab).step_by(block) {
@@ -767,35 +769,25 @@ impl Gpu {
             let unembedding = model.unembedding_rows(start..end)?;
             let uploaded = self.upload_values("unembedding rows", unembedding.as_slice())?;
             let width = end - start;
-            let product = gemm(
-                kernels,
-                (rows, width, config.d_model),
-                &device.normed,
-                &uploaded,
-                bias.as_ref(),
-                &logits,
-                Product::Set,
-            );
-            let mut transposed = product.settings;
-            transposed[3] |= 4;
-            transposed[4] = start as u32;
             // The logits as the family gives them: divided by its divisor, then soft-capped.
-            if let Some(divisor) = config.features.logits_divisor {
-                transposed[3] |= 16;
-                transposed[6] = divisor.to_bits();
-            }
-            if let Some(cap) = config.features.final_softcap {
-                transposed[3] |= 32;
-                transposed[7] = cap.to_bits();
-            }
-            let mut dispatches = vec![Dispatch { settings: transposed, ..product }];
+            let (divisor, cap) = (config.features.logits_divisor, config.features.final_softcap);
+            let settings = GemmSettings {
+                y_transposed: 1,
+                bias_first: start as u32,
+                divide: divisor.is_some() as u32,
+                divisor: divisor.unwrap_or(0.0),
+                soft_cap: cap.is_some() as u32,
+                cap: cap.unwrap_or(0.0),
+                ..gemm_settings((rows, width, config.d_model), Product::Set)
+            };
+            let mut dispatches = vec![gemm_with(kernels, settings, &device.normed, &uploaded, bias.as_ref(), &logits)];
             if top {
-                dispatches.push(Dispatch {
-                    pipeline: &kernels.highest,
-                    settings: settings([rows, width, 0, 0, 0, 0, 0, 0]),
-                    buffers: vec![(1, &logits), (4, &highest)],
-                    groups: (rows.min(SPAN) as u32, rows.div_ceil(SPAN) as u32, 1),
-                });
+                dispatches.push(Dispatch::new(
+                    &kernels.highest,
+                    &HighestSettings { rows: rows as u32, columns: width as u32, _pad: [0; 2] },
+                    vec![(binding::X, &logits), (binding::OUT, &highest)],
+                    (rows.min(SPAN) as u32, rows.div_ceil(SPAN) as u32, 1),
+                ));
             }
             self.submit(dispatches).await?;
             if whole {
@@ -810,8 +802,7 @@ impl Gpu {
                         }
                     }
                 })
-                .await
-                .map_err(Error::Gpu)?;
+                .await?;
             }
             if top {
                 self.read_back(&[(&highest, 0..8 * rows as u64)], |values| {
@@ -822,8 +813,7 @@ impl Gpu {
                         }
                     }
                 })
-                .await
-                .map_err(Error::Gpu)?;
+                .await?;
             }
         }
         for ((output, best), (_, keep)) in outputs.iter_mut().zip(best).zip(runs) {
@@ -870,8 +860,7 @@ impl Gpu {
                         })
                         .collect::<Vec<_>>()
                 })
-                .await
-                .map_err(Error::Gpu)?;
+                .await?;
             for ((output, (_, keep)), patterns) in outputs.iter_mut().zip(runs).zip(layer) {
                 output.keep_patterns(keep.patterns, patterns);
             }
@@ -887,16 +876,16 @@ impl Gpu {
         }
         let index_buffer = self.upload_buffer("pattern cells", &indices)?;
         let gathered = self.scratch(
-            super::Role::Gathered,
+            Role::Gathered,
             4 * indices.len() as u64,
             wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
         );
-        let gather = Dispatch {
-            pipeline: &kernels.gather,
-            settings: settings([indices.len(), 0, 0, 0, 0, 0, 0, 0]),
-            buffers: vec![(1, &device.patterns), (4, &gathered), (6, &index_buffer)],
-            groups: threads(indices.len()),
-        };
+        let gather = Dispatch::new(
+            &kernels.gather,
+            &GatherSettings { count: indices.len() as u32, _pad: [0; 3] },
+            vec![(binding::X, &device.patterns), (binding::OUT, &gathered), (binding::ROWS_OF, &index_buffer)],
+            threads(indices.len()),
+        );
         self.submit(vec![attend, gather]).await?;
         self.read_back(&[(&gathered, 0..4 * indices.len() as u64)], |values| {
             let mut values = values.iter().copied();
@@ -909,7 +898,6 @@ impl Gpu {
             }
         })
         .await
-        .map_err(Error::Gpu)
     }
 
     fn upload_norm(&self, norm: &Norm) -> Result<NormOnDevice> {
@@ -935,7 +923,7 @@ impl Gpu {
 
     /// A new storage buffer of `bytes`, within one binding.
     fn storage_buffer(&self, label: &str, bytes: u64) -> Result<wgpu::Buffer> {
-        self.fits(label, bytes).map_err(Error::Gpu)?;
+        self.fits(label, bytes)?;
         Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size: bytes.max(4),
@@ -956,33 +944,33 @@ impl Gpu {
         to: NormTo,
         device: &'a Activations,
     ) -> Dispatch<'a> {
-        let centred = matches!(config.norm, NormKind::LayerNorm) as usize;
-        let mut flags = centred | (norm.bias.is_some() as usize) << 1;
-        let (parts, width, multiplier) = match to {
-            NormTo::Rows => (1, config.d_model, 0),
-            NormTo::Parts { parts, width } => (parts, width, 0),
-            NormTo::Join(multiplier) => (1, config.d_model, multiplier.to_bits() as usize),
+        let (parts, width, join) = match to {
+            NormTo::Rows => (1, config.d_model, None),
+            NormTo::Parts { parts, width } => (parts, width, None),
+            NormTo::Join(multiplier) => (1, config.d_model, Some(multiplier)),
         };
-        match to {
-            NormTo::Rows => {}
-            NormTo::Parts { .. } => flags |= 8,
-            NormTo::Join(_) => flags |= 4 | 8,
-        }
-        let eps = config.norm_eps.to_bits() as usize;
+        let settings = NormSettings {
+            rows: rows as u32,
+            width: width as u32,
+            parts: parts as u32,
+            centre: matches!(config.norm, NormKind::LayerNorm) as u32,
+            add_bias: norm.bias.is_some() as u32,
+            join: join.is_some() as u32,
+            write_scales: (to == NormTo::Rows) as u32,
+            eps: config.norm_eps,
+            multiplier: join.unwrap_or(0.0),
+            _pad: [0; 3],
+        };
         let groups = rows * parts;
-        Dispatch {
-            pipeline: &kernels.norm,
-            settings: settings([rows, width, 0, flags, eps, parts, multiplier, 0]),
-            buffers: vec![
-                (1, input),
-                (2, &norm.weight),
-                (3, norm.bias.as_ref().unwrap_or(&device.unused)),
-                (4, output),
-                // Written only for whole rows.
-                (5, &device.scales),
-            ],
-            groups: (groups.min(SPAN) as u32, groups.div_ceil(SPAN) as u32, 1),
-        }
+        let buffers = vec![
+            (binding::X, input),
+            (binding::Y, &norm.weight),
+            (binding::W, norm.bias.as_ref().unwrap_or(&device.unused)),
+            (binding::OUT, output),
+            // Written only for whole rows.
+            (binding::OUT2, &device.scales),
+        ];
+        Dispatch::new(&kernels.norm, &settings, buffers, (groups.min(SPAN) as u32, groups.div_ceil(SPAN) as u32, 1))
     }
 
     /// Encodes and submits `dispatches` in order, and waits for them (a failure shows here).
@@ -993,12 +981,13 @@ impl Gpu {
         for dispatch in &dispatches {
             let settings = self.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("settings"),
-                size: std::mem::size_of::<Settings>() as u64,
+                size: dispatch.settings.len() as u64,
                 usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
             });
             self.write(&settings, &dispatch.settings);
-            let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: settings.as_entire_binding() }];
+            let mut entries =
+                vec![wgpu::BindGroupEntry { binding: binding::SETTINGS, resource: settings.as_entire_binding() }];
             entries.extend(
                 dispatch
                     .buffers
@@ -1024,8 +1013,8 @@ impl Gpu {
             }
         }
         self.queue.submit([encoder.finish()]);
-        scope.pop(self).await.map_err(Error::Gpu)?;
-        self.check().map_err(Error::Gpu)
+        scope.pop(self).await?;
+        self.check()
     }
 
     /// A `rows` x `columns` matrix read back from `buffer`.
@@ -1034,7 +1023,6 @@ impl Gpu {
             DMatrix::from_column_slice(rows, columns, values)
         })
         .await
-        .map_err(Error::Gpu)
     }
 }
 
@@ -1060,21 +1048,41 @@ enum Product {
 /// `out (=|+=) x y (+ bias)` for x `m` x `k`, y `k` x `n`.
 fn gemm<'a>(
     kernels: &'a ForwardKernels,
-    (m, n, k): (usize, usize, usize),
+    shape: (usize, usize, usize),
     x: &'a wgpu::Buffer,
     y: &'a wgpu::Buffer,
     bias: Option<&'a wgpu::Buffer>,
     out: &'a wgpu::Buffer,
     product: Product,
 ) -> Dispatch<'a> {
-    let flags = bias.is_some() as usize | ((product == Product::Add) as usize) << 1;
-    Dispatch {
-        pipeline: &kernels.gemm,
-        settings: settings([m, n, k, flags, 0, 0, 0, 0]),
-        // A product without bias binds its y again where the bias would be: it is never read.
-        buffers: vec![(1, x), (2, y), (3, bias.unwrap_or(y)), (4, out)],
-        groups: (m.div_ceil(64) as u32, n.div_ceil(64) as u32, 1),
+    gemm_with(kernels, gemm_settings(shape, product), x, y, bias, out)
+}
+
+/// The settings of `out (=|+=) x y` for x `m` x `k`, y `k` x `n`, each entry as it is.
+fn gemm_settings((m, n, k): (usize, usize, usize), product: Product) -> GemmSettings {
+    GemmSettings {
+        m: m as u32,
+        n: n as u32,
+        k: k as u32,
+        accumulate: (product == Product::Add) as u32,
+        ..GemmSettings::default()
     }
+}
+
+/// [`gemm`] as `settings` say, the bias added where there is one.
+fn gemm_with<'a>(
+    kernels: &'a ForwardKernels,
+    settings: GemmSettings,
+    x: &'a wgpu::Buffer,
+    y: &'a wgpu::Buffer,
+    bias: Option<&'a wgpu::Buffer>,
+    out: &'a wgpu::Buffer,
+) -> Dispatch<'a> {
+    let settings = GemmSettings { add_bias: bias.is_some() as u32, ..settings };
+    // A product without bias binds its y again where the bias would be: it is never read.
+    let buffers = vec![(binding::X, x), (binding::Y, y), (binding::W, bias.unwrap_or(y)), (binding::OUT, out)];
+    let groups = (settings.m.div_ceil(64), settings.n.div_ceil(64), 1);
+    Dispatch::new(&kernels.gemm, &settings, buffers, groups)
 }
 
 /// The MLP's hidden activations of `input` into `hidden`: `act(x W_in + b_in)`, or gated,
@@ -1097,21 +1105,18 @@ fn hidden<'a>(
         }
         _ => None,
     };
-    dispatches.push(Dispatch {
-        pipeline: &kernels.activate,
-        settings: settings([
-            rows * d_mlp,
-            0,
-            0,
-            gated.is_some() as usize,
-            activation_code(config.mlp.activation()),
-            0,
-            0,
-            0,
-        ]),
-        buffers: vec![(1, gated.unwrap_or(&device.unused)), (4, &device.hidden)],
-        groups: threads(rows * d_mlp),
-    });
+    let settings = ActivateSettings {
+        count: (rows * d_mlp) as u32,
+        gated: gated.is_some() as u32,
+        activation: activation_code(config.mlp.activation()),
+        _pad: [0],
+    };
+    dispatches.push(Dispatch::new(
+        &kernels.activate,
+        &settings,
+        vec![(binding::X, gated.unwrap_or(&device.unused)), (binding::OUT, &device.hidden)],
+        threads(rows * d_mlp),
+    ));
     dispatches
 }
 
@@ -1121,12 +1126,12 @@ fn threads(count: usize) -> (u32, u32, u32) {
     (groups.min(SPAN) as u32, groups.div_ceil(SPAN) as u32, 1)
 }
 
-fn activation_code(activation: Activation) -> usize {
-    match activation {
-        Activation::Relu => 0,
-        Activation::GeluTanh => 1,
-        Activation::GeluErf => 2,
-        Activation::Silu => 3,
+fn activation_code(kind: Activation) -> u32 {
+    match kind {
+        Activation::Relu => activation::RELU,
+        Activation::GeluTanh => activation::GELU_TANH,
+        Activation::GeluErf => activation::GELU_ERF,
+        Activation::Silu => activation::SILU,
     }
 }
 

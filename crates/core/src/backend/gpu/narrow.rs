@@ -9,13 +9,23 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{Gpu, Role, SMALLEST_CHUNK, binding, compute_pipeline};
+use super::buffers::{Role, first_f32s};
+use super::split::SMALLEST_CHUNK;
+use super::{Gpu, compute_pipeline};
 use crate::parallel::each_chunk;
 
 const KERNELS: &str = include_str!("narrow.wgsl");
 /// narrow.wgsl's workgroup size and the groups a dispatch's x holds.
 const GROUP: usize = 64;
 const SPAN: usize = 65535;
+
+/// narrow.wgsl's bindings.
+mod binding {
+    /// The 16-bit values, two to a u32.
+    pub const PACKED: u32 = 0;
+    /// The f32 values they widen into.
+    pub const VALUES: u32 = 1;
+}
 
 /// The two widening kernels.
 pub(super) struct Widen {
@@ -114,8 +124,8 @@ impl Gpu {
             label: None,
             layout: &pipeline.get_bind_group_layout(0),
             entries: &[
-                wgpu::BindGroupEntry { binding: 0, resource: binding(&packed, words.len()) },
-                wgpu::BindGroupEntry { binding: 1, resource: binding(buffer, values.len()) },
+                wgpu::BindGroupEntry { binding: binding::PACKED, resource: first_f32s(&packed, words.len()) },
+                wgpu::BindGroupEntry { binding: binding::VALUES, resource: first_f32s(buffer, values.len()) },
             ],
         });
         let groups = words.len().div_ceil(GROUP);

@@ -5,6 +5,7 @@
 // `packed` is bound at exactly its pairs and `values` at exactly its entries: their lengths are
 // the bindings' own.
 
+// The numbers are narrow.rs's `binding` constants.
 @group(0) @binding(0) var<storage, read> packed: array<u32>;
 @group(0) @binding(1) var<storage, read_write> values: array<f32>;
 

@@ -4,8 +4,8 @@
 // `syrk` is the same product with B = A, computing only the tiles on or above the diagonal
 // (the caller mirrors them).
 //
-// Wide inputs (bit 1 of `shape.wide` for A, bit 2 for B): f64 matrices held as two f32 parts
-// each, `a` the value rounded to f32 and `a_rest` what that rounding left (likewise `b`,
+// Wide inputs (`settings.a_wide` for A, `settings.b_wide` for B): f64 matrices held as two f32
+// parts each, `a` the value rounded to f32 and `a_rest` what that rounding left (likewise `b`,
 // `b_rest`). The rest is folded into the low part of the split below; its own rounding there is
 // 2^-24 of a term already 2^-12 of the value, so a wide product keeps the same 2^-36 as an f32
 // one. A product kept on the device is read in again as its own two parts (the heads' small
@@ -20,7 +20,7 @@
 // TwoSum) and the small cross terms hi * lo + lo * hi + lo * lo, ~2^-12 of the product, are
 // summed with the sums' rounding errors into the second part.
 //
-// Accumulating (`shape.accumulate` = 1): the result is added to what C holds, the high parts
+// Accumulating (`settings.accumulate` = 1): the result is added to what C holds, the high parts
 // summed error-free and the low parts with the error, so a run of blocks sums on the device and
 // is read back once (a double-f32 sum keeps ~2^-44 of the total, far below each block's 2^-36).
 //
@@ -72,15 +72,15 @@ fn hidden(v: f32, zero: u32) -> f32 {
 /// Column s of the invocation's block, rows local.x + 16 r (the vector's lanes r = 0..3),
 /// written or, accumulating, added to what C holds.
 fn store_column(c: u32, i: u32, j: u32, high: vec4<f32>, low: vec4<f32>, compensation: vec4<f32>, zero: u32) {
-    if (j >= shape.n) {
+    if (j >= settings.n) {
         return;
     }
     for (var r = 0u; r < 4u; r++) {
-        if (i + 16u * r < shape.m) {
-            let at = c + j * shape.m + i + 16u * r;
+        if (i + 16u * r < settings.m) {
+            let at = c + j * settings.m + i + 16u * r;
             var h = high[r];
             var l = low[r] - compensation[r];
-            if (shape.accumulate != 0u) {
+            if (settings.accumulate != 0u) {
                 // TwoSum of the high parts; the low parts and its error into the low sum, then
                 // renormalised (FastTwoSum) so the high part stays the nearest f32 to the total.
                 let old = c_high[at];
@@ -122,7 +122,7 @@ fn product_tile(tile: vec3<u32>, local: vec2<u32>, index: u32) {
     var comp1 = vec4<f32>();
     var comp2 = vec4<f32>();
     var comp3 = vec4<f32>();
-    for (var k0 = 0u; k0 < shape.k; k0 += STEP) {
+    for (var k0 = 0u; k0 < settings.k; k0 += STEP) {
         // Each invocation loads 4 entries of each tile; consecutive invocations read
         // consecutive k of one column (contiguous in memory).
         for (var r = 0u; r < 4u; r++) {
@@ -132,26 +132,26 @@ fn product_tile(tile: vec3<u32>, local: vec2<u32>, index: u32) {
             // A stored transposed is read along its rows instead: consecutive i of one k.
             var ka = kk;
             var ia = ii;
-            var at = offsets.a + (i0 + ii) * shape.k + k0 + kk;
-            if (shape.a_transposed != 0u) {
+            var at = offsets.a + (i0 + ii) * settings.k + k0 + kk;
+            if (settings.a_transposed != 0u) {
                 ka = e / TILE;
                 ia = e % TILE;
-                at = (k0 + ka) * shape.m + i0 + ia;
+                at = (k0 + ka) * settings.m + i0 + ia;
             }
             var va = 0.0;
             var vb = 0.0;
             var ra = 0.0;
             var rb = 0.0;
-            if (k0 + ka < shape.k && i0 + ia < shape.m) {
+            if (k0 + ka < settings.k && i0 + ia < settings.m) {
                 va = a[at];
-                if ((shape.wide & 1u) != 0u) {
+                if (settings.a_wide != 0u) {
                     ra = a_rest[at];
                 }
             }
-            if (k0 + kk < shape.k && j0 + ii < shape.n) {
-                vb = b[offsets.b + (j0 + ii) * shape.k + k0 + kk];
-                if ((shape.wide & 2u) != 0u) {
-                    rb = b_rest[offsets.b + (j0 + ii) * shape.k + k0 + kk];
+            if (k0 + kk < settings.k && j0 + ii < settings.n) {
+                vb = b[offsets.b + (j0 + ii) * settings.k + k0 + kk];
+                if (settings.b_wide != 0u) {
+                    rb = b_rest[offsets.b + (j0 + ii) * settings.k + k0 + kk];
                 }
             }
             let ha = high_part(va);
@@ -234,21 +234,21 @@ fn divide_pair(x: vec2<f32>, n: f32, zero: u32) -> vec2<f32> {
 
 fn fold_column(j: u32) {
     let zero = opaque_zero[0];
-    let base = j * shape.k;
-    let transposed = (shape.fold_kind & 2u) != 0u;
+    let base = j * settings.k;
+    let transposed = settings.fold_centre_first != 0u;
     var mean = vec2<f32>();
-    if ((shape.fold_kind & 1u) != 0u) {
+    if (settings.fold_centres != 0u) {
         var sum = vec2<f32>();
-        for (var i = 0u; i < shape.k; i++) {
+        for (var i = 0u; i < settings.k; i++) {
             var term = vec2<f32>(c_high[base + i], 0.0);
             if (!transposed) {
                 term = two_product(term.x, a[i], zero);
             }
             sum = add_pairs(sum, term, zero);
         }
-        mean = divide_pair(sum, f32(shape.k), zero);
+        mean = divide_pair(sum, f32(settings.k), zero);
     }
-    for (var i = 0u; i < shape.k; i++) {
+    for (var i = 0u; i < settings.k; i++) {
         let w = c_high[base + i];
         var v: vec2<f32>;
         if (transposed) {
