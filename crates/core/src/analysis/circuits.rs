@@ -12,7 +12,8 @@ use super::spectrum::Factored;
 use crate::Result;
 use crate::backend::cpu::{self, inner};
 use crate::backend::{Backend, BackendInfo, Blocks, ColumnRun, Columns, Factor, Fold, Kept, Sum, block_on};
-use crate::model::{Attention, Layer, Model, ModelConfig, Norm, NormKind, Weights};
+pub use crate::model::fold::{fold_reading, fold_reading_transposed};
+use crate::model::{Attention, Layer, Model, ModelConfig, Norm, Weights};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -31,31 +32,6 @@ impl Mode {
             Mode::Raw => "raw",
         }
     }
-}
-
-/// Applies a norm's fold to a reading weight `w` (d_model x n): rows scaled by the norm
-/// weight, then (LayerNorm only) each column centred over d_model, since LayerNorm's output
-/// has zero mean and so cannot see the mean of a reading weight.
-pub fn fold_reading(norm: &Norm, kind: NormKind, w: &mut DMatrix<f64>) {
-    scale_rows(norm, w);
-    if kind == NormKind::LayerNorm {
-        for mut column in w.column_iter_mut() {
-            let mean = column.mean();
-            column.add_scalar_mut(-mean);
-        }
-    }
-}
-
-/// Applies the transpose of that fold, `D P`, to `w` (centre columns, then scale rows): what
-/// a weight that writes into the folded unembedding meets, since `(W_O T)^T = T^T W_O^T`.
-pub fn fold_reading_transposed(norm: &Norm, kind: NormKind, w: &mut DMatrix<f64>) {
-    if kind == NormKind::LayerNorm {
-        for mut column in w.column_iter_mut() {
-            let mean = column.mean();
-            column.add_scalar_mut(-mean);
-        }
-    }
-    scale_rows(norm, w);
 }
 
 /// The layer's attention weights as the circuits read them. In folded mode, the norms that act
@@ -95,15 +71,6 @@ pub fn circuit_attention<'a>(config: &ModelConfig, layer: &'a Layer, mode: Mode)
 fn scale_columns(w: &mut DMatrix<f32>, norm: &Norm) {
     for (mut column, &weight) in w.column_iter_mut().zip(&norm.weight) {
         column *= weight;
-    }
-}
-
-/// Row i of `w` times the norm's weight i (column by column: the matrix is column-major).
-fn scale_rows(norm: &Norm, w: &mut DMatrix<f64>) {
-    for mut column in w.column_iter_mut() {
-        for (value, &weight) in column.iter_mut().zip(&norm.weight) {
-            *value *= weight as f64;
-        }
     }
 }
 

@@ -174,7 +174,7 @@ pub enum Factor {
 /// A norm folded into X before a product with it (TransformerLens's `fold_ln`): X's rows scaled
 /// by the norm's weight and, for LayerNorm, each column centred over its rows; `transposed`
 /// centres first, then scales (the fold as a weight writing into the folded unembedding meets
-/// it). The CPU folds X on the host in f64 ([`fold_reading`](crate::analysis::circuits::fold_reading)).
+/// it). The CPU folds X on the host in f64 ([`fold_reading`](crate::model::fold::fold_reading)).
 /// A GPU takes X as stored (f32 values, whose rests are zero) and folds it on the device, so the
 /// folded values' f32 rests, as many bytes again, never cross.
 #[derive(Debug, Clone, Copy)]
@@ -187,7 +187,7 @@ pub struct Fold<'a> {
 impl Fold<'_> {
     /// The fold applied to `x` on the host, in f64.
     pub fn apply(&self, x: &mut DMatrix<f64>) {
-        use crate::analysis::circuits::{fold_reading, fold_reading_transposed};
+        use crate::model::fold::{fold_reading, fold_reading_transposed};
         match self.transposed {
             false => fold_reading(self.norm, self.kind, x),
             true => fold_reading_transposed(self.norm, self.kind, x),

@@ -3,6 +3,7 @@
 
 mod families;
 mod features;
+pub mod fold;
 mod stream;
 
 pub use features::{Activation, Features, LayerAttention, MlpKind, NormSites, QkNorm};
