@@ -28,33 +28,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_family_fixtures import OUT, canonical, family_of, fold_cols, fold_rows  # noqa: E402
-
-
-def head_matrices(c, folded):
-    """[(layer, head, W_Q, W_K, W_V, W_O)] in one mode, GQA heads reading their group's K and V."""
-    H, KV, dh, kind = c["heads"], c["kv_heads"], c["d_head"], c["kind"]
-    out = []
-    for l, layer in enumerate(c["layers"]):
-        wq, wk, wv, wo = layer["wq"], layer["wk"], layer["wv"], layer["wo"]
-        if folded:
-            if layer["ln1"] is not None:
-                wq, wk, wv = (fold_rows(w, layer["ln1"], kind) for w in (wq, wk, wv))
-            if layer["q_norm"] is not None:
-                wq = fold_cols(wq, layer["q_norm"])
-                wk = fold_cols(wk, layer["k_norm"])
-            if layer["out_norm"] is not None:
-                wo = fold_cols(wo, layer["out_norm"])
-            wo = wo * c["res_mult"]
-        for h in range(H):
-            kv = h // (H // KV)
-            out.append((l, h, wq[:, h * dh:(h + 1) * dh], wk[:, kv * dh:(kv + 1) * dh],
-                        wv[:, kv * dh:(kv + 1) * dh], wo[h * dh:(h + 1) * dh, :]))
-    return out
+from make_family_fixtures import OUT, canonical, family_of, head_weights  # noqa: E402
 
 
 def between(c, folded):
-    heads = head_matrices(c, folded)
+    heads = head_weights(c, folded)
     L, H, dh = len(c["layers"]), c["heads"], c["d_head"]
     ov = {(l, h): v @ o for l, h, q, k, v, o in heads}
     qk = {(l, h): q @ k.T for l, h, q, k, v, o in heads}

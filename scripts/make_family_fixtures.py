@@ -247,11 +247,12 @@ def fold_cols(w, norm):
     return w * norm[0][None, :]
 
 
-def circuits(c, folded):
+def head_weights(c, folded):
+    """[(layer, head, W_Q, W_K, W_V, W_O)] in one mode, each query head with its group's K and V:
+    the input norms folded into the reading weights, the query/key norms into their columns, the
+    attention output's norm and the residual multiplier into W_O's."""
     H, KV, dh, kind = c["heads"], c["kv_heads"], c["d_head"], c["kind"]
-    we = c["we"]
-    wu = fold_rows(c["wu"], c["ln_final"], kind) if folded else c["wu"]
-    heads = []
+    out = []
     for l, layer in enumerate(c["layers"]):
         wq, wk, wv, wo = layer["wq"], layer["wk"], layer["wv"], layer["wo"]
         if folded:
@@ -265,14 +266,22 @@ def circuits(c, folded):
             wo = wo * c["res_mult"]
         for h in range(H):
             kv = h // (H // KV)
-            q, k = wq[:, h * dh:(h + 1) * dh], wk[:, kv * dh:(kv + 1) * dh]
-            v, o = wv[:, kv * dh:(kv + 1) * dh], wo[h * dh:(h + 1) * dh, :]
+            out.append((l, h, wq[:, h * dh:(h + 1) * dh], wk[:, kv * dh:(kv + 1) * dh],
+                        wv[:, kv * dh:(kv + 1) * dh], wo[h * dh:(h + 1) * dh, :]))
+    return out
 
-            def fp(A, B):
-                return fingerprint(A, B, np.linalg.eigvals(B @ A), dh)
 
-            heads.append({"layer": l, "head": h, "qk": fp(q, k.T), "ov": fp(we @ v, o @ wu),
-                          "ov_residual": fp(v, o), "qk_token": fp(we @ q, k.T @ we.T)})
+def circuits(c, folded):
+    dh, kind = c["d_head"], c["kind"]
+    we = c["we"]
+    wu = fold_rows(c["wu"], c["ln_final"], kind) if folded else c["wu"]
+
+    def fp(A, B):
+        return fingerprint(A, B, np.linalg.eigvals(B @ A), dh)
+
+    heads = [{"layer": l, "head": h, "qk": fp(q, k.T), "ov": fp(we @ v, o @ wu),
+              "ov_residual": fp(v, o), "qk_token": fp(we @ q, k.T @ we.T)}
+             for l, h, q, k, v, o in head_weights(c, folded)]
     return {"heads": heads}
 
 

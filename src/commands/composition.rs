@@ -2,11 +2,11 @@
 //! queries, keys and values, as the strongest pairs or the whole JSON report.
 
 use headprint::Result;
+use headprint::analysis::CompositionKind;
 use headprint::analysis::composition::{DEFAULT_TOP, composition};
-use headprint::analysis::{CompositionKind, Mode};
 use headprint::model::ModelStream;
 
-use crate::commands::{BackendArgs, Common, backend_line, print_note};
+use crate::commands::{BackendArgs, Common, ModeArg, backend_line, print_note};
 use crate::print::print_json_from;
 use crate::{open, progress};
 
@@ -14,9 +14,8 @@ use crate::{open, progress};
 pub struct Args {
     #[command(flatten)]
     common: Common,
-    /// Use the weights as stored (default: LayerNorm folded as TransformerLens's fold_ln does).
-    #[arg(long)]
-    raw: bool,
+    #[command(flatten)]
+    mode: ModeArg,
     /// How many of the strongest pairs of each kind to list (and to put in the JSON's `top`).
     #[arg(long, default_value_t = DEFAULT_TOP)]
     top: usize,
@@ -28,7 +27,7 @@ pub fn run(args: Args) -> Result<()> {
     let opened = open::open(&args.common.model)?;
     let model = ModelStream::open(&opened.files)?;
     let mut backend = args.backend.open()?;
-    let mode = if args.raw { Mode::Raw } else { Mode::Folded };
+    let mode = args.mode.mode();
     let bar = progress::stage("composition", Some(model.config.layers), "layers");
     let report = composition(&model, mode, &mut backend, &mut |done, total| bar.set(done, total))?;
     drop(bar);

@@ -1,10 +1,10 @@
 //! `headprint fingerprint`: every head's spectral fingerprint, as a table or JSON.
 
 use headprint::Result;
-use headprint::analysis::{Fingerprint, Mode, ModelSummary};
+use headprint::analysis::{Fingerprint, ModelSummary};
 use headprint::model::ModelStream;
 
-use crate::commands::{BackendArgs, Common, backend_line, print_note};
+use crate::commands::{BackendArgs, Common, ModeArg, backend_line, print_note};
 use crate::print::print_json_from;
 use crate::{open, progress};
 
@@ -12,9 +12,8 @@ use crate::{open, progress};
 pub struct Args {
     #[command(flatten)]
     common: Common,
-    /// Use the weights as stored (default: LayerNorm folded as TransformerLens's fold_ln does).
-    #[arg(long)]
-    raw: bool,
+    #[command(flatten)]
+    mode: ModeArg,
     #[command(flatten)]
     backend: BackendArgs,
 }
@@ -25,7 +24,7 @@ pub fn run(args: Args) -> Result<()> {
     let opened = open::open(&args.common.model)?;
     let model = ModelStream::open(&opened.files)?;
     let mut backend = args.backend.open()?;
-    let report = progress::fingerprint(&model, if args.raw { Mode::Raw } else { Mode::Folded }, &mut backend)?;
+    let report = progress::fingerprint(&model, args.mode.mode(), &mut backend)?;
     print_note(&report.backend);
     if args.common.json {
         return print_json_from(&report, opened.link.as_ref());

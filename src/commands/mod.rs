@@ -16,6 +16,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use headprint::Result;
+use headprint::analysis::Mode;
 use headprint::backend::{Backend, BackendChoice, BackendInfo};
 use headprint::compare::INDUCTION_HEAD_THRESHOLD;
 use headprint::probes::induction::DEFAULT_SEQUENCES;
@@ -31,6 +32,20 @@ pub struct Common {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// How the weights are read: folded (the default) or as stored.
+#[derive(Args)]
+pub struct ModeArg {
+    /// Use the weights as stored (default: LayerNorm folded as TransformerLens's fold_ln does).
+    #[arg(long)]
+    raw: bool,
+}
+
+impl ModeArg {
+    pub fn mode(&self) -> Mode {
+        if self.raw { Mode::Raw } else { Mode::Folded }
+    }
 }
 
 #[derive(Args)]

@@ -6,7 +6,7 @@ use headprint::analysis::{HeadId, Mode, OvTokenLogits};
 use headprint::tokens::Tokenizer;
 use serde::Serialize;
 
-use crate::commands::Common;
+use crate::commands::{Common, ModeArg};
 use crate::loaded::load;
 use crate::print::{print_json, show};
 
@@ -26,9 +26,8 @@ pub struct Args {
     /// One token: what attending it promotes and suppresses most.
     #[arg(long)]
     row: Option<String>,
-    /// Use the weights as stored, without folding the norms into them.
-    #[arg(long)]
-    raw: bool,
+    #[command(flatten)]
+    mode: ModeArg,
 }
 
 /// What the command prints, as a table or as JSON.
@@ -76,7 +75,7 @@ pub fn run(args: Args) -> Result<()> {
     let loaded = load(&args.common.model)?;
     let (model, tokenizer) = (&loaded.model()?, &loaded.tokenizer);
     let id = HeadId::parse(&args.head, &model.config)?;
-    let mode = if args.raw { Mode::Raw } else { Mode::Folded };
+    let mode = args.mode.mode();
     // One layer and blocks of W_E / W_U rows: no Grams needed for the token view.
     let logits = OvTokenLogits::of_head(model, id, mode)?;
     let report = report(&logits, tokenizer, id, mode, &args)?;

@@ -2,10 +2,10 @@
 //! out through the vocabulary.
 
 use headprint::Result;
+use headprint::analysis::HeadId;
 use headprint::analysis::singular::{CircuitSvd, DEFAULT_TOKENS, Readout, head_svd};
-use headprint::analysis::{HeadId, Mode};
 
-use crate::commands::Common;
+use crate::commands::{Common, ModeArg};
 use crate::loaded::load;
 use crate::print::{print_json_from, show};
 
@@ -16,9 +16,8 @@ pub struct Args {
     /// The head, e.g. L5H1 (layer and head, zero-based).
     #[arg(long)]
     head: String,
-    /// Use the weights as stored (default: LayerNorm folded as TransformerLens's fold_ln does).
-    #[arg(long)]
-    raw: bool,
+    #[command(flatten)]
+    mode: ModeArg,
     /// How many tokens to list at each end of each readout.
     #[arg(long, default_value_t = DEFAULT_TOKENS)]
     tokens: usize,
@@ -28,7 +27,7 @@ pub fn run(args: Args) -> Result<()> {
     let loaded = load(&args.common.model)?;
     let model = loaded.model()?;
     let id = HeadId::parse(&args.head, &model.config)?;
-    let mode = if args.raw { Mode::Raw } else { Mode::Folded };
+    let mode = args.mode.mode();
     let report = head_svd(&model, &loaded.tokenizer, id, mode, args.tokens)?;
     if args.common.json {
         return print_json_from(&report, loaded.link.as_ref());
