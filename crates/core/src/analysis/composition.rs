@@ -361,8 +361,10 @@ pub async fn composition_on(
     for l2 in 0..layers {
         let layer = model.layer(l2, LoadParts::Circuits)?;
         let head_numbers: Vec<usize> = (0..heads).collect();
+        // The final norm alone crosses into the threads (the tab's weights are not `Sync`).
+        let ln_final = model.ln_final();
         let blocks = crate::parallel::map_each(&head_numbers, |&h| {
-            let w = HeadWeights::new(config, &layer, model.ln_final(), h, mode);
+            let w = HeadWeights::new(config, &layer, ln_final, h, mode);
             HeadBlocks::of(&w.w_q, &w.w_k, &w.w_v, &w.w_o)
         });
         drop(layer);
