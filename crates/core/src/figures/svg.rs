@@ -508,29 +508,6 @@ pub fn series_line(values: &[Option<f64>], revisions: &[String], selected: usize
     s
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_series_line_has_a_point_per_known_value_and_breaks_at_a_missing_one() {
-        let names: Vec<String> = ["step0", "step1", "step2", "step3"].map(String::from).to_vec();
-        let svg = series_line(&[Some(0.1), None, Some(0.5), Some(0.9)], &names, 2, "induction score", "L1H0");
-        assert_eq!(svg.matches("<circle").count(), 3);
-        assert_eq!(svg.matches("<polyline").count(), 1, "step0 stands alone; step2 to step3 is a line");
-        assert!(svg.contains("<title>step2: 0.500</title>") && svg.contains("<title>step3: 0.900</title>"));
-        assert_eq!(svg.matches(r##"stroke="#e66101" stroke-width="1.5""##).count(), 1, "the selected point is ringed");
-        assert!(svg.contains(r#"class="selected""#));
-    }
-
-    #[test]
-    fn colours_are_clamped() {
-        assert_eq!(viridis(-1.0).fill, "rgb(68,1,84)");
-        assert_eq!(viridis(2.0).fill, "rgb(253,231,37)");
-        assert_eq!(diverging(0.0).fill, "rgb(247,247,247)");
-    }
-}
-
 /// One edge of a [`layer_graph`]: a head (layer, head) that writes into a later one.
 pub struct GraphEdge {
     pub from: (usize, usize),
@@ -619,4 +596,41 @@ pub fn layer_graph(
     }
     s.push_str("</svg>");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_series_line_has_a_point_per_known_value_and_breaks_at_a_missing_one() {
+        let names: Vec<String> = ["step0", "step1", "step2", "step3"].map(String::from).to_vec();
+        let svg = series_line(&[Some(0.1), None, Some(0.5), Some(0.9)], &names, 2, "induction score", "L1H0");
+        assert_eq!(svg.matches("<circle").count(), 3);
+        assert_eq!(svg.matches("<polyline").count(), 1, "step0 stands alone; step2 to step3 is a line");
+        assert!(svg.contains("<title>step2: 0.500</title>") && svg.contains("<title>step3: 0.900</title>"));
+        assert_eq!(svg.matches(r##"stroke="#e66101" stroke-width="1.5""##).count(), 1, "the selected point is ringed");
+        assert!(svg.contains(r#"class="selected""#));
+    }
+
+    #[test]
+    fn colours_are_clamped() {
+        assert_eq!(viridis(-1.0).fill, "rgb(68,1,84)");
+        assert_eq!(viridis(2.0).fill, "rgb(253,231,37)");
+        assert_eq!(diverging(0.0).fill, "rgb(247,247,247)");
+    }
+    #[test]
+    fn a_layer_graph_has_a_node_per_head_and_an_edge_per_pair() {
+        let edges = [
+            GraphEdge { from: (0, 1), to: (2, 0), weight: 1.0, title: "L0H1 → L2H0 <b>".into() },
+            GraphEdge { from: (1, 0), to: (2, 1), weight: 0.0, title: "L1H0 → L2H1".into() },
+        ];
+        let svg = layer_graph(3, 2, &edges, "#b2182b", Some((2, 0)), "K & graph");
+        assert_eq!(svg.matches(r#"class="node""#).count(), 6);
+        assert_eq!(svg.matches("<path").count(), 2);
+        // The selected head's edge is drawn last (on top), and text is escaped.
+        assert_eq!(svg.rfind("<path"), svg.find(r#"<path class="edge selected""#));
+        assert!(svg.contains("&lt;b&gt;") && svg.contains("K &amp; graph"));
+        assert!(svg.contains(r#"data-head="L2H0""#));
+    }
 }
