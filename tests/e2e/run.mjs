@@ -302,11 +302,11 @@ await test('the Circuits tab maps composition, draws the graph of layers, and a 
   expect(edges > 0 && await page.locator('#circuit-graph path.edge').count() === Math.min(edges, 1500), `edges drawn: ${edges}`);
   // A lower ratio draws at least as many edges.
   await page.fill('#circuit-ratio', '1');
-  await page.waitForFunction(() => /1× baseline/.test(document.querySelector('#circuit-ratio-value')?.textContent ?? ''));
+  await page.waitForFunction(() => / 1(\.0+)?× baseline/.test(document.querySelector('#circuit-ratio-value')?.textContent ?? ''));
   const more = +(await page.getAttribute('#circuit-graph-caption', 'data-edges'));
   expect(more >= edges, `ratio 1 draws ${more} ≥ ${edges}`);
   await page.fill('#circuit-ratio', '2');
-  await page.waitForFunction(() => /2× baseline/.test(document.querySelector('#circuit-ratio-value')?.textContent ?? ''));
+  await page.waitForFunction(() => / 2(\.0+)?× baseline/.test(document.querySelector('#circuit-ratio-value')?.textContent ?? ''));
   // Clicking a node opens the head: its writers into Q, K and V, and whom it feeds.
   await page.click('#circuit-graph [data-head="L2H0"]');
   await page.waitForSelector('#circuit-head[data-head="L2H0"]');
@@ -321,12 +321,14 @@ await test('the Circuits tab maps composition, draws the graph of layers, and a 
   // Another kind, coloured by score: the tooltip names it.
   await page.selectOption('#circuit-kind', 'v');
   await page.selectOption('#circuit-colour', 'score');
+  await page.mouse.move(0, 0);
+  await page.locator('#circuit-map-canvas').scrollIntoViewIfNeeded();
   const vTip = await hoverCell(page, '#circuit-map-canvas', 0, 2 * heads);
   expect(/^L0H0 → L2H0: V-composition/.test(vTip), `a V tooltip: ${vTip}`);
   expect(page.url().includes('kind=v') && page.url().includes('colour=score'), page.url());
   // A writer in the list opens that head.
   await page.click('#writers-v button >> nth=0');
-  await page.waitForFunction(() => !/data-head="L2H0"/.test(document.querySelector('#circuit-head')?.outerHTML ?? ''));
+  await page.waitForFunction(() => (document.querySelector('#circuit-head')?.dataset.head ?? 'L2H0') !== 'L2H0');
   await page.selectOption('#circuit-kind', 'k');
   await page.selectOption('#circuit-colour', 'ratio');
   // The head view: OV and QK singular values and each block's tokens.
@@ -346,7 +348,7 @@ await test('the Circuits tab maps composition, draws the graph of layers, and a 
   await linked.waitForSelector('#circuit-head[data-head="L3H1"]', { timeout: 60000 });
   expect(await linked.inputValue('#circuit-kind') === 'q', 'kind from the link');
   expect(await linked.inputValue('#circuit-colour') === 'score', 'colour from the link');
-  expect(/3× baseline/.test(await linked.textContent('#circuit-ratio-value')), 'ratio from the link');
+  expect(/ 3(\.0+)?× baseline/.test(await linked.textContent('#circuit-ratio-value')), 'ratio from the link');
   await linked.close();
 });
 
