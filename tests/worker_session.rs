@@ -9,13 +9,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::{assert_close, assert_verdicts_match, expected, fixture};
+use headprint::analysis::composition::{CompositionKind, composition};
+use headprint::analysis::singular::head_svd;
 use headprint::analysis::{HeadId, Mode};
-use headprint::backend::BackendChoice;
+use headprint::backend::{Backend, BackendChoice};
 use headprint::compare::ComparisonRow;
 use headprint::probes::Suite;
 use headprint::weights::{ByteSource, MemorySource};
 use headprint::worker::pool::combine_induction;
-use headprint::worker::protocol::{InductionShare, ProbeSequence, Progress, Reply, Request};
+use headprint::worker::protocol::{InductionShare, ProbeSequence, Progress, Reply, Request, Role};
 use headprint::worker::session::{POOL_BUDGET_BYTES, Reporter, Session, pool_workers};
 
 fn clock() -> f64 {
@@ -654,7 +656,26 @@ impl ByteSource for HeaderOnly {
 /// A bf16 Llama-2-70B-shaped checkpoint (80 layers of width 8192, 64 heads, 8 key/value heads,
 /// MLP 28672, vocabulary 32000) and its config.json, as header-only sources.
 fn llama_70b_shaped(read: &Arc<AtomicU64>) -> (Vec<String>, Vec<Box<dyn ByteSource>>) {
-    let (d, layers, d_kv, d_mlp, vocab) = (8192u64, 80, 1024u64, 28672u64, 32000u64);
+    llama_shaped(read, LlamaShape { d: 8192, layers: 80, heads: 64, d_kv: 1024, d_mlp: 28672, vocab: 32000 })
+}
+
+/// A bf16 Llama-3-8B-shaped checkpoint (32 layers of width 4096, 32 heads, 8 key/value heads,
+/// MLP 14336, vocabulary 128256), as header-only sources.
+fn llama_8b_shaped(read: &Arc<AtomicU64>) -> (Vec<String>, Vec<Box<dyn ByteSource>>) {
+    llama_shaped(read, LlamaShape { d: 4096, layers: 32, heads: 32, d_kv: 1024, d_mlp: 14336, vocab: 128256 })
+}
+
+struct LlamaShape {
+    d: u64,
+    layers: u64,
+    heads: u64,
+    d_kv: u64,
+    d_mlp: u64,
+    vocab: u64,
+}
+
+fn llama_shaped(read: &Arc<AtomicU64>, shape: LlamaShape) -> (Vec<String>, Vec<Box<dyn ByteSource>>) {
+    let LlamaShape { d, layers, heads, d_kv, d_mlp, vocab } = shape;
     let mut tensors: Vec<(String, Vec<u64>)> = vec![
         ("model.embed_tokens.weight".into(), vec![vocab, d]),
         ("lm_head.weight".into(), vec![vocab, d]),
@@ -688,8 +709,8 @@ fn llama_70b_shaped(read: &Arc<AtomicU64>) -> (Vec<String>, Vec<Box<dyn ByteSour
     let header: Vec<u8> = (json.len() as u64).to_le_bytes().into_iter().chain(json).collect();
     let len = header.len() as u64 + offset;
     let config = serde_json::json!({
-        "model_type": "llama", "hidden_size": d, "num_hidden_layers": layers, "num_attention_heads": 64,
-        "num_key_value_heads": 8, "intermediate_size": d_mlp, "vocab_size": vocab, "rms_norm_eps": 1e-5,
+        "model_type": "llama", "hidden_size": d, "num_hidden_layers": layers, "num_attention_heads": heads,
+        "num_key_value_heads": d_kv / (d / heads), "intermediate_size": d_mlp, "vocab_size": vocab, "rms_norm_eps": 1e-5,
     });
     let names = vec!["config.json".to_string(), "model.safetensors".to_string()];
     let weights = HeaderOnly { name: names[1].clone(), header, len, read: read.clone() };
@@ -827,4 +848,65 @@ fn first_heads_pattern() -> Request {
         prepend_bos: true,
         backend: BackendChoice::Cpu,
     }
+}
+
+/// The Circuits tab's requests: the composition scores (their values moved beside the JSON) and
+/// a head's singular directions are the core's reports, after the trip through the messages.
+#[test]
+fn composition_and_singular_directions_reach_the_page_as_the_core_computes_them() {
+    let mut session = Session::new(clock);
+    load(&mut session, 3, "gptchar", bytes("gptchar")).unwrap();
+    let path = fixture("gptchar");
+    let model_files = headprint::weights::ModelFiles::from_path(&path).unwrap();
+    let stream = headprint::model::ModelStream::open(&model_files).unwrap();
+    for mode in [Mode::Folded, Mode::Raw] {
+        let stages = Rc::new(RefCell::new(Vec::new()));
+        let seen = stages.clone();
+        let report: Reporter = Rc::new(move |p: Progress| seen.borrow_mut().push((p.stage, p.done, p.total)));
+        let Ok(Reply::Composition(ours)) =
+            ask_reporting(&mut session, Request::Composition { model: 3, mode }, vec![], report)
+        else {
+            panic!("composition answers")
+        };
+        let core = composition(&stream, mode, &mut Backend::cpu(), &mut |_, _| {}).unwrap();
+        assert_eq!(*ours, core, "{mode:?}: the page's composition is the core's, to the bit");
+        assert!(ours.scores.flat(CompositionKind::K).iter().any(|&s| s > 0.0));
+        // Progress: a layer at a time, up to every layer.
+        let layers = core.scores.layers as u64;
+        let stages = stages.borrow();
+        assert_eq!(stages.first().map(|s| (s.1, s.2)), Some((0, layers)), "{stages:?}");
+        assert_eq!(stages.last().map(|s| (s.1, s.2)), Some((layers, layers)), "{stages:?}");
+
+        let head = HeadId::new(1, 0);
+        let Ok(Reply::Svd(svd)) = ask(&mut session, Request::Svd { model: 3, head, mode, tokens: 4 }, vec![]) else {
+            panic!("svd answers")
+        };
+        let tokenizer = headprint::tokens::Tokenizer::for_model(&stream, None).unwrap();
+        let core = head_svd(&stream, &tokenizer, head, mode, 4).unwrap();
+        assert_eq!(serde_json::to_value(&*svd).unwrap(), serde_json::to_value(&core).unwrap());
+        assert_eq!(svd.ov.singular_values, core.ov.singular_values);
+    }
+    // A head out of range is one line.
+    let bad = Request::Svd { model: 3, head: HeadId::new(40, 0), mode: Mode::Folded, tokens: 4 };
+    let error = ask(&mut session, bad, vec![]).unwrap_err();
+    assert!(!error.contains('\n') && error.contains("L40H0"), "{error}");
+}
+
+/// Llama-3-8B's writers alone are 32 x 32 x 128 x 4096 f64 = 4.29 GB: its composition scores are
+/// refused in one line with the numbers, before any weight is read, and the model stays.
+#[test]
+fn composition_of_a_model_too_large_for_the_tab_is_refused_with_its_numbers() {
+    let mut session = Session::new(clock);
+    let read = Arc::new(AtomicU64::new(0));
+    let (names, sources) = llama_8b_shaped(&read);
+    let open = Request::Open { model: 5, names, role: Role::Lead, link: None };
+    assert!(matches!(ask(&mut session, open, sources), Ok(Reply::Opened { .. })), "the model itself opens");
+    let before = read.load(Ordering::Relaxed);
+    let error = ask(&mut session, Request::Composition { model: 5, mode: Mode::Folded }, vec![]).unwrap_err();
+    assert!(!error.contains('\n'), "one line: {error}");
+    assert!(error.contains("32 layers x 32 heads, d_head 128, width 4096"), "{error}");
+    assert!(error.contains("writers (4.29 GB, f64)"), "{error}");
+    assert!(error.contains("budget of 3.22 GB"), "{error}");
+    assert_eq!(read.load(Ordering::Relaxed), before, "nothing read before refusing");
+    assert_eq!(session.models_held(), 1);
 }

@@ -287,6 +287,71 @@ await test('the OV matrix shows every demo token, its k control picks the top k 
   await page.waitForSelector('#ov-matrix-canvas', { timeout: 60000 });
 });
 
+await test('the Circuits tab maps composition, draws the graph of layers, and a clicked head lists its writers; the head view shows its singular directions', async () => {
+  await page.click('#tab-circuits');
+  await page.waitForSelector('#circuit-map-canvas', { timeout: 60000 });
+  const { layers, heads } = await modelShape();
+  const n = layers * heads;
+  expect(await page.getAttribute('#circuit-map-canvas', 'data-rows') === String(n), `a row per writer: ${n}`);
+  expect(await page.getAttribute('#circuit-map-canvas', 'data-cols') === String(n), 'a column per reader');
+  // K by default: L0H0 → L2H0 has a score and its ratio; a pair within one layer is blank.
+  const tip = await hoverCell(page, '#circuit-map-canvas', 0, 2 * heads);
+  expect(/^L0H0 → L2H0: K-composition \S+ \(\S+× the baseline \S+\)$/.test(tip), `a K tooltip: ${tip}`);
+  expect(await page.locator('#circuit-graph svg .node').count() === n, 'a node per head');
+  const edges = +(await page.getAttribute('#circuit-graph-caption', 'data-edges'));
+  expect(edges > 0 && await page.locator('#circuit-graph path.edge').count() === Math.min(edges, 1500), `edges drawn: ${edges}`);
+  // A lower ratio draws at least as many edges.
+  await page.fill('#circuit-ratio', '1');
+  await page.waitForFunction(() => / 1(\.0+)?× baseline/.test(document.querySelector('#circuit-ratio-value')?.textContent ?? ''));
+  const more = +(await page.getAttribute('#circuit-graph-caption', 'data-edges'));
+  expect(more >= edges, `ratio 1 draws ${more} ≥ ${edges}`);
+  await page.fill('#circuit-ratio', '2');
+  await page.waitForFunction(() => / 2(\.0+)?× baseline/.test(document.querySelector('#circuit-ratio-value')?.textContent ?? ''));
+  // Clicking a node opens the head: its writers into Q, K and V, and whom it feeds.
+  await page.click('#circuit-graph [data-head="L2H0"]');
+  await page.waitForSelector('#circuit-head[data-head="L2H0"]');
+  for (const kind of ['q', 'k', 'v']) {
+    expect(await page.locator(`#writers-${kind} li`).count() === Math.min(5, 2 * heads), `L2H0's ${kind} writers`);
+    expect(await page.locator(`#readers-${kind} li`).count() === Math.min(5, (layers - 3) * heads), `L2H0's ${kind} readers`);
+  }
+  expect(await page.locator('#circuit-graph path.edge.selected').count() > 0 || edges === 0, 'its edges drawn on top');
+  const url = page.url();
+  for (const part of ['tab=circuits', 'head=L2H0', 'kind=k', 'colour=ratio', 'ratio=2']) expect(url.includes(part), `the link has ${part}: ${url}`);
+  await shot('circuits', true);
+  // Another kind, coloured by score: the tooltip names it.
+  await page.selectOption('#circuit-kind', 'v');
+  await page.selectOption('#circuit-colour', 'score');
+  await page.mouse.move(0, 0);
+  await page.locator('#circuit-map-canvas').scrollIntoViewIfNeeded();
+  const vTip = await hoverCell(page, '#circuit-map-canvas', 0, 2 * heads);
+  expect(/^L0H0 → L2H0: V-composition/.test(vTip), `a V tooltip: ${vTip}`);
+  expect(page.url().includes('kind=v') && page.url().includes('colour=score'), page.url());
+  // A writer in the list opens that head.
+  await page.click('#writers-v button >> nth=0');
+  await page.waitForFunction(() => (document.querySelector('#circuit-head')?.dataset.head ?? 'L2H0') !== 'L2H0');
+  await page.selectOption('#circuit-kind', 'k');
+  await page.selectOption('#circuit-colour', 'ratio');
+  // The head view: OV and QK singular values and each block's tokens.
+  await page.click('#circuit-graph [data-head="L2H0"]');
+  await page.click('#tab-head');
+  await page.waitForSelector('#svd-ov tr.block', { timeout: 60000 });
+  const bars = await page.locator('#svd-ov .sv-bar').count();
+  expect(bars === 64 || bars > 0, `OV singular values: ${bars}`);
+  expect(await page.locator('#svd-qk tr.block').count() > 0, 'QK blocks');
+  expect(await page.locator('#svd-ov tr.block:not(.null) .svd-token').count() > 0, 'tokens read out');
+  await page.locator('#svd').scrollIntoViewIfNeeded();
+  await page.locator('#svd').screenshot({ path: path.join(shots, 'head-svd.png') });
+  // A share link of the Circuits tab restores its view.
+  const linked = await context.newPage();
+  watch(linked);
+  await linked.goto(origin + '/#model=demo&tab=circuits&head=L3H1&kind=q&colour=score&ratio=3');
+  await linked.waitForSelector('#circuit-head[data-head="L3H1"]', { timeout: 60000 });
+  expect(await linked.inputValue('#circuit-kind') === 'q', 'kind from the link');
+  expect(await linked.inputValue('#circuit-colour') === 'score', 'colour from the link');
+  expect(/ 3(\.0+)?× baseline/.test(await linked.textContent('#circuit-ratio-value')), 'ratio from the link');
+  await linked.close();
+});
+
 await test('a probe runs and its verdict table appears', async () => {
   await page.click('#tab-probes');
   await page.fill('#prompt-input', '(a(b)c) (a(b)c)');

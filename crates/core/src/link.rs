@@ -6,6 +6,7 @@
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 
 use crate::Result;
+use crate::analysis::composition::CompositionKind;
 use crate::backend::BackendChoice;
 use crate::probes::Suite;
 use crate::probes::exercise::decode_sheet;
@@ -67,6 +68,13 @@ pub struct LinkFields {
     /// (`revisions=step0,step1000`), each a valid revision name.
     pub timeline: Option<String>,
     pub revisions: Vec<String>,
+    /// The Circuits tab's composition kind (`kind=q|k|v`).
+    pub circuit_kind: Option<CompositionKind>,
+    /// The ratio to the baseline at or above which the Circuits graph draws an edge (`ratio=`,
+    /// finite, within 0..=1000).
+    pub edge_ratio: Option<f64>,
+    /// What colours the Circuits map (`colour=score|ratio`), as text: the page knows them.
+    pub circuit_colour: Option<String>,
 }
 
 /// Reads a fragment (with or without its `#`).
@@ -97,6 +105,12 @@ pub fn parse(fragment: &str) -> LinkFields {
             "sheet" => fields.sheet = Some(decode_sheet(&value)),
             "prompt" => fields.prompt = Some(value),
             "backend" => fields.backend = BackendChoice::parse(&value).ok().or(fields.backend),
+            "kind" => fields.circuit_kind = CompositionKind::parse(&value).ok().or(fields.circuit_kind),
+            "ratio" => {
+                fields.edge_ratio =
+                    value.parse::<f64>().ok().filter(|r| (0.0..=1000.0).contains(r)).or(fields.edge_ratio)
+            }
+            "colour" => fields.circuit_colour = Some(value),
             "timeline" => {
                 if let Ok(ModelLink::Hub { repo, .. }) = ModelLink::parse(&value)
                     && !value.contains('@')
@@ -164,5 +178,9 @@ mod tests {
         assert_eq!(timeline.revisions, vec!["step0", "step1000", "main"], "bad and empty revisions are skipped");
         assert!(parse("#timeline=hf%3Aa%2Fb%40step0").timeline.is_none(), "the revisions come from revisions=");
         assert!(parse("#timeline=https%3A%2F%2Fexample.org%2Fm%2F").timeline.is_none());
+        let circuits = parse("#tab=circuits&kind=K&kind=x&ratio=2.5&ratio=-1&ratio=inf&colour=ratio&head=L2H1");
+        assert_eq!(circuits.circuit_kind, Some(CompositionKind::K), "an unknown kind is skipped");
+        assert_eq!(circuits.edge_ratio, Some(2.5), "a negative or infinite ratio is skipped");
+        assert_eq!(circuits.circuit_colour.as_deref(), Some("ratio"));
     }
 }

@@ -95,12 +95,14 @@ pub struct CompositionEdge {
 }
 
 /// Every ordered pair's three scores, flat in TransformerLens's layout: index
-/// `((l1·heads + h1)·layers + l2)·heads + h2`, zero unless l1 < l2.
-#[derive(Debug, Clone, PartialEq)]
+/// `((l1·heads + h1)·layers + l2)·heads + h2`, zero unless l1 < l2. In the page's messages the
+/// values travel beside the JSON (a moved `Float64Array`: [`CompositionScores::take_values`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CompositionScores {
     pub layers: usize,
     pub heads: usize,
     /// Per kind, in [`CompositionKind::ALL`]'s order.
+    #[serde(skip)]
     values: [Vec<f64>; 3],
 }
 
@@ -112,6 +114,31 @@ impl CompositionScores {
 
     fn index(&self, from: HeadId, to: HeadId) -> usize {
         ((from.layer * self.heads + from.head) * self.layers + to.layer) * self.heads + to.head
+    }
+
+    /// Every kind's scores, one after another (Q, K, V), leaving them empty: what the page's
+    /// worker moves beside its JSON.
+    pub fn take_values(&mut self) -> Vec<f64> {
+        let [q, k, v] = std::mem::take(&mut self.values);
+        [q, k, v].concat()
+    }
+
+    /// Puts back what [`CompositionScores::take_values`] took, checked against the shape.
+    pub fn put_values(&mut self, values: Vec<f64>) -> Result<()> {
+        let n = (self.layers * self.heads).pow(2);
+        if values.len() != 3 * n {
+            return Err(crate::Error::Worker(format!(
+                "{} numbers came for the composition scores of {} layers x {} heads ({} expected)",
+                values.len(),
+                self.layers,
+                self.heads,
+                3 * n
+            )));
+        }
+        let mut kinds = values.chunks(n.max(1)).map(<[f64]>::to_vec);
+        let mut next = || kinds.next().unwrap_or_default();
+        self.values = [next(), next(), next()];
+        Ok(())
     }
 
     pub fn get(&self, kind: CompositionKind, from: HeadId, to: HeadId) -> f64 {
@@ -140,8 +167,9 @@ impl CompositionScores {
 }
 
 /// The composition report: the contract of `composition --json`, the page's Circuits tab and
-/// Python's `composition`.
-#[derive(Debug, Clone, PartialEq)]
+/// Python's `composition`. (Serialized as is, it is the page's message, the scores beside it;
+/// `to_json` is the CLI's form.)
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Composition {
     pub model: ModelSummary,
     pub mode: Mode,
@@ -333,8 +361,10 @@ pub async fn composition_on(
     for l2 in 0..layers {
         let layer = model.layer(l2, LoadParts::Circuits)?;
         let head_numbers: Vec<usize> = (0..heads).collect();
+        // The final norm alone crosses into the threads (the tab's weights are not `Sync`).
+        let ln_final = model.ln_final();
         let blocks = crate::parallel::map_each(&head_numbers, |&h| {
-            let w = HeadWeights::new(config, &layer, model.ln_final(), h, mode);
+            let w = HeadWeights::new(config, &layer, ln_final, h, mode);
             HeadBlocks::of(&w.w_q, &w.w_k, &w.w_v, &w.w_o)
         });
         drop(layer);

@@ -508,6 +508,96 @@ pub fn series_line(values: &[Option<f64>], revisions: &[String], selected: usize
     s
 }
 
+/// One edge of a [`layer_graph`]: a head (layer, head) that writes into a later one.
+pub struct GraphEdge {
+    pub from: (usize, usize),
+    pub to: (usize, usize),
+    /// 0 to 1: the line's width and opacity.
+    pub weight: f64,
+    /// Hover text (both heads and the exact values).
+    pub title: String,
+}
+
+/// Heads as nodes in columns by layer (head 0 on top), each edge a curve from a writer to a
+/// later reader, `colour` the edges' colour. Each node carries `data-head` (a click opens it);
+/// the `selected` head is outlined, and its edges are drawn over the others, which fade.
+pub fn layer_graph(
+    layers: usize,
+    heads: usize,
+    edges: &[GraphEdge],
+    colour: &str,
+    selected: Option<(usize, usize)>,
+    title: &str,
+) -> String {
+    let column = (760.0 / layers.max(1) as f64).clamp(56.0, 140.0);
+    let row = (520.0 / heads.max(1) as f64).clamp(5.0, 30.0);
+    let radius = (row * 0.36).clamp(2.0, 9.0);
+    let (left, top) = (34.0, 26.0);
+    let width = left + column * layers as f64 + 10.0;
+    let height = top + row * heads as f64 + 10.0;
+    let at = |(l, h): (usize, usize)| (left + column * (l as f64 + 0.5), top + row * (h as f64 + 0.5));
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<svg class="layer-graph" viewBox="0 0 {width:.0} {height:.0}" width="{width:.0}" height="{height:.0}" role="img" aria-label="{t}">"#,
+        t = esc(title)
+    );
+    for l in 0..layers {
+        let (x, _) = at((l, 0));
+        let _ = write!(s, r##"<text x="{x:.1}" y="14" font-size="11" text-anchor="middle" fill="#333">L{l}</text>"##);
+    }
+    if row >= 11.0 {
+        for h in 0..heads {
+            let (_, y) = at((0, h));
+            let _ = write!(
+                s,
+                r##"<text x="{x:.1}" y="{y:.1}" font-size="10" text-anchor="end" dominant-baseline="middle" fill="#666">H{h}</text>"##,
+                x = left - 4.0
+            );
+        }
+    }
+    let touches = |e: &GraphEdge| selected.is_some_and(|h| e.from == h || e.to == h);
+    // The selected head's edges last, so they lie on top.
+    let ordered = edges.iter().filter(|e| !touches(e)).chain(edges.iter().filter(|e| touches(e)));
+    for edge in ordered {
+        let ((x1, y1), (x2, y2)) = (at(edge.from), at(edge.to));
+        let (x1, x2) = (x1 + radius, x2 - radius);
+        let bend = (x2 - x1) * 0.45;
+        let weight = edge.weight.clamp(0.0, 1.0);
+        let opacity = match selected {
+            Some(_) if touches(edge) => 0.95,
+            Some(_) => 0.12,
+            None => 0.25 + 0.6 * weight,
+        };
+        let _ = write!(
+            s,
+            r#"<path class="edge{sel}" d="M{x1:.1},{y1:.1} C{c1:.1},{y1:.1} {c2:.1},{y2:.1} {x2:.1},{y2:.1}" fill="none" stroke="{colour}" stroke-width="{w:.2}" stroke-opacity="{opacity:.2}"><title>{t}</title></path>"#,
+            sel = if touches(edge) { " selected" } else { "" },
+            c1 = x1 + bend,
+            c2 = x2 - bend,
+            w = 0.6 + 2.6 * weight,
+            colour = esc(colour),
+            t = esc(&edge.title),
+        );
+    }
+    for l in 0..layers {
+        for h in 0..heads {
+            let (x, y) = at((l, h));
+            let chosen = selected == Some((l, h));
+            let _ = write!(
+                s,
+                r##"<g class="node" data-head="L{l}H{h}"><circle cx="{x:.1}" cy="{y:.1}" r="{r:.1}" fill="{fill}" stroke="{stroke}" stroke-width="{sw}"/><title>L{l}H{h}</title></g>"##,
+                r = if chosen { radius + 1.5 } else { radius },
+                fill = if chosen { "#111" } else { "#fff" },
+                stroke = if chosen { "#111" } else { "#555" },
+                sw = if chosen { 2 } else { 1 },
+            );
+        }
+    }
+    s.push_str("</svg>");
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -528,5 +618,19 @@ mod tests {
         assert_eq!(viridis(-1.0).fill, "rgb(68,1,84)");
         assert_eq!(viridis(2.0).fill, "rgb(253,231,37)");
         assert_eq!(diverging(0.0).fill, "rgb(247,247,247)");
+    }
+    #[test]
+    fn a_layer_graph_has_a_node_per_head_and_an_edge_per_pair() {
+        let edges = [
+            GraphEdge { from: (0, 1), to: (2, 0), weight: 1.0, title: "L0H1 → L2H0 <b>".into() },
+            GraphEdge { from: (1, 0), to: (2, 1), weight: 0.0, title: "L1H0 → L2H1".into() },
+        ];
+        let svg = layer_graph(3, 2, &edges, "#b2182b", Some((2, 0)), "K & graph");
+        assert_eq!(svg.matches(r#"class="node""#).count(), 6);
+        assert_eq!(svg.matches("<path").count(), 2);
+        // The selected head's edge is drawn last (on top), and text is escaped.
+        assert_eq!(svg.rfind("<path"), svg.find(r#"<path class="edge selected""#));
+        assert!(svg.contains("&lt;b&gt;") && svg.contains("K &amp; graph"));
+        assert!(svg.contains(r#"data-head="L2H0""#));
     }
 }

@@ -5,6 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::circuits::Grams;
+use crate::analysis::composition::Composition;
+use crate::analysis::singular::HeadSvd;
 use crate::analysis::{HeadFingerprint, HeadId, Mode, ModelFingerprint};
 use crate::backend::{BackendChoice, BackendInfo};
 use crate::model::ModelConfig;
@@ -112,6 +114,13 @@ pub enum Request {
         #[serde(default)]
         backend: BackendChoice,
     },
+    /// Every ordered pair of heads' Q-, K- and V-composition scores in one mode
+    /// (docs/methods.md#8-circuits-between-heads), the lead's backend computing the layer
+    /// pairs' products (the GPU the load's Grams were made on, else the CPU).
+    Composition { model: ModelId, mode: Mode },
+    /// One head's singular directions, OV and QK, each block read out through the vocabulary
+    /// (`tokens` at each end of each readout).
+    Svd { model: ModelId, head: HeadId, mode: Mode, tokens: usize },
 }
 
 /// A model named by link (`hf:ORG/NAME@REVISION`, `url:FOLDER/`, an http(s) folder), and the
@@ -180,13 +189,14 @@ impl Request {
 impl Reply {
     /// Takes out the numbers that travel beside this reply's JSON (a moved `Float64Array`,
     /// never text), if it carries any: the Grams' entries, an attention pattern's or an OV
-    /// matrix's rows. As JSON numbers a 512-token pattern's 262k weights cost the page's main
+    /// matrix's rows, the composition scores (3 (layers·heads)², 25 MB on Llama-3-8B). As JSON numbers a 512-token pattern's 262k weights cost the page's main
     /// thread a long frame to copy and parse; moved, they cost a copy.
     pub fn take_payload(&mut self) -> Option<Vec<f64>> {
         match self {
             Reply::GramSegment { grams, .. } | Reply::Grams { grams } => Some(std::mem::take(&mut grams.values)),
             Reply::Pattern(pattern) => Some(std::mem::take(&mut pattern.rows).into_iter().flatten().collect()),
             Reply::OvMatrix { values, .. } => Some(std::mem::take(values).into_iter().flatten().collect()),
+            Reply::Composition(composition) => Some(composition.scores.take_values()),
             _ => None,
         }
     }
@@ -198,6 +208,7 @@ impl Reply {
             Reply::GramSegment { grams, .. } | Reply::Grams { grams } => grams.values = values,
             Reply::Pattern(pattern) => pattern.rows = square(values, pattern.tokens.len())?,
             Reply::OvMatrix { tokens, values: rows, .. } => *rows = square(values, tokens.len())?,
+            Reply::Composition(composition) => composition.scores.put_values(values)?,
             _ => {}
         }
         Ok(())
@@ -382,6 +393,9 @@ pub enum Reply {
         values: Vec<Vec<f64>>,
     },
     Verdicts(Vec<VerdictRow>),
+    /// The composition report; its scores travel beside the JSON (see [`Reply::take_payload`]).
+    Composition(Box<Composition>),
+    Svd(Box<HeadSvd>),
     /// Pool: the model is open. `segments` is how many Gram segments to ask for; `lead_bytes`
     /// and `helper_bytes` are the estimated peaks of the lead and of each helper.
     Opened {

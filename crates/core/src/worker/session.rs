@@ -7,14 +7,16 @@ use std::rc::Rc;
 
 use sha2::{Digest, Sha256};
 
-use super::pool::combine_induction;
+use super::pool::{backend_found, combine_induction};
 use super::protocol::{
     Analysis, GramsData, InductionRun, InductionShare, LinkSource, ModelId, ModelInfo, Pattern, PinnedLink,
     ProbeSequence, Progress, Reply, Request, Role, Scored, Timing,
 };
 use crate::analysis::circuits::{Grams, segments};
+use crate::analysis::composition::{Composition, composition_on};
 use crate::analysis::fingerprint::{fingerprint_layer, fingerprint_layer_on, fingerprint_layers};
 use crate::analysis::ov_logits::{MatrixTokens, bottom_k, top_k};
+use crate::analysis::singular::head_svd;
 use crate::analysis::{HeadId, Mode, ModelFingerprint, OvTokenLogits};
 use crate::backend::{Backend, BackendChoice, block_on, moved_between};
 use crate::model::{ModelConfig, ModelStream, VOCAB_BLOCK, Weights};
@@ -244,6 +246,45 @@ impl Held {
 }
 
 pub const PROBE_STAGE: &str = "Running the induction probe (layer by layer)";
+
+/// The busy line while composition scores are computed.
+pub fn composition_stage(mode: Mode) -> String {
+    format!("Composition scores between heads ({}, layer by layer)", mode.name())
+}
+
+/// What the lead holds to compute composition scores, in bytes (f64 unless said): every
+/// layer's writer blocks (layers·heads·d_head x d_model, kept until the last layer), one layer's
+/// attention as read and its heads' weights and blocks (four d_model x d_head blocks a head),
+/// the layer's readers side by side (d_model x 3·heads·d_head), one layer pair's product
+/// (heads·d_head x 3·heads·d_head), and the scores twice (3 (layers·heads)², and the copy that
+/// travels to the page).
+pub fn estimated_composition_bytes(config: &ModelConfig) -> u64 {
+    let [layers, heads, d_model, d_head] =
+        [config.layers, config.heads, config.d_model, config.d_head].map(|v| v as u64);
+    let width = heads * d_head;
+    let writers = 8 * layers * width * d_model;
+    let blocks = 8 * 4 * width * d_model;
+    let readers = 8 * d_model * 3 * width;
+    let product = 8 * width * 3 * width;
+    let scores = 2 * 8 * 3 * (layers * heads).pow(2);
+    BASE_BYTES + writers + Sizes::of(config, true).attention + blocks + readers + product + scores
+}
+
+/// The one-line refusal of composition scores the worker cannot hold, with the numbers.
+fn composition_too_large(config: &ModelConfig, need: u64, held: u64) -> Error {
+    let writers = 8 * (config.layers * config.heads * config.d_head * config.d_model) as u64;
+    Error::TooLargeForTab(format!(
+        "composition scores of this model ({} layers x {} heads, d_head {}, width {}) keep every layer's writers ({}, f64) and need about {} in the tab's analysis worker beside the {} it holds, over its budget of {} (wasm32 memory ends at 4.29 GB): the command line's `headprint composition` computes them with no such limit",
+        config.layers,
+        config.heads,
+        config.d_head,
+        config.d_model,
+        gigabytes(writers),
+        gigabytes(need),
+        gigabytes(held),
+        gigabytes(WORKER_BUDGET_BYTES),
+    ))
+}
 
 /// What the analysis worker lets one load need at its peak: wasm32's memory ends at 4 GiB, and
 /// a quarter of that is left for what the estimate does not count (the allocator's
@@ -517,8 +558,39 @@ impl Session {
                 let backend = backend_for(&mut self.backend, &mut cpu, backend).await;
                 Ok(Reply::Verdicts(held.verdicts(head, &suite, prepend_bos, backend).await?))
             }
+            Request::Composition { model, mode } => {
+                Ok(Reply::Composition(Box::new(self.composition(model, mode, report).await?)))
+            }
             other => self.answer_now(other, files, report),
         }
+    }
+
+    /// Every pair's composition scores of a model this worker holds, the layer pairs' products
+    /// on the backend its Grams were made on (this worker's GPU device, kept, or the CPU; a GPU
+    /// that fails reruns it all on the CPU), after checking that what it keeps fits beside the
+    /// models held.
+    async fn composition(&mut self, model: ModelId, mode: Mode, report: Reporter) -> Result<Composition> {
+        let held = held_in(&self.models, model)?;
+        let need = estimated_composition_bytes(&held.config);
+        let cached = self.logits.as_ref().map_or(0, |(_, logits)| logits.bytes());
+        let resident = self.models.values().map(Held::resident_bytes).sum::<u64>() + cached;
+        if need + resident > WORKER_BUDGET_BYTES {
+            return Err(composition_too_large(&held.config, need, resident));
+        }
+        let choice = held.grams.as_ref().map_or(BackendChoice::Cpu, |grams| backend_found(&grams.backend));
+        let mut cpu = Backend::cpu();
+        let backend = backend_for(&mut self.backend, &mut cpu, choice).await;
+        let stream = held.stream()?;
+        let stage = composition_stage(mode);
+        report(Progress::new(stage.clone(), 0, held.config.layers as u64));
+        backend
+            .with_fallback(async |backend| {
+                composition_on(&stream, mode, backend, &mut |done, layers| {
+                    report(Progress::new(stage.clone(), done as u64, layers as u64))
+                })
+                .await
+            })
+            .await
     }
 
     /// Pool: the Grams of a model the lead holds, on the GPU `choice` finds; `NoGpu` (with
@@ -576,7 +648,10 @@ impl Session {
             | Request::Induction { .. }
             | Request::InductionShare { .. }
             | Request::Pattern { .. }
-            | Request::Verdicts { .. } => Err(Error::Internal("what may run on a GPU is answered by `answer`".into())),
+            | Request::Verdicts { .. }
+            | Request::Composition { .. } => {
+                Err(Error::Internal("what may run on a GPU is answered by `answer`".into()))
+            }
             Request::Hash { names } => {
                 if names.len() != files.len() {
                     return Err(Error::Worker(format!("{} file names for {} files", names.len(), files.len())));
@@ -635,6 +710,11 @@ impl Session {
                     ids: matrix.tokens,
                     values: matrix.values,
                 })
+            }
+            Request::Svd { model, head, mode, tokens } => {
+                let held = self.held(model)?;
+                let head = held.head(head)?;
+                Ok(Reply::Svd(Box::new(head_svd(&held.stream()?, &held.tokenizer, head, mode, tokens)?)))
             }
             Request::Open { model, names, role, link } => {
                 let (held, opening) = self.open(names, files, link, role)?;
@@ -857,6 +937,15 @@ mod tests {
             config_special_ids: Vec::new(),
             characters: false,
         }
+    }
+
+    #[test]
+    fn composition_keeps_every_layers_writers() {
+        // GPT-2 Small: 12 x 12 x 64 x 768 f64 writers are 57 MB; the whole stays small.
+        let mut gpt2 = config(MlpKind::Plain(Activation::GeluTanh));
+        (gpt2.layers, gpt2.heads, gpt2.kv_heads, gpt2.d_model, gpt2.d_head) = (12, 12, 12, 768, 64);
+        let bytes = super::estimated_composition_bytes(&gpt2);
+        assert!(bytes > 8 * 12 * 12 * 64 * 768 && bytes < 300 << 20, "{bytes}");
     }
 
     #[test]

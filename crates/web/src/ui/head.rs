@@ -11,6 +11,7 @@ use super::export::ChartExport;
 use super::requested::requested;
 use super::state::Ctx;
 use headprint::analysis::ov_logits::MATRIX_MAX;
+use headprint::analysis::singular::{CircuitSvd, Direction, HeadSvd, Readout};
 use headprint::analysis::{Fingerprint, HeadId};
 use headprint::figures::svg::{complex_plane, num, signed, visible};
 use headprint::model::Positions;
@@ -24,6 +25,8 @@ const MATRIX_K: usize = 64;
 const MATRIX_K_MIN: usize = 8;
 const MATRIX_K_MAX: usize = 512;
 const ROW_TOP: usize = 8;
+/// Tokens at each end of a singular direction's readout.
+const SVD_TOKENS: usize = 6;
 
 /// A metric's name, its one-line explanation and how to read it from a fingerprint.
 type MetricRow = (&'static str, &'static str, Box<dyn Fn(&Fingerprint) -> String>);
@@ -54,6 +57,133 @@ fn kappa(f: &Fingerprint) -> String {
     match f.eigenvector_condition {
         Some(k) => num(k),
         None => "∞ (defective)".into(),
+    }
+}
+
+/// A readout's tokens: `top` (and `bottom`, for a lone direction) with their values.
+fn readout_view(readout: Option<Readout>, side: &'static str) -> impl IntoView {
+    let Some(readout) = readout else {
+        return view! { <span class="note">"—"</span> }.into_any();
+    };
+    let tokens = |list: &[headprint::analysis::singular::TokenValue]| {
+        list.iter()
+            .map(|t| view! { <span class="svd-token" title=format!("id {}: {}", t.id, t.value)>{visible(&t.token)}</span> })
+            .collect_view()
+    };
+    let top_label = if readout.signed { "+ " } else { "span " };
+    let bottom = (!readout.bottom.is_empty()).then(|| {
+        view! {
+            <div class="svd-end">
+                <span class="svd-sign">"− "</span>
+                {tokens(&readout.bottom)}
+            </div>
+        }
+    });
+    view! {
+        <div class="svd-readout" data-side=side title=format!("through {}", readout.through)>
+            <div class="svd-end">
+                <span class="svd-sign">{top_label}</span>
+                {tokens(&readout.top)}
+            </div>
+            {bottom}
+        </div>
+    }
+    .into_any()
+}
+
+/// One block of directions: its indices and values, degenerate or null, and its tokens.
+fn direction_row(direction: Direction) -> impl IntoView {
+    let indices = match direction.indices.as_slice() {
+        [i] => format!("{}", i + 1),
+        [first, .., last] => format!("{}–{}", first + 1, last + 1),
+        [] => String::new(),
+    };
+    let values = direction.singular_values.iter().map(|v| num(*v)).collect::<Vec<_>>().join(", ");
+    let tag = if direction.null {
+        "null: not read out"
+    } else if direction.degenerate {
+        "degenerate: read as a subspace"
+    } else {
+        ""
+    };
+    let class = if direction.null {
+        "block null"
+    } else if direction.degenerate {
+        "block degenerate"
+    } else {
+        "block"
+    };
+    view! {
+        <tr class=class>
+            <td>{indices}</td>
+            <td>{values}</td>
+            <td class="svd-tag">{tag}</td>
+            <td>{readout_view(direction.input, "input")}</td>
+            <td>{readout_view(direction.output, "output")}</td>
+        </tr>
+    }
+}
+
+/// One circuit's singular values (bars, each block shaded in turn) and its blocks' tokens.
+fn circuit_svd_view(
+    circuit: CircuitSvd,
+    id: &'static str,
+    title: &'static str,
+    sides: (&'static str, &'static str),
+) -> impl IntoView {
+    let top = circuit.singular_values.first().copied().filter(|v| *v > 0.0).unwrap_or(1.0);
+    let block_of: Vec<usize> = (0..circuit.singular_values.len())
+        .map(|i| circuit.blocks.iter().position(|b| b.contains(&i)).unwrap_or(0))
+        .collect();
+    let bars = circuit
+        .singular_values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let class = if block_of[i].is_multiple_of(2) { "sv-bar even" } else { "sv-bar odd" };
+            view! {
+                <span
+                    class=class
+                    title=format!("σ{} = {v} (block {})", i + 1, block_of[i] + 1)
+                    style=format!("height:{:.1}%", 100.0 * v / top)
+                ></span>
+            }
+        })
+        .collect_view();
+    let rows = circuit.directions.into_iter().map(direction_row).collect_view();
+    view! {
+        <div class="svd-circuit" id=id>
+            <h4>{title}</h4>
+            <div class="sv-bars" aria-label="singular values, largest first">{bars}</div>
+            <table class="svd-blocks">
+                <thead>
+                    <tr>
+                        <th>"#"</th>
+                        <th>"σ"</th>
+                        <th></th>
+                        <th>{sides.0}</th>
+                        <th>{sides.1}</th>
+                    </tr>
+                </thead>
+                <tbody>{rows}</tbody>
+            </table>
+        </div>
+    }
+}
+
+/// Both circuits' singular directions.
+fn svd_view(svd: HeadSvd) -> impl IntoView {
+    let note = format!(
+        "Blocks: neighbouring singular values within a relative gap of {} share a block, whose directions are defined only up to a rotation; it is read as a subspace (each token's norm of projection onto it). Null: below {} of the largest.",
+        svd.gap,
+        num(svd.null_tolerance)
+    );
+    view! {
+        <p class="note">{note}</p>
+        <div class="side-by-side svd">
+            {circuit_svd_view(svd.ov, "svd-ov", "OV = W_V W_O", ("reads (W_E)", "writes (W_U)"))}
+            {circuit_svd_view(svd.qk, "svd-qk", "QK = W_Q W_Kᵀ", ("query side (W_E)", "key side (W_E)"))}
+        </div>
     }
 }
 
@@ -272,6 +402,20 @@ pub fn HeadView() -> impl IntoView {
         },
     );
 
+    let svd = requested(
+        move || current().map(|(model, mode, head)| Request::Svd { model, head, mode, tokens: SVD_TOKENS }),
+        |reply| match reply {
+            Reply::Svd(svd) => Some(*svd),
+            _ => None,
+        },
+    );
+    let svd_section = move || {
+        Some(match svd.get()? {
+            Ok(svd) => svd_view(svd).into_any(),
+            Err(e) => view! { <p class="error-inline" id="svd-error">{e.to_string()}</p> }.into_any(),
+        })
+    };
+
     // The OV matrix: every token for small vocabularies, else the top k by self-copy logit.
     let vocab = move || ctx.loaded.get().map_or(0, |l| l.info.config.vocab);
     let matrix_all = RwSignal::new(vocab() <= MATRIX_ALL_UP_TO);
@@ -370,6 +514,11 @@ pub fn HeadView() -> impl IntoView {
                 </label>
             </div>
             {spectra}
+            <h3>"Singular directions"</h3>
+            <p class="note">
+                "The SVD of each circuit (TransformerLens's decompose_head): σ largest first, and each direction's tokens at both ends: what the head reads and what its OV writes, or what its queries and keys look for. A lone direction's sign is arbitrary: only the pairing of the two sides' + (and −) ends carries meaning."
+            </p>
+            <div id="svd">{svd_section}</div>
             <h3>"OV circuit as token logits"</h3>
             <p class="note">
                 "Entry (i, j) of W_E W_V W_O W_U: how much attending to token i raises the logit of token j. Self-copy: i = j."

@@ -1,6 +1,6 @@
 //! Share links: the URL's fragment holds the view (model, tab, head, metric, mode, sequence, BOS
-//! switch, induction-head threshold, suite or, deflated, a teacher's sheet, prompt, a forced
-//! backend, and the repository and revisions the compare tab follows over training), so a link
+//! switch, induction-head threshold, suite or, deflated, a teacher's sheet, prompt, the Circuits
+//! tab's kind, colour and edges' ratio, a forced backend, and the repository and revisions the compare tab follows over training), so a link
 //! opens the same view. A local model is named by its file name and the first digits of its
 //! SHA-256; the page asks for the file and checks the hash. The text itself is read and written
 //! by the core (crates/core/src/link.rs).
@@ -8,7 +8,7 @@
 use leptos::prelude::*;
 use wasm_bindgen::JsValue;
 
-use super::state::{Awaited, Ctx, Identity, Origin, Sequence, Tab};
+use super::state::{Awaited, CircuitColour, Ctx, Identity, Origin, Sequence, Tab};
 use headprint::analysis::Mode;
 use headprint::backend::BackendChoice;
 use headprint::figures::metric::Metric;
@@ -66,6 +66,13 @@ pub fn fragment(ctx: Ctx) -> Option<String> {
         if hub != HUB_ENDPOINT && !parts.iter().any(|p| p.starts_with("hub=")) {
             parts.push(format!("hub={}", encode_component(&hub)));
         }
+    }
+    // The Circuits tab's view: its kind, colour and edges' ratio (other tabs' links stay as
+    // they were).
+    if ctx.tab.get() == Tab::Circuits {
+        parts.push(format!("kind={}", ctx.circuit_kind.get().name()));
+        parts.push(format!("colour={}", ctx.circuit_colour.get().key()));
+        parts.push(format!("ratio={}", ctx.edge_ratio.get()));
     }
     // Auto is the default, left out so links stay as they were; a forced backend travels.
     match ctx.backend.get() {
@@ -133,6 +140,15 @@ pub fn apply(ctx: Ctx, fragment: &str) -> Opening {
     }
     if let Some(backend) = fields.backend {
         ctx.backend.set(backend);
+    }
+    if let Some(kind) = fields.circuit_kind {
+        ctx.circuit_kind.set(kind);
+    }
+    if let Some(colour) = fields.circuit_colour.as_deref().and_then(CircuitColour::from_key) {
+        ctx.circuit_colour.set(colour);
+    }
+    if let Some(ratio) = fields.edge_ratio {
+        ctx.edge_ratio.set(ratio);
     }
     if let Some(repo) = fields.timeline
         && !fields.revisions.is_empty()

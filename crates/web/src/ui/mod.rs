@@ -1,10 +1,11 @@
 //! The page: Leptos (client-side rendering) over the core. Heavy work runs in the analysis
 //! worker (`headprint::worker`), reached through `client`; the page holds only results. It fetches
-//! the demo model on start and shows four views: the overview grid, one head, probes, and the
-//! comparison of every model loaded in the session. The URL holds the view (`link`).
+//! the demo model on start and shows five views: the overview grid, one head, the circuits
+//! between heads, probes, and the comparison of every model loaded in the session. The URL holds the view (`link`).
 
 mod browser;
 mod canvas;
+mod circuits;
 mod client;
 mod compare;
 mod exercises;
@@ -223,6 +224,7 @@ fn App() -> impl IntoView {
             <nav role="tablist">
                 {tab_button(Tab::Overview, "Overview")}
                 {tab_button(Tab::Head, "Head")}
+                {tab_button(Tab::Circuits, "Circuits")}
                 {tab_button(Tab::Probes, "Probes")}
                 {tab_button(Tab::Compare, "Compare")}
                 <span class="mode" role="group" aria-label="weights">
@@ -259,6 +261,7 @@ fn App() -> impl IntoView {
                                     .into_any()
                             }
                             Tab::Head => view! { <head::HeadView /> }.into_any(),
+                            Tab::Circuits => view! { <circuits::Circuits /> }.into_any(),
                             Tab::Probes => view! { <probes::Probes /> }.into_any(),
                             Tab::Compare => view! { <compare::Compare /> }.into_any(),
                         }

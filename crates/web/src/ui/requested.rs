@@ -32,15 +32,20 @@ where
         };
         let generation = asked.get_value() + 1;
         asked.set_value(generation);
-        // A suite can take long on a big model: the busy line names it, and Cancel stops it.
-        let running = match &request {
-            Request::Verdicts { suite, head, .. } => use_context::<Ctx>().map(|ctx| {
-                let ticket = NEXT_TICKET.fetch_add(1, Ordering::Relaxed);
-                ctx.running.update(|r| r.push((ticket, format!("Running the suite {} on {head}…", suite.name))));
-                (ctx, ticket)
-            }),
+        // A suite, or a head's singular directions read through a large vocabulary, can take
+        // long on a big model: the busy line names it, and Cancel stops it.
+        let label = match &request {
+            Request::Verdicts { suite, head, .. } => Some(format!("Running the suite {} on {head}…", suite.name)),
+            Request::Svd { head, .. } => Some(format!("Reading {head}'s singular directions through the vocabulary…")),
             _ => None,
         };
+        let running = label.and_then(|label| {
+            use_context::<Ctx>().map(|ctx| {
+                let ticket = NEXT_TICKET.fetch_add(1, Ordering::Relaxed);
+                ctx.running.update(|r| r.push((ticket, label)));
+                (ctx, ticket)
+            })
+        });
         spawn_local(async move {
             let result = client::request(&request, &ModelSource::default()).await.and_then(|reply| {
                 read(reply).ok_or_else(|| Failure::Failed("unexpected answer from the worker".into()))

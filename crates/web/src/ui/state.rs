@@ -8,7 +8,8 @@ use leptos::prelude::*;
 
 use super::client;
 use super::workers::{self, Failure, ModelSource};
-use headprint::analysis::{HeadFingerprint, HeadId, Mode, ModelFingerprint};
+use headprint::analysis::composition::Composition;
+use headprint::analysis::{CompositionKind, HeadFingerprint, HeadId, Mode, ModelFingerprint};
 use headprint::backend::BackendChoice;
 use headprint::compare::{ComparisonRow, INDUCTION_HEAD_THRESHOLD};
 use headprint::figures::metric::Metric;
@@ -217,17 +218,19 @@ impl Compared {
 pub enum Tab {
     Overview,
     Head,
+    Circuits,
     Probes,
     Compare,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 4] = [Tab::Overview, Tab::Head, Tab::Probes, Tab::Compare];
+    pub const ALL: [Tab; 5] = [Tab::Overview, Tab::Head, Tab::Circuits, Tab::Probes, Tab::Compare];
 
     pub fn key(self) -> &'static str {
         match self {
             Tab::Overview => "overview",
             Tab::Head => "head",
+            Tab::Circuits => "circuits",
             Tab::Probes => "probes",
             Tab::Compare => "compare",
         }
@@ -236,6 +239,39 @@ impl Tab {
     pub fn from_key(key: &str) -> Option<Tab> {
         Tab::ALL.into_iter().find(|t| t.key() == key)
     }
+}
+
+/// What colours the Circuits tab's map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CircuitColour {
+    /// The composition score itself.
+    Score,
+    /// The score over the kind's random baseline.
+    Ratio,
+}
+
+impl CircuitColour {
+    pub fn key(self) -> &'static str {
+        match self {
+            CircuitColour::Score => "score",
+            CircuitColour::Ratio => "ratio",
+        }
+    }
+
+    pub fn from_key(key: &str) -> Option<CircuitColour> {
+        [CircuitColour::Score, CircuitColour::Ratio].into_iter().find(|c| c.key() == key)
+    }
+}
+
+/// The edges' default: a score twice the random baseline's mean.
+pub const DEFAULT_EDGE_RATIO: f64 = 2.0;
+
+/// A model's composition scores in one mode, as the worker answered (or why not).
+#[derive(Clone, Debug)]
+pub struct HeldComposition {
+    pub model: u64,
+    pub mode: Mode,
+    pub result: Result<Arc<Composition>, String>,
 }
 
 /// The grid of a model still loading: its shape and the heads done so far (folded).
@@ -317,6 +353,12 @@ pub struct Ctx {
     /// `revisions=` in a link), and the timeline once gathered.
     pub timeline_asked: RwSignal<Option<(String, Vec<String>)>>,
     pub timeline: RwSignal<Option<Arc<super::timeline::Followed>>>,
+    /// The Circuits tab: the kind shown, what colours the map, the edges' ratio to the
+    /// baseline, and the shown model's scores once computed (one mode at a time).
+    pub circuit_kind: RwSignal<CompositionKind>,
+    pub circuit_colour: RwSignal<CircuitColour>,
+    pub edge_ratio: RwSignal<f64>,
+    pub composition: RwSignal<Option<HeldComposition>>,
 }
 
 /// What the page's error line says, and whether it reports a load that failed: the next model
@@ -366,6 +408,10 @@ impl Default for Ctx {
             hub: RwSignal::new(HUB_ENDPOINT.to_string()),
             timeline_asked: RwSignal::new(None),
             timeline: RwSignal::new(None),
+            circuit_kind: RwSignal::new(CompositionKind::K),
+            circuit_colour: RwSignal::new(CircuitColour::Ratio),
+            edge_ratio: RwSignal::new(DEFAULT_EDGE_RATIO),
+            composition: RwSignal::new(None),
         }
     }
 }
@@ -656,5 +702,35 @@ pub async fn ensure_raw(ctx: Ctx) {
         Ok(_) => ctx.show_error("Raw mode: unexpected answer from the worker".into()),
         Err(Failure::Cancelled) => ctx.mode.set(Mode::Folded),
         Err(e) => ctx.show_error(format!("Raw mode could not be computed: {e}")),
+    }
+}
+
+/// Computes the shown model's composition scores in the current mode, once per model and mode
+/// (the Circuits tab asks when shown). Progress is the worker's, a layer at a time, and Cancel
+/// stops it; the answer, or why there is none, is kept until asked again.
+pub async fn ensure_composition(ctx: Ctx) {
+    let Some(loaded) = ctx.loaded.get_untracked() else { return };
+    let mode = ctx.mode.get_untracked();
+    if ctx.composition.with_untracked(|c| c.as_ref().is_some_and(|c| c.model == loaded.id && c.mode == mode)) {
+        return;
+    }
+    let what = match mode {
+        Mode::Folded => "composition folded",
+        Mode::Raw => "composition raw",
+    };
+    let Some(_in_flight) = InFlight::start(loaded.id, what) else { return };
+    let pairs = (loaded.info.config.layers * loaded.info.config.heads).pow(2);
+    ctx.busy.set(Some(format!("Computing composition scores ({}, {pairs} ordered pairs of heads)…", mode.name())));
+    let reply = client::request(&Request::Composition { model: loaded.id, mode }, &ModelSource::default()).await;
+    ctx.busy.set(None);
+    ctx.progress.set(None);
+    let result = match reply {
+        Ok(Reply::Composition(composition)) => Ok(Arc::new(*composition)),
+        Ok(_) => Err("unexpected answer from the worker".to_string()),
+        Err(Failure::Cancelled) => Err("Cancelled.".to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    if ctx.loaded.with_untracked(|l| l.as_ref().is_some_and(|l| l.id == loaded.id)) {
+        ctx.composition.set(Some(HeldComposition { model: loaded.id, mode, result }));
     }
 }
