@@ -15,10 +15,9 @@ Each round, in turn:
 - tl:     TransformerLens's own `tl_model.all_composition_scores(kind)` for Q, K and V on the same
           HookedTransformer (built the same way, not timed).
 The scores of py and tl are compared (largest absolute difference), so the work is the same work.
-Peak memory: the CLI's maximum resident set (GNU time's); for py and tl, the process's peak
-resident set during the timed work alone (Linux's VmHWM, reset through /proc/self/clear_refs
-once the model is built), so torch and the model's weights count as they are held, not as they
-were loaded.
+Peak memory: the CLI's maximum resident set (GNU time's); for py and tl, how far the process's
+resident set rose above what it held once the model was built (Linux's VmHWM, reset through
+/proc/self/clear_refs then, less VmRSS then): torch and the model's weights are not counted.
 """
 
 import argparse
@@ -38,11 +37,12 @@ import numpy as np, torch
 import bench_python
 which = sys.argv[1]
 model = bench_python.hooked()
-def peak_kb():
+def status_kb(key):
     for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
+        if line.startswith(key + ":"):
             return int(line.split()[1])
 open("/proc/self/clear_refs", "w").write("5")
+held = status_kb("VmRSS")
 start = time.perf_counter()
 if which == "py":
     import headprint
@@ -51,9 +51,9 @@ else:
     with torch.no_grad():
         scores = {{k: model.all_composition_scores(k.upper()).double().numpy() for k in "qkv"}}
 seconds = time.perf_counter() - start
-peak = peak_kb()
+peak = status_kb("VmHWM")
 np.savez(sys.argv[2], **scores)
-print(json.dumps({{"seconds": seconds, "peak_mb": peak / 1024}}))
+print(json.dumps({{"seconds": seconds, "peak_mb": (peak - held) / 1024}}))
 """
 
 
