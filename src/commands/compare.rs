@@ -9,7 +9,7 @@ use headprint::tokens::Bos;
 use headprint::{Error, Result};
 use serde_json::{Value, json};
 
-use crate::commands::{BackendArgs, SequenceArgs, print_note};
+use crate::commands::{BackendArgs, ModeArg, SequenceArgs, print_note};
 use crate::loaded::load;
 use crate::open::LinkFacts;
 use crate::print::{describe_sequences, mean_spread, print_json, to_json};
@@ -23,9 +23,8 @@ pub struct Args {
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
-    /// Spectral features from the weights as stored (default: LayerNorm folded).
-    #[arg(long)]
-    raw: bool,
+    #[command(flatten)]
+    mode: ModeArg,
     #[command(flatten)]
     sequence: SequenceArgs,
     #[command(flatten)]
@@ -46,7 +45,7 @@ struct Compared {
 
 pub fn run(args: Args) -> Result<()> {
     let threshold = args.sequence.threshold;
-    let mode = if args.raw { Mode::Raw } else { Mode::Folded };
+    let mode = args.mode.mode();
     let mut backend = args.backend.open()?;
     let models =
         args.models.iter().map(|given| compared(given, &args, mode, &mut backend)).collect::<Result<Vec<_>>>()?;

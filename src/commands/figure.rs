@@ -18,7 +18,7 @@ use headprint::probes::verdict_table;
 use headprint::tokens::with_bos;
 use headprint::{Error, Result};
 
-use crate::commands::{RevisionArgs, SequenceArgs};
+use crate::commands::{ModeArg, RevisionArgs, SequenceArgs};
 use crate::loaded::{load, load_suite};
 use crate::progress;
 
@@ -56,9 +56,8 @@ pub struct Args {
     above: f64,
     #[command(flatten)]
     revisions: RevisionArgs,
-    /// Spectral values from the weights as stored (default: LayerNorm folded).
-    #[arg(long)]
-    raw: bool,
+    #[command(flatten)]
+    mode: ModeArg,
     #[command(flatten)]
     sequence: SequenceArgs,
 }
@@ -88,7 +87,7 @@ enum Kind {
 pub fn run(args: Args) -> Result<()> {
     // A wrong file name fails before any work.
     Format::of(&args.out)?;
-    let mode = if args.raw { Mode::Raw } else { Mode::Folded };
+    let mode = args.mode.mode();
     let figure = match (args.kind, &args.models[..]) {
         (Kind::Timeline, _) => timeline_chart(&args, mode)?,
         (Kind::Composition, [model]) => composition_chart(&args, model, mode)?,

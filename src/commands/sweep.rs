@@ -14,7 +14,7 @@ use headprint::weights::remote::Published;
 use headprint::{Error, Result};
 
 use crate::commands::timeline::measure;
-use crate::commands::{BackendArgs, RevisionArgs, SequenceArgs, print_note};
+use crate::commands::{BackendArgs, ModeArg, RevisionArgs, SequenceArgs, print_note};
 use crate::{open, rows_file};
 
 #[derive(clap::Args)]
@@ -32,9 +32,8 @@ pub struct Args {
     /// on the server).
     #[arg(long)]
     probe: bool,
-    /// Spectral features from the weights as stored (default: LayerNorm folded).
-    #[arg(long)]
-    raw: bool,
+    #[command(flatten)]
+    mode: ModeArg,
     /// Run only the I-th of N disjoint parts of the units (0-based, e.g. 3/64). Without it,
     /// Slurm's SLURM_ARRAY_TASK_ID / _COUNT / _MIN choose the part, else every unit runs.
     #[arg(long, value_parser = parse_shard)]
@@ -127,7 +126,7 @@ pub fn run(args: Args) -> Result<()> {
     let mine = &all[shard_range(all.len(), shard.index, shard.count)];
     std::fs::create_dir_all(&args.out)
         .map_err(|e| Error::File { path: args.out.display().to_string(), reason: e.to_string() })?;
-    let mode = if args.raw { Mode::Raw } else { Mode::Folded };
+    let mode = args.mode.mode();
     let settings = settings_of(&args, mode);
     let mut sweep = Sweep {
         args: &args,

@@ -11,7 +11,7 @@ use headprint::weights::remote::{DEFAULT_REVISION, ModelLink};
 use headprint::{Error, Result};
 use serde_json::{Value, json};
 
-use crate::commands::{BackendArgs, RevisionArgs, SequenceArgs, print_note};
+use crate::commands::{BackendArgs, ModeArg, RevisionArgs, SequenceArgs, print_note};
 use crate::loaded::load;
 use crate::open::LinkFacts;
 use crate::print::{describe_sequences, mean_spread, print_json, to_json};
@@ -36,9 +36,8 @@ pub struct Args {
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
-    /// Spectral features from the weights as stored (default: LayerNorm folded).
-    #[arg(long)]
-    raw: bool,
+    #[command(flatten)]
+    mode: ModeArg,
     #[command(flatten)]
     sequence: SequenceArgs,
     #[command(flatten)]
@@ -75,7 +74,7 @@ impl Gathered {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let mode = if args.raw { Mode::Raw } else { Mode::Folded };
+    let mode = args.mode.mode();
     let sequence = args.probe.then_some(&args.sequence);
     let mut backend = args.backend.open()?;
     let gathered = gather(&args.models, &args.revisions, mode, sequence, &mut backend)?;
