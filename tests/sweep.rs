@@ -10,7 +10,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use crate::hub::{json_of, run, scratch};
-use common::{fixture, with_zeroed_tensor};
+use crate::timeline::gpt2_with;
+use common::fixture;
 use headprint::sweep::sweep_columns;
 use hub_imitation::{Imitation, Origin};
 use parquet::file::reader::{FileReader, SerializedFileReader};
@@ -18,21 +19,6 @@ use parquet::record::Field;
 use serde_json::{Value, json};
 
 const REPO: &str = "test-org/sweep";
-
-/// The gpt2 fixture's files, with `zeroed` (a tensor) set to zero in its weights.
-fn gpt2_with(zeroed: Option<&str>) -> Vec<(String, Vec<u8>)> {
-    let folder = fixture("gpt2");
-    ["config.json", "tokenizer.json", "model.safetensors"]
-        .iter()
-        .map(|name| {
-            let bytes = match (*name, zeroed) {
-                ("model.safetensors", Some(tensor)) => with_zeroed_tensor("gpt2", tensor),
-                _ => std::fs::read(folder.join(name)).unwrap(),
-            };
-            (name.to_string(), bytes)
-        })
-        .collect()
-}
 
 /// A file's column names and its rows as JSON objects.
 fn rows_of(path: &Path) -> (Vec<String>, Vec<Value>) {

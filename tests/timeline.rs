@@ -16,7 +16,7 @@ use serde_json::Value;
 const REPO: &str = "test-org/ckpt";
 
 /// The gpt2 fixture's files with `zeroed` (a tensor name) set to zero in its weights.
-fn gpt2_with(zeroed: Option<&str>) -> Vec<(String, Vec<u8>)> {
+pub fn gpt2_with(zeroed: Option<&str>) -> Vec<(String, Vec<u8>)> {
     let folder = fixture("gpt2");
     ["config.json", "tokenizer.json", "model.safetensors"]
         .iter()
