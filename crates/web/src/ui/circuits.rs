@@ -8,7 +8,6 @@ use std::sync::Arc;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 
-use super::browser::data_head_of;
 use super::canvas::{CanvasMatrix, DenseMatrix, Tip};
 use super::export::ChartExport;
 use super::state::{self, CircuitColour, Ctx};
@@ -357,10 +356,7 @@ pub fn Circuits() -> impl IntoView {
                         id="circuit-graph"
                         inner_html=svg.clone()
                         on:click=move |ev| {
-                            if let Some(name) = data_head_of(&ev)
-                                && let Some(l) = ctx.loaded.get_untracked()
-                                && let Ok(id) = HeadId::parse(&name, &l.info.config)
-                            {
+                            if let Some(id) = ctx.head_clicked(&ev) {
                                 ctx.head.set(id);
                             }
                         }

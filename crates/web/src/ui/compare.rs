@@ -4,10 +4,8 @@
 
 use leptos::prelude::*;
 
-use super::browser::data_head_of;
 use super::export::ChartExport;
 use super::state::{Ctx, Tab};
-use headprint::analysis::HeadId;
 use headprint::compare::{ComparisonRow, spearman};
 use headprint::figures::metric::Metric;
 use headprint::figures::svg::{Point, num, scatter};
@@ -146,10 +144,7 @@ pub fn Compare() -> impl IntoView {
                 id="scatter"
                 inner_html=svg.clone()
                 on:click=move |ev| {
-                    if let Some(name) = data_head_of(&ev)
-                        && let Some(l) = ctx.loaded.get_untracked()
-                        && let Ok(id) = HeadId::parse(&name, &l.info.config)
-                    {
+                    if let Some(id) = ctx.head_clicked(&ev) {
                         ctx.head.set(id);
                         ctx.tab.set(Tab::Head);
                     }

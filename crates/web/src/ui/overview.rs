@@ -4,7 +4,7 @@ use leptos::prelude::*;
 
 use std::sync::Arc;
 
-use super::browser::{data_head_of, focus_id};
+use super::browser::focus_id;
 use super::canvas::{CanvasMatrix, DenseMatrix, GRID_CANVAS_HEADS, use_canvas};
 use super::export::{ChartExport, ResultsExport};
 use super::state::{Ctx, Sequence, Tab};
@@ -290,10 +290,7 @@ pub fn Overview() -> impl IntoView {
                             id="bar-chart"
                             inner_html=chart.clone()
                             on:click=move |ev| {
-                                if let Some(name) = data_head_of(&ev)
-                                    && let Some(l) = ctx.loaded.get_untracked()
-                                    && let Ok(id) = HeadId::parse(&name, &l.info.config)
-                                {
+                                if let Some(id) = ctx.head_clicked(&ev) {
                                     open(id);
                                 }
                             }

@@ -370,6 +370,12 @@ pub struct ErrorLine {
 }
 
 impl Ctx {
+    /// The shown model's head that a click landed on (a chart's element with `data-head`).
+    pub fn head_clicked(&self, event: &web_sys::Event) -> Option<HeadId> {
+        let name = super::browser::data_head_of(event)?;
+        HeadId::parse(&name, &self.loaded.get_untracked()?.info.config).ok()
+    }
+
     pub fn show_error(&self, text: String) {
         self.error.set(Some(ErrorLine { text, failed_load: false }));
     }
