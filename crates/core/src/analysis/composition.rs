@@ -421,17 +421,20 @@ fn gaussian(rng: &mut ChaCha8Rng, rows: usize, columns: usize) -> DMatrix<f64> {
 pub fn baseline(d_model: usize, d_head: usize) -> Baseline {
     let mut rng = ChaCha8Rng::seed_from_u64(BASELINE_SEED);
     let mut draw = || {
+        // Both heads draw all four matrices, in this order, though only the writer's W_V, W_O and
+        // the reader's W_Q, W_K enter the score: the draws stay those of every head.
         let mut head = || {
             let (w_q, w_k, w_v) = (
                 gaussian(&mut rng, d_model, d_head),
                 gaussian(&mut rng, d_model, d_head),
                 gaussian(&mut rng, d_model, d_head),
             );
-            let w_o = gaussian(&mut rng, d_head, d_model);
-            HeadBlocks::of(&w_q, &w_k, &w_v, &w_o)
+            (w_q, w_k, w_v, gaussian(&mut rng, d_head, d_model))
         };
-        let (writer, reader) = (head(), head());
-        (&writer.writer * &reader.readers[CompositionKind::Q.index()]).norm()
+        let ((_, _, w_v, w_o), (w_q, w_k, _, _)) = (head(), head());
+        let writer = unit(r_factor(&w_v) * w_o);
+        let reader = unit(w_q * r_factor(&w_k).transpose());
+        (writer * reader).norm()
     };
     let samples: Vec<f64> = (0..BASELINE_SAMPLES).map(|_| draw()).collect();
     let mean = samples.iter().sum::<f64>() / samples.len() as f64;
