@@ -53,7 +53,8 @@ def _steps(value: Any) -> list:
 
 def _column(values: list, kind: str):
     """A column as pandas reads the CLI's Parquet file with pyarrow: numbers as float64 (NaN
-    for null), whole numbers as int64 unless one is null, flags as bool unless one is null."""
+    for null), whole numbers as int64 unless one is null, flags as bool unless one is null
+    (else objects: True, False, None), text as pandas' default string dtype."""
     if kind == "number":
         return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
     if kind == "count":
@@ -62,7 +63,20 @@ def _column(values: list, kind: str):
         return np.array(values, dtype=np.int64)
     if kind == "flag" and values and not any(v is None for v in values):
         return np.array(values, dtype=bool)
+    if kind == "text" and _strings():
+        # pandas 3 reads text as its string dtype (null as NaN); earlier ones as objects.
+        return pd.array(values, dtype="str")
     return np.array(values, dtype=object)
+
+
+def _strings() -> bool:
+    """Whether pandas infers its string dtype for text: always from pandas 3, by option before."""
+    if int(pd.__version__.split(".")[0]) >= 3:
+        return True
+    try:
+        return bool(pd.get_option("future.infer_string"))
+    except (KeyError, pd.errors.OptionError):
+        return False
 
 
 def _frame(columns: Sequence[tuple], parts: Sequence[dict]) -> pd.DataFrame:

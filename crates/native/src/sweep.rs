@@ -434,3 +434,77 @@ pub fn first_copies(model: &ModelStream, tokenizer: &Tokenizer, probe: &ProbeSet
         None => random_first_copies(&tokenizer.ordinary_ids(model), probe.len, probe.seed, probe.sequences),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headprint::sweep::Values;
+
+    fn unit(revision: &str) -> Unit {
+        Unit { model: "hf:o/m".into(), revision: Some(revision.into()), link: format!("hf:o/m@{revision}") }
+    }
+
+    fn published(commit: &str, hash: &str) -> Result<Option<Published>> {
+        Ok(Some(Published {
+            commit: commit.repeat(40),
+            weights: vec![("model.safetensors".into(), Some(hash.into()))],
+        }))
+    }
+
+    fn heads() -> Table {
+        let columns = head_columns(false)
+            .into_iter()
+            .map(|(name, kind)| {
+                let values = match kind {
+                    headprint::sweep::Kind::Count => Values::Count(vec![Some(0), Some(1)]),
+                    headprint::sweep::Kind::Number => Values::Number(vec![Some(0.5), None]),
+                    headprint::sweep::Kind::Flag => Values::Flag(vec![Some(false), None]),
+                    headprint::sweep::Kind::Text => Values::Text(vec![None, Some("x".into())]),
+                };
+                Column { name, values }
+            })
+            .collect();
+        Table { rows: 2, columns }
+    }
+
+    #[test]
+    fn settings_keys_are_the_clis() {
+        let probe = ProbeSettings { len: 10, seed: 3, sequences: 2, bos: true, text_file: None };
+        let settings = Settings { mode: Mode::Folded, probe: Some(probe) };
+        assert_eq!(settings.key(), "mode=folded;probe;len=10;seed=3;sequences=2;bos=true;text_file=");
+        assert_eq!(Settings { mode: Mode::Raw, probe: None }.key(), "mode=raw");
+    }
+
+    #[test]
+    fn a_unit_with_remembered_weights_gets_their_rows_and_a_written_one_is_skipped() {
+        let out = std::env::temp_dir().join(format!("headprint-native-sweep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let settings = Settings { mode: Mode::Folded, probe: None };
+        let mut sweep = Sweep::new(Some(&out), settings.clone()).unwrap();
+        let Prepared::Measure(pending) = sweep.prepare(&unit("step1"), published("a", "same")) else { panic!() };
+        assert_eq!(pending.link, format!("hf:o/m@{}", "a".repeat(40)));
+        let done = finish(Some(&out), &settings, &unit("step1"), &pending, Ok(heads()));
+        assert_eq!(done.outcome, Outcome::Computed);
+        sweep.remember(&unit("step1"), &pending.facts, done.rows.as_ref().unwrap());
+        let Prepared::Done(twin) = sweep.prepare(&unit("step2"), published("b", "same")) else { panic!() };
+        assert_eq!((twin.outcome, twin.note.as_str()), (Outcome::SameWeights, " (as hf:o/m@step1)"));
+        let rows = twin.rows.unwrap();
+        assert_eq!(rows.column("same_weights_as"), Some(&Values::Text(vec![Some("step1".into()); 2])));
+        assert_eq!(rows.column("ov_scale"), heads().column("ov_scale"));
+        assert_eq!(rows_file::read(&file_of(&out, &unit("step2"))).unwrap(), rows);
+
+        // A fresh sweep on the folder: step1 is written for commit a, not for commit c; step3
+        // shares step1's weights through its file.
+        let mut again = Sweep::new(Some(&out), settings).unwrap();
+        let Prepared::Done(skipped) = again.prepare(&unit("step1"), published("a", "same")) else { panic!() };
+        assert_eq!(skipped.outcome, Outcome::Skipped);
+        assert!(matches!(again.prepare(&unit("step1"), published("c", "other")), Prepared::Measure(_)));
+        let Prepared::Done(third) = again.prepare(&unit("step3"), published("d", "same")) else { panic!() };
+        assert_eq!(third.outcome, Outcome::SameWeights);
+        let failed = again.prepare(&unit("step4"), Err(Error::Invalid("no such branch".into())));
+        let Prepared::Done(failed) = failed else { panic!() };
+        assert_eq!(failed.outcome, Outcome::Failed);
+        assert_eq!(failed.rows.unwrap().column("error"), Some(&Values::Text(vec![Some("no such branch".into())])));
+        let _ = std::fs::remove_dir_all(&out);
+    }
+}
