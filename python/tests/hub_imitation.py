@@ -116,10 +116,16 @@ class HubImitation:
 
     # The answers.
 
-    def _commit(self, repo: dict, revision: str) -> Optional[str]:
-        if revision in repo["refs"]:
-            return repo["refs"][revision]
-        return revision if revision in repo["commits"] else None
+    def _files(self, org: str, name: str, revision: str):
+        """(commit, its files) of a repository's revision (a branch or a commit), or the error
+        answer the Hub gives."""
+        repo = self.repos.get(f"{org}/{name}")
+        if repo is None:
+            return None, _error(404, "RepoNotFound")
+        commit = repo["refs"].get(revision, revision if revision in repo["commits"] else None)
+        if commit is None:
+            return None, _error(404, "RevisionNotFound")
+        return commit, repo["commits"][commit]
 
     def answer(self, target: str, range_header: Optional[str]):
         parts = urlsplit(target)
@@ -153,14 +159,11 @@ class HubImitation:
         if len(pieces) != 4 or pieces[2] != "revision":
             return _error(404, "RepoNotFound")
         org, name, _, revision = pieces
-        repo = self.repos.get(f"{org}/{name}")
-        if repo is None:
-            return _error(404, "RepoNotFound")
-        commit = self._commit(repo, revision)
+        commit, files = self._files(org, name, revision)
         if commit is None:
-            return _error(404, "RevisionNotFound")
+            return files
         siblings = []
-        for file, data in sorted(repo["commits"][commit].items()):
+        for file, data in sorted(files.items()):
             entry: dict = {"rfilename": file}
             if blobs:
                 entry["size"] = len(data)
@@ -175,13 +178,10 @@ class HubImitation:
         if len(pieces) != 5 or pieces[2] != "resolve":
             return _error(404, "RepoNotFound")
         org, name, _, revision, file = pieces
-        repo = self.repos.get(f"{org}/{name}")
-        if repo is None:
-            return _error(404, "RepoNotFound")
-        commit = self._commit(repo, revision)
+        commit, files = self._files(org, name, revision)
         if commit is None:
-            return _error(404, "RevisionNotFound")
-        data = repo["commits"][commit].get(file)
+            return files
+        data = files.get(file)
         if data is None:
             status, headers, body = _error(404, "EntryNotFound")
             return status, headers + [("X-Repo-Commit", commit)], body
