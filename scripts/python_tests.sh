@@ -2,8 +2,10 @@
 # The Python package's tests: `pip install ./python` (maturin builds the extension) into a
 # virtual environment, then pytest against the release CLI (target/release/headprint, built
 # first). Usage: scripts/python_tests.sh [--torch]
-#   (default)  target/python-env with numpy, pandas and pytest only: every test but the ones
-#              that need torch (python/tests, `-m "not torch"`); run by scripts/test.sh.
+#   (default)  target/python-env with numpy, pandas, pytest and Dask's `distributed` (for
+#              headprint.sweep's test on a two-process LocalCluster; pure Python, a few MB):
+#              every test but the ones that need torch (python/tests, `-m "not torch"`); run
+#              by scripts/test.sh.
 #   --torch    .venv, with torch, transformers and transformer-lens installed if missing: the
 #              transformers and TransformerLens tests (`-m torch`). Too heavy for CI (torch
 #              alone is gigabytes); run it and report, as for the other heavy checks.
@@ -22,6 +24,7 @@ else
   marker="not torch"
 fi
 $env/bin/pip install "${quiet[@]}" numpy pandas pytest
+[ "$marker" = torch ] || $env/bin/pip install "${quiet[@]}" dask distributed
 [ -x target/release/headprint ] || cargo build --release --bin headprint
 $env/bin/pip install "${quiet[@]}" ./python
 $env/bin/python -m pytest -q -m "$marker" python/tests

@@ -7,7 +7,6 @@ mod loaded;
 mod open;
 mod print;
 mod progress;
-mod rows_file;
 
 use std::process::ExitCode;
 

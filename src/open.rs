@@ -3,7 +3,7 @@
 
 use headprint::Result;
 use headprint::weights::ModelLink;
-pub use headprint_native::open::{LinkFacts, Opened, published};
+pub use headprint_native::open::{LinkFacts, Opened};
 use headprint_native::open::{LinkSettings, configure as configure_links};
 
 /// Opens links offline (`--offline`) or not, for the whole run.

@@ -23,6 +23,7 @@ from ._api import (
     ov_logits,
 )
 from ._between import HeadSvd, composition, composition_table, svd
+from ._sweep import read_sweep, sweep
 from ._headprint import CircuitSvd, Error, Model
 
 # The installed distribution's version, which maturin takes from crates/python/Cargo.toml
@@ -48,11 +49,13 @@ __all__ = [
     "svd",
     "CircuitSvd",
     "HeadSvd",
+    "sweep",
+    "read_sweep",
 ]
 
 # They were defined in headprint itself before the private module held them; reprs, help()
 # and pickles keep naming them headprint.X.
 for _name in ("NetworkNote", "FingerprintFrame", "load", "fingerprint", "eigenvalues", "attention", "induction",
-              "ov_logits", "compare", "composition", "composition_table", "svd", "HeadSvd"):
+              "ov_logits", "compare", "composition", "composition_table", "svd", "HeadSvd", "sweep", "read_sweep"):
     globals()[_name].__module__ = __name__
 del _name

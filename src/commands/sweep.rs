@@ -1,21 +1,20 @@
 //! `headprint sweep`: many models and checkpoints, one unit each, every unit's heads written as
 //! one Parquet file under `--out` (docs/sweeps.md). A shard runs one part of the units; a unit
 //! whose file is there for the same commit is skipped, and one whose weights the Hub says equal
-//! another unit's reuses that unit's rows; neither fetches a weight byte.
+//! another unit's reuses that unit's rows; neither fetches a weight byte. Each unit is run by
+//! `headprint_native::sweep`, as Python's `headprint.sweep` runs it; this is its command line.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use headprint::analysis::Mode;
 use headprint::backend::Backend;
 use headprint::probes::induction::FirstCopy;
-use headprint::sweep::{Table, Unit, UnitFacts, head_table, shard_range, unit_table, units};
-use headprint::weights::remote::Published;
+use headprint::sweep::{shard_range, units};
 use headprint::{Error, Result};
+use headprint_native::sweep::{Outcome, ProbeSettings, Settings, Sweep, measure};
 
-use crate::commands::timeline::measure;
 use crate::commands::{BackendArgs, ModeArg, RevisionArgs, SequenceArgs, print_note};
-use crate::{open, rows_file};
+use crate::progress;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -88,34 +87,6 @@ fn slurm_shard(var: impl Fn(&str) -> Option<String>) -> Result<Option<Shard>> {
     }
 }
 
-/// How a unit ended, for the summary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Outcome {
-    Computed,
-    Skipped,
-    SameWeights,
-    Failed,
-}
-
-/// A unit already written (this run or before) whose rows a unit with the same weights reuses.
-struct Twin {
-    unit: Unit,
-    /// Its rows, once read.
-    rows: Option<Table>,
-    path: PathBuf,
-}
-
-/// The key-value metadata of a unit's file: what resuming and repeated weights read back.
-mod key {
-    pub const LINK: &str = "headprint.unit.link";
-    pub const MODEL: &str = "headprint.unit.model";
-    pub const REVISION: &str = "headprint.unit.revision";
-    pub const COMMIT: &str = "headprint.unit.commit";
-    pub const WEIGHTS: &str = "headprint.unit.weights_sha256";
-    pub const SETTINGS: &str = "headprint.settings";
-    pub const FAILED: &str = "headprint.failed";
-}
-
 pub fn run(args: Args) -> Result<()> {
     let all = units(&args.models, &args.revisions.revisions, &args.revisions.steps)?;
     let shard = match args.shard {
@@ -124,18 +95,16 @@ pub fn run(args: Args) -> Result<()> {
             .unwrap_or(Shard { index: 0, count: 1 }),
     };
     let mine = &all[shard_range(all.len(), shard.index, shard.count)];
-    std::fs::create_dir_all(&args.out)
-        .map_err(|e| Error::File { path: args.out.display().to_string(), reason: e.to_string() })?;
-    let mode = args.mode.mode();
-    let settings = settings_of(&args, mode);
-    let mut sweep = Sweep {
-        args: &args,
-        mode,
-        twins: written_twins(&args.out, &settings)?,
-        settings,
-        backend: None,
-        copies: HashMap::new(),
-    };
+    let s = &args.sequence;
+    let probe = args.probe.then(|| ProbeSettings {
+        len: s.len,
+        seed: s.seed,
+        sequences: s.sequences,
+        bos: !s.bos.no_bos,
+        text_file: s.text_file.clone(),
+    });
+    let settings = Settings { mode: args.mode.mode(), probe };
+    let mut sweep = Sweep::new(Some(&args.out), settings.clone())?;
     println!(
         "sweep shard {}/{}: {} of {} units, files in {}",
         shard.index,
@@ -144,11 +113,25 @@ pub fn run(args: Args) -> Result<()> {
         all.len(),
         args.out.display()
     );
+    // Opened at the first unit that computes: a sweep that only skips needs no GPU.
+    let mut backend: Option<Backend> = None;
+    // The probe's first copies per model, drawn once: every revision of a model runs the same
+    // sequences, as in a timeline.
+    let mut copies: HashMap<String, Option<Vec<FirstCopy>>> = HashMap::new();
     let mut outcomes = Vec::with_capacity(mine.len());
     for unit in mine {
-        let (outcome, said) = sweep.unit(unit);
-        println!("{:<12} {}{}", describe(outcome), unit.link, said);
-        outcomes.push(outcome);
+        let done = sweep.unit(unit, |link| {
+            if backend.is_none() {
+                backend = Some(args.backend.open()?);
+            }
+            let backend = backend.as_mut().ok_or_else(|| Error::Internal("no backend".into()))?;
+            let copies = copies.entry(unit.model.clone()).or_default();
+            let measured = measure(link, &settings, copies, backend, &mut shown(link))?;
+            print_note(&measured.backend);
+            Ok(measured.heads)
+        });
+        println!("{:<12} {}{}", done.outcome.name(), unit.link, done.note);
+        outcomes.push(done.outcome);
     }
     let count = |wanted: Outcome| outcomes.iter().filter(|&&o| o == wanted).count();
     println!(
@@ -167,187 +150,33 @@ pub fn run(args: Args) -> Result<()> {
     }
 }
 
-fn describe(outcome: Outcome) -> &'static str {
-    match outcome {
-        Outcome::Computed => "computed",
-        Outcome::Skipped => "skipped",
-        Outcome::SameWeights => "same weights",
-        Outcome::Failed => "failed",
-    }
-}
-
-/// What makes two files of one unit interchangeable besides its commit: the spectral mode and,
-/// with the probe, its sequences.
-fn settings_of(args: &Args, mode: Mode) -> String {
-    let mut settings = format!("mode={}", mode.name());
-    if args.probe {
-        let s = &args.sequence;
-        settings.push_str(&format!(
-            ";probe;len={};seed={};sequences={};bos={};text_file={}",
-            s.len,
-            s.seed,
-            s.sequences,
-            !s.bos.no_bos,
-            s.text_file.as_ref().map_or(String::new(), |p| p.display().to_string())
-        ));
-    }
-    settings
-}
-
-/// The files already in `out` written with `settings` and without error, by the content hash of
-/// their weights: earlier runs' and other shards' units that a repeated checkpoint can reuse.
-fn written_twins(out: &Path, settings: &str) -> Result<HashMap<String, Twin>> {
-    let mut twins = HashMap::new();
-    let entries =
-        std::fs::read_dir(out).map_err(|e| Error::File { path: out.display().to_string(), reason: e.to_string() })?;
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') || !name.ends_with(".parquet") {
-            continue;
-        }
-        // A file that cannot be read (another tool's, a disk error) is simply not reused.
-        let Ok(pairs) = rows_file::metadata(&path) else { continue };
-        let get = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
-        if get(key::SETTINGS).as_deref() != Some(settings) || get(key::FAILED).as_deref() != Some("false") {
-            continue;
-        }
-        if let (Some(weights), Some(link), Some(model)) = (get(key::WEIGHTS), get(key::LINK), get(key::MODEL)) {
-            let unit = Unit { model, revision: get(key::REVISION), link };
-            twins.entry(weights).or_insert(Twin { unit, rows: None, path });
-        }
-    }
-    Ok(twins)
-}
-
-struct Sweep<'a> {
-    args: &'a Args,
-    mode: Mode,
-    settings: String,
-    twins: HashMap<String, Twin>,
-    /// Opened at the first unit that computes: a sweep that only skips needs no GPU.
-    backend: Option<Backend>,
-    /// The probe's first copies per model, drawn once: every revision of a model runs the same
-    /// sequences, as in a timeline.
-    copies: HashMap<String, Option<Vec<FirstCopy>>>,
-}
-
-impl Sweep<'_> {
-    /// Runs one unit and writes its file; what happened, and a note for its line.
-    fn unit(&mut self, unit: &Unit) -> (Outcome, String) {
-        let path = self.args.out.join(format!("{}.parquet", unit.file_stem()));
-        let mut facts = UnitFacts::default();
-        // Before any file of the unit is read: its commit and the hash of its weights.
-        let published = match unit.hub() {
-            Some((repo, revision)) => match open::published(repo, revision) {
-                Ok(published) => Some(published),
-                // Offline, the caches alone say what a revision is: the unit is opened as usual.
-                Err(Error::Offline { .. }) => None,
-                Err(e) => return self.fail(unit, &path, &facts, &e.to_string()),
-            },
-            None => None,
-        };
-        if let Some(published) = &published {
-            facts.commit = Some(published.commit.clone());
-            facts.weights_sha256 = published.weights_sha256();
-        }
-        if self.already_written(&path, published.as_ref()) {
-            return (Outcome::Skipped, String::new());
-        }
-        if let Some((twin, rows)) = facts.weights_sha256.clone().and_then(|weights| self.twin_rows(&weights, unit)) {
-            facts.same_weights_as = Some(twin.named_from(unit));
-            let table = unit_table(unit, &facts, Ok(&rows), self.args.probe);
-            return match self.write(&path, unit, &facts, &table, false) {
-                Ok(()) => (Outcome::SameWeights, format!(" (as {})", twin.link)),
-                Err(e) => (Outcome::Failed, format!(": {e}")),
+/// Progress bars for a unit's stages: a spinner while `link` opens, then the Grams' vocabulary
+/// rows, the heads and the probe's layers.
+fn shown(link: &str) -> impl FnMut(&str, usize, usize) + '_ {
+    let mut bar: Option<(String, progress::Stage)> = None;
+    move |stage, done, total| {
+        if bar.as_ref().is_none_or(|(showing, _)| showing != stage) {
+            let (label, counted, unit) = match stage {
+                "opening" => ("opening", false, ""),
+                "Grams" => ("Grams", true, "vocabulary rows"),
+                "heads" => ("heads", true, "heads"),
+                _ => ("probe", true, "layers"),
             };
-        }
-        // Pinned to the commit the Hub named, so the rows are of the commit they say.
-        let link = match (&published, unit.hub()) {
-            (Some(published), Some((repo, _))) => format!("hf:{repo}@{}", published.commit),
-            _ => unit.link.clone(),
-        };
-        let heads = self.measure(unit, &link);
-        let heads = match heads {
-            Ok(heads) => heads,
-            Err(e) => {
-                // The opener's errors name the link already; the unit's link once is enough.
-                let reason = e.to_string().replace(&link, &unit.link);
-                let prefix = format!("{}: ", unit.link);
-                let reason = match reason.strip_prefix(&prefix) {
-                    Some(rest) if rest.contains(&unit.link) => rest.to_string(),
-                    _ => reason,
-                };
-                return self.fail(unit, &path, &facts, &reason);
+            let opened = match bar.take() {
+                Some((_, opened)) => {
+                    opened.switch(label, counted, unit);
+                    opened
+                }
+                None => progress::stage(label, counted.then_some(total), unit),
+            };
+            if stage == "opening" {
+                opened.message(link.to_string());
             }
-        };
-        let table = unit_table(unit, &facts, Ok(&heads), self.args.probe);
-        if let Err(e) = self.write(&path, unit, &facts, &table, false) {
-            return (Outcome::Failed, format!(": {e}"));
+            bar = Some((stage.to_string(), opened));
         }
-        if let Some(weights) = facts.weights_sha256 {
-            self.twins.insert(weights, Twin { unit: unit.clone(), rows: Some(heads), path });
+        if let Some((_, bar)) = bar.as_ref().filter(|_| stage != "opening") {
+            bar.set(done, total);
         }
-        (Outcome::Computed, String::new())
-    }
-
-    /// Another unit with these weights and its rows (read from its file once), if there is one.
-    fn twin_rows(&mut self, weights: &str, unit: &Unit) -> Option<(Unit, Table)> {
-        let twin = self.twins.get_mut(weights).filter(|twin| twin.unit != *unit)?;
-        if twin.rows.is_none() {
-            // A twin whose file cannot be read is computed afresh rather than trusted.
-            twin.rows = Some(rows_file::read(&twin.path).ok()?);
-        }
-        Some((twin.unit.clone(), twin.rows.clone()?))
-    }
-
-    /// Whether `path` holds this unit's rows already: written without error, with the same
-    /// settings, and for a Hub revision at the commit it is now.
-    fn already_written(&self, path: &Path, published: Option<&Published>) -> bool {
-        if !path.is_file() {
-            return false;
-        }
-        let Ok(pairs) = rows_file::metadata(path) else { return false };
-        let get = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
-        get(key::FAILED) == Some("false")
-            && get(key::SETTINGS) == Some(&self.settings)
-            && get(key::COMMIT) == published.map(|p| p.commit.as_str())
-    }
-
-    /// The unit's heads as rows: opened, fingerprinted and with `--probe` probed.
-    fn measure(&mut self, unit: &Unit, link: &str) -> Result<Table> {
-        if self.backend.is_none() {
-            let backend = self.args.backend.open()?;
-            self.backend = Some(backend);
-        }
-        let backend = self.backend.as_mut().ok_or_else(|| Error::Internal("no backend".into()))?;
-        let sequence = self.args.probe.then_some(&self.args.sequence);
-        let copies = self.copies.entry(unit.model.clone()).or_default();
-        let (measured, _, _) = measure(link, self.mode, sequence, copies, backend)?;
-        print_note(&measured.fingerprint.backend);
-        Ok(head_table(&measured.fingerprint, measured.induction.as_ref()))
-    }
-
-    fn fail(&self, unit: &Unit, path: &Path, facts: &UnitFacts, reason: &str) -> (Outcome, String) {
-        let table = unit_table(unit, facts, Err(reason), self.args.probe);
-        let line = reason.lines().next().unwrap_or_default();
-        match self.write(path, unit, facts, &table, true) {
-            Ok(()) => (Outcome::Failed, format!(": {line}")),
-            Err(e) => (Outcome::Failed, format!(": {line} (and its file: {e})")),
-        }
-    }
-
-    fn write(&self, path: &Path, unit: &Unit, facts: &UnitFacts, table: &Table, failed: bool) -> Result<()> {
-        let mut metadata = vec![
-            (key::LINK, unit.link.clone()),
-            (key::MODEL, unit.model.clone()),
-            (key::SETTINGS, self.settings.clone()),
-            (key::FAILED, failed.to_string()),
-        ];
-        let optional =
-            [(key::REVISION, &unit.revision), (key::COMMIT, &facts.commit), (key::WEIGHTS, &facts.weights_sha256)];
-        metadata.extend(optional.into_iter().filter_map(|(k, v)| Some((k, v.clone()?))));
-        rows_file::write(path, table, &metadata)
     }
 }
 

@@ -7,6 +7,7 @@ mod arrays;
 mod between;
 mod model;
 mod running;
+mod sweep;
 
 use headprint::weights::{ByteSource, MemorySource, ModelFiles};
 use numpy::PyUntypedArray;
@@ -97,5 +98,10 @@ fn _headprint(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(open, m)?)?;
     m.add_function(wrap_pyfunction!(from_tensors, m)?)?;
     m.add_function(wrap_pyfunction!(configure_links, m)?)?;
+    m.add_class::<sweep::SweepPlan>()?;
+    m.add_function(wrap_pyfunction!(sweep::sweep_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(sweep::sweep_task, m)?)?;
+    m.add_function(wrap_pyfunction!(sweep::read_sweep_file, m)?)?;
+    m.add_function(wrap_pyfunction!(sweep::sweep_columns_of, m)?)?;
     Ok(())
 }

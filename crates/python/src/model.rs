@@ -166,7 +166,7 @@ fn backend_choice(name: &str) -> Result<BackendChoice> {
 }
 
 /// The backend asked for, the GPU driver's harmless chatter kept off stderr while it opens.
-fn select(name: &str) -> Result<Backend> {
+pub(crate) fn select(name: &str) -> Result<Backend> {
     let choice = backend_choice(name)?;
     headprint_native::driver::quietly(|| Backend::select(choice))
 }
