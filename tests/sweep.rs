@@ -246,3 +246,84 @@ fn shards_split_the_units_disjointly_and_slurm_array_variables_pick_the_same_par
         sweep(&hub, &home, &home.join("bad"), &units, &[("SLURM_ARRAY_TASK_ID", "9"), ("SLURM_ARRAY_TASK_COUNT", "2")]);
     assert!(!ok && stderr.contains("Slurm array task 9"), "{stderr}");
 }
+
+/// The timeline benchmark's eight Pythia-160M-shaped checkpoints (`scripts/bench_timeline.sh`)
+/// as a sweep: one process, then two shards at once sharing one output folder, each with a
+/// cache of its own as on two nodes. Asserts what the numbers must show: the same files with
+/// the same rows, each checkpoint's weight bytes fetched once across the shards, no MLP byte.
+/// Prints `SWEEP-BENCH {json}` with the seconds and megabytes; run by `scripts/bench_sweep.sh`.
+#[test]
+#[ignore = "a benchmark: scripts/bench_sweep.sh"]
+fn pythia_160m_shaped_sweep_in_one_process_and_in_two_shards_at_once() {
+    use crate::hub::{asked, tensor_ranges};
+    use std::time::Instant;
+    let hub = Imitation::start();
+    let repo = "EleutherAI/pythia-160m";
+    let steps = [0u64, 1, 8, 64, 512, 1000, 10000, 143000];
+    let mut mlp = Vec::new();
+    for (seed, step) in steps.iter().enumerate() {
+        let files = hub_imitation::pythia_160m(seed as u64);
+        mlp = tensor_ranges(&files[1].1, |name| name.contains(".mlp."));
+        hub.add_commit(repo, &format!("step{step}"), files);
+    }
+    let list = steps.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    let link = format!("hf:{repo}");
+    let args = [link.as_str(), "--steps", &list];
+    let weights_sent = |hub: &Imitation| -> u64 {
+        hub.log().iter().filter(|e| e.origin == Origin::Cdn && e.path.contains(".safetensors")).map(|e| e.sent).sum()
+    };
+
+    let one = scratch("sweep-bench-one");
+    hub.clear_log();
+    let started = Instant::now();
+    let (ok, stdout, stderr) = sweep(&hub, &one, &one.join("out"), &args, &[]);
+    let one_seconds = started.elapsed().as_secs_f64();
+    assert!(ok && stdout.contains("8 computed"), "{stdout}{stderr}");
+    let one_bytes = weights_sent(&hub);
+
+    let two = scratch("sweep-bench-two");
+    let out = two.join("out");
+    hub.clear_log();
+    let started = Instant::now();
+    let shards: Vec<(bool, String, String, f64)> = std::thread::scope(|scope| {
+        let runs = ["0/2", "1/2"].map(|shard| {
+            let (hub, out, home) = (&hub, &out, two.join(shard.replace('/', "-of-")));
+            let args = &args;
+            scope.spawn(move || {
+                let started = Instant::now();
+                let mut all = args.to_vec();
+                all.extend(["--shard", shard]);
+                let (ok, stdout, stderr) = sweep(hub, &home, out, &all, &[]);
+                (ok, stdout, stderr, started.elapsed().as_secs_f64())
+            })
+        });
+        runs.map(|r| r.join().unwrap()).into()
+    });
+    let two_seconds = started.elapsed().as_secs_f64();
+    for (ok, stdout, stderr, _) in &shards {
+        assert!(*ok && stdout.contains("4 computed"), "each shard computes its half: {stdout}{stderr}");
+    }
+    let two_bytes = weights_sent(&hub);
+    for entry in hub.log().iter().filter(|e| e.origin == Origin::Cdn && e.path.contains(".safetensors")) {
+        let (first, last) = asked(entry).expect("one range a request");
+        assert!(mlp.iter().all(|&(start, end)| last < start || first >= end), "an MLP byte: {}", entry.path);
+    }
+    assert_eq!(two_bytes, one_bytes, "each checkpoint's weight bytes once across the shards");
+    let files = files_in(&one.join("out"));
+    assert_eq!(files.len(), steps.len());
+    assert_eq!(files_in(&out), files, "the shards' files are the one process's");
+    for file in &files {
+        assert_eq!(rows_of(&out.join(file)), rows_of(&one.join("out").join(file)), "{file}");
+    }
+    println!(
+        "SWEEP-BENCH {}",
+        json!({
+            "units": steps.len(),
+            "weights_mb": one_bytes as f64 / 1e6,
+            "one_process_s": one_seconds,
+            "two_shards_s": two_seconds,
+            "shard_s": shards.iter().map(|s| s.3).collect::<Vec<_>>(),
+        })
+    );
+    let _ = (std::fs::remove_dir_all(one), std::fs::remove_dir_all(two));
+}
