@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use headprint::analysis::Mode;
 use headprint::backend::Backend;
 use headprint::probes::induction::FirstCopy;
+use headprint::repeats::{Repeats, identity};
 use headprint::sweep::{Table, Unit, UnitFacts, head_table, shard_range, unit_table, units};
 use headprint::weights::remote::Published;
 use headprint::{Error, Result};
@@ -196,8 +197,8 @@ fn settings_of(args: &Args, mode: Mode) -> String {
 
 /// The files already in `out` written with `settings` and without error, by the content hash of
 /// their weights: earlier runs' and other shards' units that a repeated checkpoint can reuse.
-fn written_twins(out: &Path, settings: &str) -> Result<HashMap<String, Twin>> {
-    let mut twins = HashMap::new();
+fn written_twins(out: &Path, settings: &str) -> Result<Repeats<Twin>> {
+    let mut twins = Repeats::default();
     let entries =
         std::fs::read_dir(out).map_err(|e| Error::File { path: out.display().to_string(), reason: e.to_string() })?;
     for entry in entries.flatten() {
@@ -214,7 +215,7 @@ fn written_twins(out: &Path, settings: &str) -> Result<HashMap<String, Twin>> {
         }
         if let (Some(weights), Some(link), Some(model)) = (get(key::WEIGHTS), get(key::LINK), get(key::MODEL)) {
             let unit = Unit { model, revision: get(key::REVISION), link };
-            twins.entry(weights).or_insert(Twin { unit, rows: None, path });
+            twins.keep(Some(&weights), Twin { unit, rows: None, path });
         }
     }
     Ok(twins)
@@ -224,7 +225,9 @@ struct Sweep<'a> {
     args: &'a Args,
     mode: Mode,
     settings: String,
-    twins: HashMap<String, Twin>,
+    /// The units computed or written so far by their weights' identity: the core's rule for
+    /// repeated checkpoints, as the timeline and the page apply it.
+    twins: Repeats<Twin>,
     /// Opened at the first unit that computes: a sweep that only skips needs no GPU.
     backend: Option<Backend>,
     /// The probe's first copies per model, drawn once: every revision of a model runs the same
@@ -249,7 +252,7 @@ impl Sweep<'_> {
         };
         if let Some(published) = &published {
             facts.commit = Some(published.commit.clone());
-            facts.weights_sha256 = published.weights_sha256();
+            facts.weights_sha256 = identity(Some(published));
         }
         if self.already_written(&path, published.as_ref()) {
             return (Outcome::Skipped, String::new());
@@ -285,15 +288,14 @@ impl Sweep<'_> {
         if let Err(e) = self.write(&path, unit, &facts, &table, false) {
             return (Outcome::Failed, format!(": {e}"));
         }
-        if let Some(weights) = facts.weights_sha256 {
-            self.twins.insert(weights, Twin { unit: unit.clone(), rows: Some(heads), path });
-        }
+        // In place of a twin whose file could not be read back, if there was one.
+        self.twins.replace(facts.weights_sha256.as_deref(), Twin { unit: unit.clone(), rows: Some(heads), path });
         (Outcome::Computed, String::new())
     }
 
     /// Another unit with these weights and its rows (read from its file once), if there is one.
     fn twin_rows(&mut self, weights: &str, unit: &Unit) -> Option<(Unit, Table)> {
-        let twin = self.twins.get_mut(weights).filter(|twin| twin.unit != *unit)?;
+        let twin = self.twins.earlier_mut(Some(weights)).filter(|twin| twin.unit != *unit)?;
         if twin.rows.is_none() {
             // A twin whose file cannot be read is computed afresh rather than trusted.
             twin.rows = Some(rows_file::read(&twin.path).ok()?);
