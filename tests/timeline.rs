@@ -267,6 +267,36 @@ fn a_revision_with_an_earlier_revisions_weights_is_never_fetched_and_reuses_its_
     let _ = std::fs::remove_dir_all(home);
 }
 
+/// What the page's Heads over training asks a worker before opening a revision: the Hub's
+/// commit and weights' hash, the same identity for two branches of byte-identical weights, and
+/// not a byte of either's files.
+#[test]
+fn a_worker_says_what_the_hub_publishes_of_a_revision_without_reading_its_files() {
+    use headprint::repeats::identity;
+    use headprint::worker::protocol::{LinkSource, Reply, Request};
+    use headprint::worker::session::Session;
+
+    let hub = Imitation::start();
+    let step1 = hub.add_commit(REPO, "step1", gpt2_with(None));
+    let step2 = hub.add_commit(REPO, "step2", gpt2_with(None));
+    hub.add_commit(REPO, "step3", gpt2_with(Some("transformer.h.0.attn.c_attn.bias")));
+    let mut session = Session::new(|| 0.0).with_transport(|| Box::new(hub_imitation::TcpTransport::default()));
+    let mut ask = |revision: &str| {
+        let link = LinkSource { link: format!("hf:{REPO}@{revision}"), hub: hub.hub.clone(), offline: false };
+        match session.handle(Request::Published { link }, Vec::new(), std::rc::Rc::new(|_| {})) {
+            Ok(Reply::Published(published)) => published,
+            other => panic!("{revision}: {other:?}"),
+        }
+    };
+    let (first, second, third) = (ask("step1"), ask("step2"), ask("step3"));
+    assert_eq!((first.commit.as_str(), second.commit.as_str()), (step1.as_str(), step2.as_str()));
+    assert!(identity(Some(&first)).is_some());
+    assert_eq!(identity(Some(&first)), identity(Some(&second)));
+    assert_ne!(identity(Some(&first)), identity(Some(&third)));
+    let log = hub.log();
+    assert!(log.iter().all(|e| e.origin == Origin::Hub && e.path.starts_with("/api/models/")), "{log:?}");
+}
+
 #[test]
 fn local_checkpoints_are_revisions_named_by_their_folders() {
     let home = scratch("timeline-local");
