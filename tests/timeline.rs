@@ -194,11 +194,12 @@ fn a_timeline_fetches_each_revisions_fingerprint_bytes_once_and_no_mlp_byte_with
     assert!(total > 0);
 
     // The cache keeps every revision: the same timeline again fetches no weight byte; only each
-    // branch is resolved anew, which costs its config.json.
+    // branch is resolved anew, which costs its config.json, after the API's answer on its weights.
     hub.clear_log();
     let again = json_of(run(&hub, &home, &["timeline", "hf:test-org/ckpt", "--steps", "0,1000,143000", "--json"], &[]));
     let log = hub.log();
-    assert!(log.iter().all(|e| e.origin == Origin::Hub && e.path.ends_with("/config.json")), "{log:?}");
+    let resolved = |e: &hub_imitation::Logged| e.path.ends_with("/config.json") || e.path.starts_with("/api/models/");
+    assert!(log.iter().all(|e| e.origin == Origin::Hub && resolved(e)), "{log:?}");
     let config = gpt2_with(None)[0].1.len() as u64;
     for row in again["table"].as_array().unwrap() {
         assert_eq!(row["model_link"]["bytes_fetched"], config, "{row}");
@@ -213,6 +214,87 @@ fn a_timeline_fetches_each_revisions_fingerprint_bytes_once_and_no_mlp_byte_with
     let reads_mlp = |&(start, end): &(u64, u64)| requests.iter().any(|(_, first, last)| *first < end && *last >= start);
     assert!(mlp.iter().all(reads_mlp), "--probe reads every MLP tensor");
     let _ = std::fs::remove_dir_all(home);
+}
+
+#[test]
+fn a_revision_with_an_earlier_revisions_weights_is_never_fetched_and_reuses_its_numbers() {
+    let hub = Imitation::start();
+    // step1 and step2 serve byte-identical weights under two commits, as Pythia's later
+    // branches do; step3 differs.
+    let step1 = hub.add_commit(REPO, "step1", gpt2_with(None));
+    let step2 = hub.add_commit(REPO, "step2", gpt2_with(None));
+    hub.add_commit(REPO, "step3", gpt2_with(Some("transformer.h.0.attn.c_attn.bias")));
+    let home = scratch("timeline-repeats");
+    let args = ["timeline", "hf:test-org/ckpt", "--steps", "1,2,3", "--probe", "--len", "6", "--sequences", "2"];
+    let timeline = json_of(run(&hub, &home, &[&args[..], &["--json", "--backend", "cpu"]].concat(), &[]));
+
+    // Nothing of step2 is asked for but its API entry: no config, no weight byte.
+    let log = hub.log();
+    assert!(log.iter().any(|e| e.origin == Origin::Cdn && e.path.contains(&step1)), "step1 is read");
+    let of_step2: Vec<&str> = log.iter().filter(|e| e.path.contains(&step2)).map(|e| e.path.as_str()).collect();
+    assert!(of_step2.is_empty(), "step2 was fetched: {of_step2:?}");
+    let asked: Vec<&str> = log.iter().filter(|e| e.path.contains("/step2")).map(|e| e.path.as_str()).collect();
+    assert!(!asked.is_empty() && asked.iter().all(|p| p.starts_with("/api/models/")), "{asked:?}");
+
+    // It is marked, at its own commit, and its numbers are step1's.
+    let revisions = timeline["revisions"].as_array().unwrap();
+    assert_eq!(revisions[1]["same_weights_as"], "step1");
+    assert_eq!(revisions[1]["commit"], step2.as_str());
+    assert!(revisions[0].get("same_weights_as").is_none() && revisions[2].get("same_weights_as").is_none());
+    let table = timeline["table"].as_array().unwrap();
+    assert_eq!(table[1]["same_weights_as"], "step1");
+    for key in ["mean_qk_imaginary_fraction", "induction_heads", "prefix_copy_accuracy"] {
+        assert_eq!(table[1][key], table[0][key], "{key}");
+    }
+    assert_eq!(table[1]["model"], format!("hf:{REPO}@{step2}"), "the row names its own commit");
+    let mut compared = 0;
+    for head in timeline["heads"].as_array().unwrap() {
+        for (path, values) in head["series"].as_object().unwrap() {
+            assert_eq!(values[1], values[0], "{path}");
+            compared += 1;
+        }
+    }
+    assert!(compared >= 96, "every head's every series: {compared}");
+    let induction = timeline["heads"].as_array().unwrap().iter().map(|h| &h["series"]["induction_score"]);
+    assert!(induction.clone().any(|s| s[2] != s[0]), "step3 is computed: its biases move the probe");
+
+    // The table marks it; a rerun from the cache finds it so again.
+    let (ok, stdout, stderr) = run(&hub, &home, &args, &[]);
+    assert!(ok, "{stderr}");
+    let line = stdout.lines().find(|l| l.starts_with("step2 ")).unwrap_or_default();
+    assert!(line.ends_with("= step1 (same weights)"), "{stdout}");
+    assert!(stdout.lines().filter(|l| l.contains("(same weights)")).count() == 1, "{stdout}");
+    let _ = std::fs::remove_dir_all(home);
+}
+
+/// What the page's Heads over training asks a worker before opening a revision: the Hub's
+/// commit and weights' hash, the same identity for two branches of byte-identical weights, and
+/// not a byte of either's files.
+#[test]
+fn a_worker_says_what_the_hub_publishes_of_a_revision_without_reading_its_files() {
+    use headprint::repeats::identity;
+    use headprint::worker::protocol::{LinkSource, Reply, Request};
+    use headprint::worker::session::Session;
+
+    let hub = Imitation::start();
+    let step1 = hub.add_commit(REPO, "step1", gpt2_with(None));
+    let step2 = hub.add_commit(REPO, "step2", gpt2_with(None));
+    hub.add_commit(REPO, "step3", gpt2_with(Some("transformer.h.0.attn.c_attn.bias")));
+    let mut session = Session::new(|| 0.0).with_transport(|| Box::new(hub_imitation::TcpTransport::default()));
+    let mut ask = |revision: &str| {
+        let link = LinkSource { link: format!("hf:{REPO}@{revision}"), hub: hub.hub.clone(), offline: false };
+        match session.handle(Request::Published { link }, Vec::new(), std::rc::Rc::new(|_| {})) {
+            Ok(Reply::Published(published)) => published,
+            other => panic!("{revision}: {other:?}"),
+        }
+    };
+    let (first, second, third) = (ask("step1"), ask("step2"), ask("step3"));
+    assert_eq!((first.commit.as_str(), second.commit.as_str()), (step1.as_str(), step2.as_str()));
+    assert!(identity(Some(&first)).is_some());
+    assert_eq!(identity(Some(&first)), identity(Some(&second)));
+    assert_ne!(identity(Some(&first)), identity(Some(&third)));
+    let log = hub.log();
+    assert!(log.iter().all(|e| e.origin == Origin::Hub && e.path.starts_with("/api/models/")), "{log:?}");
 }
 
 #[test]
@@ -400,8 +482,14 @@ fn pythia_160m_shaped_eight_revisions_cost_eight_fingerprints_and_no_mlp_byte() 
     assert!(rows.iter().all(|r| r["error"].is_null()), "{rows:?}");
     let fetched: Vec<u64> = rows.iter().map(|r| r["model_link"]["bytes_fetched"].as_u64().unwrap()).collect();
     // What the client counts is every answer's body but the refusals' (the 404 of the
-    // tokenizer.json these checkpoints lack).
-    let answered: u64 = hub.log().iter().filter(|e| (200..300).contains(&e.status)).map(|e| e.sent).sum();
+    // tokenizer.json these checkpoints lack) and the API's answers on each revision's weights,
+    // asked before the revision is opened.
+    let answered: u64 = hub
+        .log()
+        .iter()
+        .filter(|e| (200..300).contains(&e.status) && !e.path.starts_with("/api/models/"))
+        .map(|e| e.sent)
+        .sum();
     assert_eq!(fetched.iter().sum::<u64>(), answered, "every byte received is counted on some revision");
     assert!(
         fetched.iter().all(|&b| b == alone_bytes),

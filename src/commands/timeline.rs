@@ -6,6 +6,7 @@ use std::path::Path;
 use headprint::analysis::Mode;
 use headprint::backend::{Backend, BackendInfo};
 use headprint::probes::induction::FirstCopy;
+use headprint::repeats::{Repeats, identity};
 use headprint::timeline::{Checkpoint, Measured, Revision, Timeline, step_revisions};
 use headprint::weights::remote::{DEFAULT_REVISION, ModelLink};
 use headprint::{Error, Result};
@@ -16,6 +17,7 @@ use crate::loaded::load;
 use crate::open::LinkFacts;
 use crate::print::{describe_sequences, mean_spread, print_json, to_json};
 use crate::progress;
+use headprint_native::open::published;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -128,7 +130,7 @@ pub fn run(args: Args) -> Result<()> {
         let commit = revision.commit.as_deref().map_or("-", |c| &c[..c.len().min(12)]);
         match (&row.row, &row.error) {
             (Some(row), _) => println!(
-                "{:<width$} {:>8} {:<12} {:>10.4} {:>10}  {}",
+                "{:<width$} {:>8} {:<12} {:>10.4} {:>10}  {}{}",
                 revision.revision,
                 step,
                 commit,
@@ -137,7 +139,9 @@ pub fn run(args: Args) -> Result<()> {
                 match (row.prefix_copy_accuracy, &row.prefix_copy_accuracy_spread) {
                     (Some(mean), Some(spread)) => mean_spread(mean, spread),
                     _ => "- (no --probe)".into(),
-                }
+                },
+                // Not fetched: the Hub publishes the same weights as this earlier revision's.
+                revision.same_weights_as.as_ref().map_or(String::new(), |e| format!("  = {e} (same weights)"))
             ),
             (None, error) => {
                 println!(
@@ -153,10 +157,16 @@ pub fn run(args: Args) -> Result<()> {
     if args.probe {
         println!("\ninduction heads count heads with mean induction score >= {}", args.sequence.threshold);
     }
+    if timeline.revisions.iter().any(|r| r.same_weights_as.is_some()) {
+        println!(
+            "\n`= REVISION`: the Hub publishes the same weights as that earlier revision's; not fetched again, its numbers are that revision's"
+        );
+    }
     println!("\n{show} per head, one column per revision in the order above:");
     print!("{:<7}", "head");
-    for index in 0..timeline.revisions.len() {
-        print!(" {:>10}", format!("#{}", index + 1));
+    for (index, revision) in timeline.revisions.iter().enumerate() {
+        let mark = if revision.same_weights_as.is_some() { "=" } else { "" };
+        print!(" {:>10}", format!("{mark}#{}", index + 1));
     }
     println!();
     for head in &timeline.heads {
@@ -172,6 +182,9 @@ pub fn run(args: Args) -> Result<()> {
 /// Every revision named, fingerprinted (and probed when `sequence` is given) one after the
 /// other, each opened through the caches, so a revision read before costs no network. A
 /// revision that fails keeps its reason on its row and the others go on; none opening is an error.
+/// Before a Hub revision is opened its weights' identity is asked of the Hub's API: a revision
+/// whose weights are an earlier revision's is not fetched or computed, and its results are that
+/// revision's, marked `same_weights_as` (the sweep's rule, `headprint::repeats`).
 pub fn gather(
     given: &[String],
     revisions: &RevisionArgs,
@@ -184,10 +197,30 @@ pub fn gather(
     let mut facts = Vec::with_capacity(named.len());
     // Drawn once, from the first revision that opens: every revision runs the same sequences.
     let mut copies: Option<Vec<FirstCopy>> = None;
+    // Each revision computed so far by its weights' identity, as its index in `checkpoints`.
+    let mut repeats: Repeats<usize> = Repeats::default();
     for (revision, link) in named {
+        // Offline, or when the API cannot say, the revision is simply opened as before.
+        let hub = match ModelLink::looks_like_link(&link).then(|| ModelLink::parse(&link)) {
+            Some(Ok(ModelLink::Hub { repo, revision })) => published(&repo, &revision).ok().map(|p| (repo, p)),
+            _ => None,
+        };
+        let weights = identity(hub.as_ref().map(|(_, p)| p));
+        if let Some(&earlier) = repeats.earlier(weights.as_deref())
+            && let (Some((repo, now)), Some(Checkpoint { revision: first, outcome: Ok(measured) })) =
+                (&hub, checkpoints.get(earlier))
+        {
+            let mut measured: Measured = measured.clone();
+            measured.label = format!("hf:{repo}@{}", now.commit);
+            let repeating = Revision::repeating(&revision, Some(now.commit.clone()), &first.revision);
+            facts.push(Facts::default());
+            checkpoints.push(Checkpoint { revision: repeating, outcome: Ok(measured) });
+            continue;
+        }
         let (revision, outcome) = match measure(&link, mode, sequence, &mut copies, backend) {
             Ok((measured, pinned, known)) => {
                 facts.push(known);
+                repeats.keep(weights.as_deref(), checkpoints.len());
                 (Revision::opened(&revision, pinned.as_deref()), Ok(measured))
             }
             Err(e) => {

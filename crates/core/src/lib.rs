@@ -16,6 +16,7 @@ pub mod link;
 pub mod model;
 pub mod parallel;
 pub mod probes;
+pub mod repeats;
 pub mod sweep;
 pub mod timeline;
 pub mod tokens;

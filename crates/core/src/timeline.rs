@@ -23,11 +23,20 @@ pub struct Revision {
     pub commit: Option<String>,
     /// The training step, read from a `step{N}` name (Pythia's branches, or a folder so named).
     pub step: Option<u64>,
+    /// An earlier revision whose weights the Hub says are byte-identical to this one's: this
+    /// revision was not fetched or computed, and its results are that one's (`crate::repeats`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub same_weights_as: Option<String>,
 }
 
 impl Revision {
     pub fn new(revision: &str, commit: Option<String>) -> Revision {
-        Revision { revision: revision.into(), commit, step: step_of(revision) }
+        Revision { revision: revision.into(), commit, step: step_of(revision), same_weights_as: None }
+    }
+
+    /// A revision not fetched: its weights are `earlier`'s, at its own `commit`.
+    pub fn repeating(revision: &str, commit: Option<String>, earlier: &str) -> Revision {
+        Revision { same_weights_as: Some(earlier.into()), ..Revision::new(revision, commit) }
     }
 
     /// A revision as opened: with the commit its pinned link names, when it is a Hub link
@@ -57,7 +66,19 @@ pub fn step_revisions(steps: &[u64]) -> Vec<String> {
     steps.iter().map(|step| format!("step{step}")).collect()
 }
 
+/// Where each revision sits on a chart's x axis, and whether that is log10(step + 1): by step
+/// when every revision names its step, else the revisions in order (the CLI's figure and the
+/// page's line chart both place them so).
+pub fn positions(revisions: &[Revision]) -> (Vec<f64>, bool) {
+    let steps: Option<Vec<u64>> = revisions.iter().map(|r| r.step).collect();
+    match steps {
+        Some(steps) if !steps.is_empty() => (steps.iter().map(|&s| (s as f64 + 1.0).log10()).collect(), true),
+        _ => ((0..revisions.len()).map(|i| i as f64).collect(), false),
+    }
+}
+
 /// What one revision gave: its fingerprint and, when the probe ran, the probe's report.
+#[derive(Clone)]
 pub struct Measured {
     /// How tables name this checkpoint (the pinned link, or the folder).
     pub label: String,
@@ -97,6 +118,9 @@ pub struct TimelineRow {
     pub row: Option<ComparisonRow>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub error: Option<String>,
+    /// The earlier revision whose results these are (its weights are byte-identical).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub same_weights_as: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -115,12 +139,18 @@ impl Timeline {
         let mut heads: BTreeMap<(usize, usize), Series> = BTreeMap::new();
         let mut table = Vec::with_capacity(count);
         for (index, checkpoint) in checkpoints.iter().enumerate() {
-            let Revision { revision, step, .. } = &checkpoint.revision;
+            let Revision { revision, step, same_weights_as, .. } = &checkpoint.revision;
             let measured = match &checkpoint.outcome {
                 Ok(measured) => measured,
                 Err(reason) => {
                     let error = Some(reason.clone());
-                    table.push(TimelineRow { revision: revision.clone(), step: *step, row: None, error });
+                    table.push(TimelineRow {
+                        revision: revision.clone(),
+                        step: *step,
+                        row: None,
+                        error,
+                        same_weights_as: same_weights_as.clone(),
+                    });
                     continue;
                 }
             };
@@ -150,7 +180,13 @@ impl Timeline {
                 &measured.sequence,
                 threshold,
             );
-            table.push(TimelineRow { revision: revision.clone(), step: *step, row: Some(row), error: None });
+            table.push(TimelineRow {
+                revision: revision.clone(),
+                step: *step,
+                row: Some(row),
+                error: None,
+                same_weights_as: same_weights_as.clone(),
+            });
         }
         // A path that is a number for no head at any revision (every value null) is left out.
         let heads = heads

@@ -9,7 +9,6 @@
 //! worker, a Slurm job): `Sweep::prepare` and `Sweep::remember` in the caller, `measure` and
 //! `finish` in the task. `Sweep::unit` runs all of them in order, as the CLI does.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use headprint::analysis::{FingerprintStage, Mode, fingerprint_stream_watched};
@@ -18,6 +17,7 @@ use headprint::model::ModelStream;
 use headprint::probes::induction::{
     FirstCopy, induction_probe_with_progress, random_first_copies, text_window_first_copies,
 };
+use headprint::repeats::{Repeats, identity};
 use headprint::sweep::{Column, Table, Unit, UnitFacts, head_columns, head_table, unit_table};
 use headprint::tokens::{Tokenizer, choose_bos};
 use headprint::weights::remote::Published;
@@ -149,14 +149,16 @@ struct Twin {
 pub struct Sweep {
     out: Option<PathBuf>,
     settings: Settings,
-    twins: HashMap<String, Twin>,
+    /// The units computed or written so far by their weights' identity: the core's rule for
+    /// repeated checkpoints, as the timeline and the page apply it.
+    twins: Repeats<Twin>,
 }
 
 impl Sweep {
     /// A sweep writing to `out` (made if missing; files already there with the same settings
     /// are reused), or writing nothing.
     pub fn new(out: Option<&Path>, settings: Settings) -> Result<Sweep> {
-        let mut twins = HashMap::new();
+        let mut twins = Repeats::default();
         if let Some(out) = out {
             std::fs::create_dir_all(out)
                 .map_err(|e| Error::File { path: out.display().to_string(), reason: e.to_string() })?;
@@ -203,7 +205,7 @@ impl Sweep {
         };
         if let Some(published) = &published {
             facts.commit = Some(published.commit.clone());
-            facts.weights_sha256 = published.weights_sha256();
+            facts.weights_sha256 = identity(Some(published));
         }
         if let Some(path) = &path
             && self.already_written(path, published.as_ref())
@@ -238,17 +240,16 @@ impl Sweep {
     /// A unit measured (here or in another process) whose weights a later unit may share:
     /// `rows` are its file's rows (the unit's columns too) or its heads' alone.
     pub fn remember(&mut self, unit: &Unit, facts: &UnitFacts, rows: &Table) {
-        if let Some(weights) = &facts.weights_sha256 {
-            let heads = heads_of(rows, self.settings.probe.is_some());
-            let path = self.out.as_deref().map(|out| file_of(out, unit));
-            self.twins.insert(weights.clone(), Twin { unit: unit.clone(), rows: Some(heads), path });
-        }
+        let heads = heads_of(rows, self.settings.probe.is_some());
+        let path = self.out.as_deref().map(|out| file_of(out, unit));
+        // In place of a twin whose file could not be read back, if there was one.
+        self.twins.replace(facts.weights_sha256.as_deref(), Twin { unit: unit.clone(), rows: Some(heads), path });
     }
 
     /// Another unit with these weights and its head rows (read from its file once), if any.
     fn twin_rows(&mut self, weights: &str, unit: &Unit) -> Option<(Unit, Table)> {
         let probe = self.settings.probe.is_some();
-        let twin = self.twins.get_mut(weights).filter(|twin| twin.unit != *unit)?;
+        let twin = self.twins.earlier_mut(Some(weights)).filter(|twin| twin.unit != *unit)?;
         if twin.rows.is_none() {
             // A twin whose file cannot be read is computed afresh rather than trusted.
             twin.rows = Some(heads_of(&rows_file::read(twin.path.as_deref()?).ok()?, probe));
@@ -281,8 +282,8 @@ fn heads_of(rows: &Table, probe: bool) -> Table {
 
 /// The files already in `out` written with `settings` and without error, by the content hash of
 /// their weights: earlier runs' and other shards' units that a repeated checkpoint can reuse.
-fn written_twins(out: &Path, settings: &str) -> Result<HashMap<String, Twin>> {
-    let mut twins = HashMap::new();
+fn written_twins(out: &Path, settings: &str) -> Result<Repeats<Twin>> {
+    let mut twins = Repeats::default();
     let entries =
         std::fs::read_dir(out).map_err(|e| Error::File { path: out.display().to_string(), reason: e.to_string() })?;
     for entry in entries.flatten() {
@@ -299,7 +300,7 @@ fn written_twins(out: &Path, settings: &str) -> Result<HashMap<String, Twin>> {
         }
         if let (Some(weights), Some(link), Some(model)) = (get(key::WEIGHTS), get(key::LINK), get(key::MODEL)) {
             let unit = Unit { model, revision: get(key::REVISION), link };
-            twins.entry(weights).or_insert(Twin { unit, rows: None, path: Some(path) });
+            twins.keep(Some(&weights), Twin { unit, rows: None, path: Some(path) });
         }
     }
     Ok(twins)

@@ -420,10 +420,19 @@ pub fn scatter(points: &[Point], x_name: &str, y_name: &str, title: &str) -> Str
     s
 }
 
-/// One head's value over a timeline's revisions: a line through the revisions in order (a gap
-/// where a value is missing), each point titled with its revision and value, the `selected`
-/// revision ringed and ruled.
-pub fn series_line(values: &[Option<f64>], revisions: &[String], selected: usize, y_name: &str, title: &str) -> String {
+/// One head's value over a timeline's revisions: a line through the revisions (a gap where a
+/// value is missing), each point titled with its revision and value, the `selected` revision
+/// ringed and ruled. When every revision names its step the revisions sit at log10(step + 1)
+/// with ticks at 0 and the powers of ten, as the CLI's figure places them
+/// (`timeline::positions`); else in order, each named under its point. A revision that repeats
+/// an earlier one's weights (`same_weights_as`) is drawn hollow and says so in its title.
+pub fn series_line(
+    values: &[Option<f64>],
+    revisions: &[crate::timeline::Revision],
+    selected: usize,
+    y_name: &str,
+    title: &str,
+) -> String {
     let (width, height, pad) = (520.0, 260.0, 48.0);
     let finite: Vec<f64> = values.iter().flatten().copied().filter(|v| v.is_finite()).collect();
     let lo = finite.iter().copied().fold(f64::INFINITY, f64::min);
@@ -437,8 +446,14 @@ pub fn series_line(values: &[Option<f64>], revisions: &[String], selected: usize
     };
     // Room on the right for the last revision's name, centred under its point.
     let (left, right, top, bottom) = (pad, width - 40.0, 16.0, height - pad);
-    let steps = values.len().saturating_sub(1).max(1) as f64;
-    let px = |i: usize| left + i as f64 / steps * (right - left);
+    let (at, log) = crate::timeline::positions(revisions);
+    let at: Vec<f64> = (0..values.len()).map(|i| at.get(i).copied().unwrap_or(i as f64)).collect();
+    let x_hi = match log {
+        true => at.iter().copied().fold(0.0, f64::max).ceil().max(1.0),
+        false => values.len().saturating_sub(1).max(1) as f64,
+    };
+    let scale_x = |x: f64| left + x / x_hi * (right - left);
+    let px = |i: usize| scale_x(at[i]);
     let py = |y: f64| bottom - (y - lo) / (hi - lo) * (bottom - top);
     let mut s = String::new();
     let _ = write!(
@@ -463,14 +478,35 @@ pub fn series_line(values: &[Option<f64>], revisions: &[String], selected: usize
             v = esc(&num(value))
         );
     }
-    for (i, name) in revisions.iter().enumerate() {
+    let name_of = |i: usize| revisions.get(i).map_or(String::new(), |r| r.revision.clone());
+    if log {
+        // Ticks at step 0 and the powers of ten the steps reach; the names are in the titles.
+        let ticks = std::iter::once((0.0, "0".to_string()))
+            .chain((1..=x_hi as i32).map(|k| ((10f64.powi(k) + 1.0).log10(), power_of_ten(k))));
+        for (x, label) in ticks {
+            let _ = write!(
+                s,
+                r##"<line class="tick" x1="{x:.2}" y1="{top}" x2="{x:.2}" y2="{bottom}" stroke="#e4e4e4"/><text x="{x:.2}" y="{y}" font-size="10" text-anchor="middle" fill="#555">{label}</text>"##,
+                x = scale_x(x),
+                y = bottom + 13.0
+            );
+        }
         let _ = write!(
             s,
-            r##"<text x="{x:.2}" y="{y}" font-size="10" text-anchor="middle" fill="#555">{n}</text>"##,
-            x = px(i),
-            y = bottom + 13.0,
-            n = esc(name)
+            r##"<text x="{x}" y="{y}" font-size="11" text-anchor="middle" fill="#222">training step (log scale of step + 1)</text>"##,
+            x = (left + right) / 2.0,
+            y = bottom + 30.0
         );
+    } else {
+        for i in 0..values.len() {
+            let _ = write!(
+                s,
+                r##"<text x="{x:.2}" y="{y}" font-size="10" text-anchor="middle" fill="#555">{n}</text>"##,
+                x = px(i),
+                y = bottom + 13.0,
+                n = esc(&name_of(i))
+            );
+        }
     }
     let _ = write!(
         s,
@@ -495,17 +531,32 @@ pub fn series_line(values: &[Option<f64>], revisions: &[String], selected: usize
     for (i, value) in values.iter().enumerate() {
         let Some(v) = value.filter(|v| v.is_finite()) else { continue };
         let (r, stroke) = if i == selected { (6.0, "#e66101") } else { (4.0, "#222") };
-        let name = revisions.get(i).map_or(String::new(), |n| esc(n));
+        let same = revisions.get(i).and_then(|r| r.same_weights_as.as_deref());
+        let (class, fill, note) = match same {
+            Some(earlier) => ("point repeated", "#fff", format!(" (same weights as {earlier}: not fetched again)")),
+            None => ("point", "#2166ac", String::new()),
+        };
         let _ = write!(
             s,
-            r##"<circle class="point" cx="{x:.2}" cy="{y:.2}" r="{r}" fill="#2166ac" stroke="{stroke}" stroke-width="1.5"><title>{name}: {v}</title></circle>"##,
+            r##"<circle class="{class}" cx="{x:.2}" cy="{y:.2}" r="{r}" fill="{fill}" stroke="{stroke}" stroke-width="1.5"><title>{name}: {v}{note}</title></circle>"##,
             x = px(i),
             y = py(v),
-            v = esc(&num(v))
+            name = esc(&name_of(i)),
+            v = esc(&num(v)),
+            note = esc(&note)
         );
     }
     s.push_str("</svg>");
     s
+}
+
+/// 10^k as a step label: 1, 10, 100, 1k, 10k, 100k, 1M, …
+pub fn power_of_ten(k: i32) -> String {
+    match k {
+        0..=2 => 10u64.pow(k as u32).to_string(),
+        3..=5 => format!("{}k", 10u64.pow(k as u32 - 3)),
+        _ => format!("{}M", 10u64.pow((k - 6).max(0) as u32)),
+    }
 }
 
 /// One edge of a [`layer_graph`]: a head (layer, head) that writes into a later one.
@@ -604,13 +655,37 @@ mod tests {
 
     #[test]
     fn a_series_line_has_a_point_per_known_value_and_breaks_at_a_missing_one() {
-        let names: Vec<String> = ["step0", "step1", "step2", "step3"].map(String::from).to_vec();
+        use crate::timeline::Revision;
+        let names: Vec<Revision> = ["main", "step1", "step2", "step3"].map(|name| Revision::new(name, None)).to_vec();
         let svg = series_line(&[Some(0.1), None, Some(0.5), Some(0.9)], &names, 2, "induction score", "L1H0");
         assert_eq!(svg.matches("<circle").count(), 3);
-        assert_eq!(svg.matches("<polyline").count(), 1, "step0 stands alone; step2 to step3 is a line");
+        assert_eq!(svg.matches("<polyline").count(), 1, "main stands alone; step2 to step3 is a line");
         assert!(svg.contains("<title>step2: 0.500</title>") && svg.contains("<title>step3: 0.900</title>"));
         assert_eq!(svg.matches(r##"stroke="#e66101" stroke-width="1.5""##).count(), 1, "the selected point is ringed");
         assert!(svg.contains(r#"class="selected""#));
+        assert!(svg.contains(">main</text>") && !svg.contains("log scale"), "in order, named, when a step is missing");
+    }
+
+    #[test]
+    fn a_series_line_spaces_steps_on_a_log_axis_and_marks_a_repeated_revision() {
+        use crate::timeline::Revision;
+        let revisions = vec![
+            Revision::new("step0", None),
+            Revision::new("step9", None),
+            Revision::new("step99", None),
+            Revision::repeating("step999", None, "step99"),
+        ];
+        let svg = series_line(&[Some(0.1), Some(0.2), Some(0.3), Some(0.3)], &revisions, 0, "score", "L0H0");
+        // log10(step + 1) = 0, 1, 2, 3 of 3: evenly spaced from the left edge (48) to the right (480).
+        let xs: Vec<f64> = svg
+            .split("<circle")
+            .skip(1)
+            .map(|c| c.split("cx=\"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(xs, vec![48.0, 192.0, 336.0, 480.0]);
+        assert!(svg.contains("log scale") && svg.contains(">1k</text>") && !svg.contains(">step9</text>"));
+        assert_eq!(svg.matches("class=\"point repeated\"").count(), 1);
+        assert!(svg.contains("(same weights as step99: not fetched again)"));
     }
 
     #[test]

@@ -6,6 +6,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, VPos};
 
 use super::{Area, DrawResult, GREY, INK, RULE, num, plain_mesh, text_style, title};
+use crate::figures::svg::power_of_ten;
 use crate::timeline::Timeline;
 
 pub struct TimelineChart {
@@ -44,11 +45,7 @@ impl TimelineChart {
 
     /// Where each revision sits on the x axis, and whether that is log10(step + 1).
     fn positions(&self) -> (Vec<f64>, bool) {
-        let steps: Option<Vec<u64>> = self.timeline.revisions.iter().map(|r| r.step).collect();
-        match steps {
-            Some(steps) => (steps.iter().map(|&s| (s as f64 + 1.0).log10()).collect(), true),
-            None => ((0..self.timeline.revisions.len()).map(|i| i as f64).collect(), false),
-        }
+        crate::timeline::positions(&self.timeline.revisions)
     }
 
     pub fn draw<DB: DrawingBackend>(&self, area: &Area<DB>) -> DrawResult<DB> {
@@ -72,14 +69,21 @@ impl TimelineChart {
         log: bool,
         threshold: Option<f64>,
     ) -> DrawResult<DB> {
-        let lines: Vec<Vec<(f64, f64)>> = self
+        // Each point with whether its revision repeats an earlier one's weights (drawn hollow).
+        let repeated: Vec<bool> = self.timeline.revisions.iter().map(|r| r.same_weights_as.is_some()).collect();
+        let marked: Vec<Vec<((f64, f64), bool)>> = self
             .heads
             .iter()
             .map(|&(layer, head)| {
                 let series = self.timeline.series(layer, head, quantity).unwrap_or(&[]);
-                x.iter().zip(series).filter_map(|(&x, v)| v.filter(|v| v.is_finite()).map(|v| (x, v))).collect()
+                x.iter()
+                    .zip(series)
+                    .zip(&repeated)
+                    .filter_map(|((&x, v), &r)| v.filter(|v| v.is_finite()).map(|v| ((x, v), r)))
+                    .collect()
             })
             .collect();
+        let lines: Vec<Vec<(f64, f64)>> = marked.iter().map(|l| l.iter().map(|p| p.0).collect()).collect();
         let values = lines.iter().flatten().map(|p| p.1).chain(threshold);
         let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
         let (lo, hi) = match (lo.is_finite(), hi - lo) {
@@ -136,7 +140,13 @@ impl TimelineChart {
         for (i, (line, &(layer, head))) in lines.iter().zip(&self.heads).enumerate() {
             let colour = PALETTE[i % PALETTE.len()];
             chart.draw_series(LineSeries::new(line.iter().copied(), colour.stroke_width(2)))?;
-            chart.draw_series(line.iter().map(|&p| Circle::new(p, 3, colour.filled())))?;
+            chart.draw_series(marked[i].iter().map(|&(p, repeated)| match repeated {
+                true => Circle::new(p, 3, WHITE.filled()),
+                false => Circle::new(p, 3, colour.filled()),
+            }))?;
+            chart.draw_series(
+                marked[i].iter().filter(|m| m.1).map(|&(p, _)| Circle::new(p, 3, colour.stroke_width(1))),
+            )?;
             if let Some(&last) = line.last() {
                 let name = Text::new(format!("L{layer}H{head}"), (6, 0), name_style.clone());
                 chart.draw_series(std::iter::once(EmptyElement::at(last) + name))?;
@@ -157,7 +167,12 @@ impl TimelineChart {
         }
         for (i, (revision, row)) in self.timeline.revisions.iter().zip(&self.timeline.table).enumerate() {
             let y = ROW as i32 * (i as i32 + 1);
-            area.draw_text(&short(&revision.revision), &cell, (columns[0], y))?;
+            let name = match &revision.same_weights_as {
+                // Not fetched: its weights are the earlier revision's, and so are its numbers.
+                Some(earlier) => format!("{} = {}", short(&revision.revision), short(earlier)),
+                None => short(&revision.revision),
+            };
+            area.draw_text(&name, &cell, (columns[0], y))?;
             area.draw_text(&revision.step.map_or("-".into(), |s| s.to_string()), &cell, (columns[1], y))?;
             let texts = match (&row.row, &row.error) {
                 (Some(row), _) => vec![
@@ -176,15 +191,6 @@ impl TimelineChart {
             }
         }
         Ok(())
-    }
-}
-
-/// 10^k as a step label: 1, 10, 100, 1k, 10k, 100k, 1M, …
-fn power_of_ten(k: i32) -> String {
-    match k {
-        0..=2 => 10u64.pow(k as u32).to_string(),
-        3..=5 => format!("{}k", 10u64.pow(k as u32 - 3)),
-        _ => format!("{}M", 10u64.pow((k - 6).max(0) as u32)),
     }
 }
 

@@ -39,6 +39,10 @@ pub enum Request {
     /// asks a second worker for it once a load has begun, so the first heads never wait for a
     /// whole model to be read twice.
     Hash { names: Vec<String> },
+    /// What the Hub publishes about a revision by link (`hf:ORG/NAME@REVISION`) before any of its
+    /// files is read: its commit and its weights' content hashes (`Opener::published`), by which
+    /// Heads over training finds a repeated checkpoint (`crate::repeats`).
+    Published { link: LinkSource },
     /// Every head's fingerprint in one mode (the page asks for raw mode when it is first shown).
     Fingerprint { model: ModelId, mode: Mode },
     /// Drops a model the page no longer shows.
@@ -366,6 +370,7 @@ pub enum Reply {
     },
     Loaded,
     Done,
+    Published(crate::weights::remote::Published),
     Induction(InductionRun),
     InductionShare(InductionShare),
     SelfCopy {

@@ -668,6 +668,7 @@ impl Session {
                 let timing = Timing { step: format!("fingerprint {}", mode.name()), ms: (self.clock)() - started };
                 Ok(Reply::Fingerprint { fingerprint: Box::new(fingerprint), timing })
             }
+            Request::Published { link } => self.published(&link),
             Request::Forget { model } => {
                 self.models.remove(&model);
                 if self.logits.as_ref().is_some_and(|((m, ..), _)| *m == model) {
@@ -804,6 +805,22 @@ impl Session {
             (model.config.clone(), model.parameter_count, model.facts().to_vec(), tokenizer, bos, opening)
         };
         Ok((Held { files, link, config, tokenizer, grams: None, bos, parameters, facts }, opening))
+    }
+
+    /// What the Hub publishes about a revision by link: no file of it is read.
+    fn published(&self, source: &LinkSource) -> Result<Reply> {
+        let transport =
+            self.transport.ok_or_else(|| Error::Internal("this worker cannot fetch models by link".into()))?;
+        let ModelLink::Hub { repo, revision } = ModelLink::parse(&source.link)? else {
+            return Err(Error::Invalid(format!(
+                "{}: only a Hub revision (hf:ORG/NAME@REVISION) has published hashes",
+                source.link
+            )));
+        };
+        let client = Client::new(transport(), &source.hub, None, Patience::default());
+        let client = std::sync::Arc::new(if source.offline { client.offline() } else { client });
+        let cache = NoCache { budget: 0 };
+        Ok(Reply::Published(Opener::new(client, &cache, &source.hub).published(&repo, &revision)?))
     }
 
     /// A model by link: its small files fetched whole, its weights read by range as asked.

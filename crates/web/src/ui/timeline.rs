@@ -15,6 +15,7 @@ use super::workers::{Failure, ModelSource};
 use headprint::analysis::HeadId;
 use headprint::figures::metric::{ColourScale, Metric};
 use headprint::figures::svg::{complex_plane, num, series_line};
+use headprint::repeats::{Repeats, identity};
 use headprint::timeline::{Checkpoint, Measured, Revision, Timeline};
 use headprint::weights::remote::ModelLink;
 use headprint::worker::protocol::{Analysis, LinkSource, Reply, Request};
@@ -38,10 +39,15 @@ impl Followed {
 }
 
 /// Opens every revision of `repo` in turn, through the workers as a model by link is opened,
-/// and lines them up; a revision that fails keeps its reason on its row.
+/// and lines them up; a revision that fails keeps its reason on its row. Before a revision is
+/// opened, a worker asks the Hub's API for its weights' hashes: a revision whose weights are an
+/// earlier revision's is not fetched or computed, and reuses and names that revision's results
+/// (the sweep's and the CLI timeline's rule, `headprint::repeats`).
 pub async fn follow(ctx: Ctx, repo: String, revisions: Vec<String>) {
     ctx.timeline.set(None);
-    let mut checkpoints = Vec::with_capacity(revisions.len());
+    let mut checkpoints: Vec<Checkpoint> = Vec::with_capacity(revisions.len());
+    // Each revision computed so far by its weights' identity, as its index in `checkpoints`.
+    let mut repeats: Repeats<usize> = Repeats::default();
     for (index, revision) in revisions.iter().enumerate() {
         ctx.busy.set(Some(format!(
             "Following {repo} over training: revision {} of {} ({revision})…",
@@ -50,6 +56,29 @@ pub async fn follow(ctx: Ctx, repo: String, revisions: Vec<String>) {
         )));
         let link = format!("{repo}@{revision}");
         let source = LinkSource { link: link.clone(), hub: ctx.hub.get_untracked(), offline: false };
+        // When the API cannot say (offline, an older mirror), the revision is opened as before.
+        let published =
+            match client::request(&Request::Published { link: source.clone() }, &ModelSource::default()).await {
+                Ok(Reply::Published(published)) => Some(published),
+                Err(Failure::Cancelled) => {
+                    ctx.show_error(format!("Cancelled: {repo} was not followed over training."));
+                    ctx.busy.set(None);
+                    ctx.progress.set(None);
+                    return;
+                }
+                _ => None,
+            };
+        let weights = identity(published.as_ref());
+        if let Some(&earlier) = repeats.earlier(weights.as_deref())
+            && let (Some(now), Some(Checkpoint { revision: first, outcome: Ok(measured) })) =
+                (&published, checkpoints.get(earlier))
+        {
+            let mut measured = measured.clone();
+            measured.label = format!("{repo}@{}", now.commit);
+            let repeating = Revision::repeating(revision, Some(now.commit.clone()), &first.revision);
+            checkpoints.push(Checkpoint { revision: repeating, outcome: Ok(measured) });
+            continue;
+        }
         let model = next_model_id();
         let request = Request::Load {
             model,
@@ -66,6 +95,7 @@ pub async fn follow(ctx: Ctx, repo: String, revisions: Vec<String>) {
                 let _ = client::request(&Request::Forget { model }, &ModelSource::default()).await;
                 let label = info.link.map_or(link, |l| l.pinned);
                 let opened = Revision::opened(revision, Some(&label));
+                repeats.keep(weights.as_deref(), checkpoints.len());
                 let measured = Measured {
                     label,
                     fingerprint: folded,
@@ -156,10 +186,23 @@ pub fn TimelineView() -> impl IntoView {
             .map(|(revision, row)| {
                 let step = revision.step.map_or("–".into(), |s| s.to_string());
                 let commit = revision.commit.as_deref().map_or("–".to_string(), |c| c[..c.len().min(12)].to_string());
+                // A revision not fetched: the Hub publishes the same weights as an earlier one's.
+                let same = revision.same_weights_as.clone().map(|earlier| {
+                    let title = format!(
+                        "The Hub publishes the same weights for {} as for {earlier}: not fetched again, its numbers are {earlier}'s",
+                        revision.revision
+                    );
+                    view! {
+                        " "
+                        <span class="same-weights" title=title>
+                            {format!("= {earlier}")}
+                        </span>
+                    }
+                });
                 match (&row.row, &row.error) {
                     (Some(row), _) => view! {
-                        <tr>
-                            <td>{revision.revision.clone()}</td>
+                        <tr class:repeated=revision.same_weights_as.is_some()>
+                            <td>{revision.revision.clone()} {same}</td>
                             <td class="num">{step}</td>
                             <td>{commit}</td>
                             <td class="num">{format!("{:.3}", row.mean_qk_imaginary_fraction)}</td>
@@ -247,7 +290,13 @@ pub fn TimelineView() -> impl IntoView {
             .collect_view();
         let names = &followed.timeline.revisions;
         let last = names.len().saturating_sub(1);
-        let shown = names.get(index).map(|r| r.revision.clone()).unwrap_or_default();
+        let shown = names
+            .get(index)
+            .map(|r| match &r.same_weights_as {
+                Some(earlier) => format!("{} (= {earlier}: the same weights)", r.revision),
+                None => r.revision.clone(),
+            })
+            .unwrap_or_default();
         Some(view! {
             <div class="controls">
                 <label>
@@ -280,8 +329,13 @@ pub fn TimelineView() -> impl IntoView {
         let (index, metric) = (at.get(), metric.get());
         let values: Vec<Option<f64>> = (0..followed.checkpoints.len()).map(|i| followed.value(i, metric, id)).collect();
         let names: Vec<String> = followed.timeline.revisions.iter().map(|r| r.revision.clone()).collect();
-        let line =
-            series_line(&values, &names, index, metric.label(), &format!("{id}: {} over training", metric.label()));
+        let line = series_line(
+            &values,
+            &followed.timeline.revisions,
+            index,
+            metric.label(),
+            &format!("{id}: {} over training", metric.label()),
+        );
         let measured = followed.checkpoints.get(index)?.outcome.as_ref().ok();
         // The circuit the metric reads, or QK for a behavioural score.
         let spectrum = measured.and_then(|m| m.fingerprint.head(id)).map(|h| {

@@ -50,7 +50,7 @@ pub struct OpenedLink {
 }
 
 /// A Hub revision as its API describes it, before any of its files is read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Published {
     pub commit: String,
     /// The safetensors files the model is read from, by name, with the content hash the Hub
