@@ -20,8 +20,9 @@ use crate::stored::worker::StoredLinks;
 
 use headprint::weights::remote::{Response, Transport};
 use headprint::weights::{ByteSource, MemorySource};
+use headprint::worker::memory::LINK_BYTES_PER_FILE;
 use headprint::worker::protocol::{Progress, Request};
-use headprint::worker::session::{LINK_BYTES_PER_FILE, Reporter, Session};
+use headprint::worker::session::{Reporter, Session};
 use headprint::{Error, Result};
 
 /// Progress is posted at most this often (ms), plus the first and last step of each stage.

@@ -624,7 +624,7 @@ pub async fn ensure_text_run(ctx: Ctx) {
     ctx.busy.set(Some("Running the induction probe on held-out text…".into()));
     let run = match super::browser::fetch_text(HELD_OUT_TEXT_URL).await {
         Ok(text) => {
-            let len = headprint::worker::session::probe_len(&loaded.info.config);
+            let len = headprint::worker::stages::probe_len(&loaded.info.config);
             let count = headprint::probes::induction::DEFAULT_SEQUENCES;
             let sequence = ProbeSequence::TextWindow { text, seed: 0, len, count };
             let request = Request::Induction {
@@ -661,7 +661,7 @@ pub async fn ensure_bos(ctx: Ctx) {
     let Some(_in_flight) = InFlight::start(loaded.id, "bos") else { return };
     ctx.busy
         .set(Some(format!("Running the induction probe {} the BOS…", if prepend_bos { "with" } else { "without" })));
-    let sequence = headprint::worker::session::default_sequence(&loaded.info.config);
+    let sequence = headprint::worker::stages::default_sequence(&loaded.info.config);
     let request = Request::Induction {
         model: loaded.id,
         sequence: sequence.clone(),

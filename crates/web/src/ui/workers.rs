@@ -217,7 +217,7 @@ pub(super) fn set_reload(reload: fn()) {
 }
 
 /// How many workers the pool may run: one per logical core (`navigator.hardwareConcurrency`),
-/// at least two. Each model's share may be fewer (see `worker::session::pool_workers`).
+/// at least two. Each model's share may be fewer (see `worker::memory::pool_workers`).
 pub fn pool_size() -> usize {
     // Read by name: web-sys's `Navigator` binding is not worth a feature for one number.
     let navigator = field(&js_sys::global(), "navigator");
