@@ -16,6 +16,7 @@ use std::task::{Poll, Waker};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
+use crate::js::{field, js_message, read_blob};
 use crate::stored::worker::StoredLinks;
 
 use headprint::weights::remote::{Response, Transport};
@@ -37,14 +38,6 @@ struct BlobSource {
     blob: web_sys::Blob,
 }
 
-/// A JS exception as a one-line message (the page uses it too).
-pub(crate) fn js_message(value: &JsValue) -> String {
-    match value.dyn_ref::<js_sys::Error>() {
-        Some(error) => String::from(error.message()),
-        None => value.as_string().unwrap_or_else(|| format!("{value:?}")),
-    }
-}
-
 impl ByteSource for BlobSource {
     fn name(&self) -> &str {
         &self.name
@@ -60,13 +53,6 @@ impl ByteSource for BlobSource {
         }
         Ok(bytes)
     }
-}
-
-/// Bytes `from..to` of a `Blob`, read synchronously (workers only); fewer where it ends first.
-pub(crate) fn read_blob(blob: &web_sys::Blob, from: u64, to: u64) -> std::result::Result<Vec<u8>, JsValue> {
-    let slice = blob.slice_with_f64_and_f64(from as f64, to as f64)?;
-    let buffer = web_sys::FileReaderSync::new()?.read_as_array_buffer(&slice)?;
-    Ok(js_sys::Uint8Array::new(&buffer).to_vec())
 }
 
 thread_local! {
@@ -309,11 +295,6 @@ fn reporter(id: f64) -> Reporter {
             last.set((time, stage));
         }
     })
-}
-
-/// A property of a message object (the page reads the worker's messages the same way).
-pub(crate) fn field(data: &JsValue, key: &str) -> JsValue {
-    js_sys::Reflect::get(data, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
 }
 
 /// A message from the page, as it came.

@@ -13,8 +13,8 @@ use wasm_bindgen_futures::JsFuture;
 
 use serde::{Deserialize, Serialize};
 
+use crate::js::{field, js_message};
 use crate::stored;
-use crate::worker_host::{field, js_message};
 use headprint::worker::protocol::{LinkSource, Progress, Reply, Request};
 
 /// Why a request to the workers failed.
