@@ -905,7 +905,8 @@ fn a_first_open_by_link_in_the_pool_fetches_each_byte_of_gpt2_small_once() {
     use headprint::weights::remote::DiskCache;
     use headprint::worker::pool::GramSum;
     use headprint::worker::protocol::{GramsData, LinkSource, Reply, Request, Role};
-    use headprint::worker::session::{Session, default_sequence};
+    use headprint::worker::session::Session;
+    use headprint::worker::stages::default_sequence;
 
     let files = gpt2_small();
     let size = files.iter().map(|(_, bytes)| bytes.len() as u64).sum::<u64>();

@@ -16,9 +16,10 @@ use headprint::backend::{Backend, BackendChoice};
 use headprint::compare::ComparisonRow;
 use headprint::probes::Suite;
 use headprint::weights::{ByteSource, MemorySource};
+use headprint::worker::memory::{POOL_BUDGET_BYTES, pool_workers};
 use headprint::worker::pool::combine_induction;
 use headprint::worker::protocol::{InductionShare, ProbeSequence, Progress, Reply, Request, Role};
-use headprint::worker::session::{POOL_BUDGET_BYTES, Reporter, Session, pool_workers};
+use headprint::worker::session::{Reporter, Session};
 
 fn clock() -> f64 {
     0.0

@@ -5,6 +5,7 @@
 //! Browser-only: natively the crate is empty, so the workspace's native commands skip it.
 #![cfg(target_arch = "wasm32")]
 
+mod js;
 mod stored;
 pub mod ui;
 mod webgpu;

@@ -16,12 +16,14 @@ use std::task::{Poll, Waker};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
+use crate::js::{field, js_message, read_blob};
 use crate::stored::worker::StoredLinks;
 
 use headprint::weights::remote::{Response, Transport};
 use headprint::weights::{ByteSource, MemorySource};
+use headprint::worker::memory::LINK_BYTES_PER_FILE;
 use headprint::worker::protocol::{Progress, Request};
-use headprint::worker::session::{LINK_BYTES_PER_FILE, Reporter, Session};
+use headprint::worker::session::{Reporter, Session};
 use headprint::{Error, Result};
 
 /// Progress is posted at most this often (ms), plus the first and last step of each stage.
@@ -34,14 +36,6 @@ const WHOLE_READ_BYTES: f64 = 32.0 * 1024.0 * 1024.0;
 struct BlobSource {
     name: String,
     blob: web_sys::Blob,
-}
-
-/// A JS exception as a one-line message (the page uses it too).
-pub(crate) fn js_message(value: &JsValue) -> String {
-    match value.dyn_ref::<js_sys::Error>() {
-        Some(error) => String::from(error.message()),
-        None => value.as_string().unwrap_or_else(|| format!("{value:?}")),
-    }
 }
 
 impl ByteSource for BlobSource {
@@ -59,13 +53,6 @@ impl ByteSource for BlobSource {
         }
         Ok(bytes)
     }
-}
-
-/// Bytes `from..to` of a `Blob`, read synchronously (workers only); fewer where it ends first.
-pub(crate) fn read_blob(blob: &web_sys::Blob, from: u64, to: u64) -> std::result::Result<Vec<u8>, JsValue> {
-    let slice = blob.slice_with_f64_and_f64(from as f64, to as f64)?;
-    let buffer = web_sys::FileReaderSync::new()?.read_as_array_buffer(&slice)?;
-    Ok(js_sys::Uint8Array::new(&buffer).to_vec())
 }
 
 thread_local! {
@@ -308,11 +295,6 @@ fn reporter(id: f64) -> Reporter {
             last.set((time, stage));
         }
     })
-}
-
-/// A property of a message object (the page reads the worker's messages the same way).
-pub(crate) fn field(data: &JsValue, key: &str) -> JsValue {
-    js_sys::Reflect::get(data, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
 }
 
 /// A message from the page, as it came.

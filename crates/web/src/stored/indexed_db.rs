@@ -12,7 +12,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
 use super::{RANGES, RECORDS, name_key};
-use crate::worker_host::{field, js_message};
+use crate::js::{field, js_message};
 use headprint::weights::remote::ModelLink;
 
 const DATABASE: &str = "headprint-links";

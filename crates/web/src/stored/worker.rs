@@ -14,7 +14,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
 use super::{KEEP, RANGES, RECORDS, commit_key, file_key, latest_key, parse_range_key, range_key};
-use crate::worker_host::{field, read_blob};
+use crate::js::{field, read_blob};
 use headprint::weights::remote::{FileFacts, FileKey, LinkCache, MemoryRanges, RangeStore};
 
 /// The longest run of fetched bytes posted as one record: one request's window.

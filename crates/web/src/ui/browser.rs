@@ -4,7 +4,7 @@
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 
-use crate::worker_host::js_message;
+use crate::js::js_message;
 
 /// Fetches one of the page's own static files.
 async fn fetch_response(url: &str) -> Result<web_sys::Response, String> {

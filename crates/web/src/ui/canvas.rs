@@ -17,7 +17,7 @@ use wasm_bindgen::{Clamped, JsCast};
 use super::browser::{download_text, download_url};
 use super::export::stem;
 use super::state::Ctx;
-use crate::worker_host::js_message;
+use crate::js::js_message;
 use headprint::figures::colour::Scale;
 use headprint::figures::matrix::{
     BAR_SPACE, BAR_TITLE_GAP, Labels, Layout, cell_pixels, draw_frame, fill_cells, outline,

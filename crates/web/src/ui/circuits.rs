@@ -9,8 +9,9 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use super::canvas::{CanvasMatrix, DenseMatrix, Tip};
+use super::effects;
 use super::export::ChartExport;
-use super::state::{self, CircuitColour, Ctx};
+use super::state::{CircuitColour, Ctx};
 use headprint::analysis::composition::Composition;
 use headprint::analysis::{CompositionKind, HeadId};
 use headprint::figures::colour::Scale;
@@ -220,7 +221,7 @@ pub fn Circuits() -> impl IntoView {
         let Some(loaded) = ctx.loaded.get() else { return };
         let held = ctx.composition.with(|c| c.as_ref().is_some_and(|c| c.model == loaded.id && c.mode == mode));
         if !held {
-            spawn_local(state::ensure_composition(ctx));
+            spawn_local(effects::ensure_composition(ctx));
         }
     });
     let current = move || {

@@ -8,10 +8,12 @@ mod canvas;
 mod circuits;
 mod client;
 mod compare;
+mod effects;
 mod exercises;
 mod export;
 mod head;
 mod link;
+mod loading;
 mod overview;
 mod pick;
 mod pool;
@@ -54,7 +56,7 @@ fn load_user_files(ctx: Ctx, files: Vec<web_sys::File>) {
         None => files.iter().map(|f| f.name()).collect::<Vec<_>>().join(", "),
     };
     let named = files.into_iter().map(|f| (f.name(), f.unchecked_into::<web_sys::Blob>())).collect();
-    spawn_local(state::load(ctx, label, false, workers::ModelSource::files(named)));
+    spawn_local(loading::load(ctx, label, false, workers::ModelSource::files(named)));
 }
 
 fn load_default(ctx: Ctx) {
@@ -63,7 +65,7 @@ fn load_default(ctx: Ctx) {
         match browser::fetch_blob(DEFAULT_MODEL_URL).await {
             Ok(blob) => {
                 let name = DEFAULT_MODEL_URL.rsplit('/').next().unwrap_or(DEFAULT_MODEL_URL).to_string();
-                state::load(ctx, name.clone(), true, workers::ModelSource::files(vec![(name, blob)])).await;
+                loading::load(ctx, name.clone(), true, workers::ModelSource::files(vec![(name, blob)])).await;
             }
             Err(message) => {
                 ctx.show_error(format!("Could not fetch the demo model: {message}"));
@@ -122,7 +124,7 @@ fn App() -> impl IntoView {
     // A share link sets the view first; then the model it names by link opens, or the demo
     // (also when the link names a local file: the page asks for it and shows the demo meanwhile).
     match link::apply(ctx, &link::current()) {
-        link::Opening::Link(model) => spawn_local(state::load_link(ctx, model)),
+        link::Opening::Link(model) => spawn_local(loading::load_link(ctx, model)),
         link::Opening::Demo => load_default(ctx),
     }
     // Written only when it changed: `replaceState` with a long prompt's link is not free, and a
@@ -136,40 +138,7 @@ fn App() -> impl IntoView {
         }
         fragment
     });
-    // A link's timeline is gathered once the first model is shown (the pool is then free).
-    Effect::new(move |started: Option<bool>| {
-        if started == Some(true) || ctx.loaded.with(Option::is_none) {
-            return started.unwrap_or(false);
-        }
-        match ctx.timeline_asked.get_untracked() {
-            Some((repo, revisions)) => {
-                spawn_local(timeline::follow(ctx, repo, revisions));
-                true
-            }
-            None => true,
-        }
-    });
-    // The held-out-text probe runs the first time its scores are asked for.
-    Effect::new(move |_| {
-        if ctx.sequence.get() == state::Sequence::HeldOutText
-            && ctx.loaded.with(|l| l.as_ref().is_some_and(|l| l.text_run.is_none()))
-        {
-            spawn_local(state::ensure_text_run(ctx));
-        }
-    });
-    // The probe reruns when the BOS switch no longer matches what the shown model ran with.
-    Effect::new(move |_| {
-        let prepend_bos = ctx.prepend_bos.get();
-        if ctx.loaded.with(|l| l.as_ref().is_some_and(|l| l.probe_bos != prepend_bos)) {
-            spawn_local(state::ensure_bos(ctx));
-        }
-    });
-    // Raw mode's fingerprints are computed the first time raw mode is shown.
-    Effect::new(move |_| {
-        if ctx.mode.get() == Mode::Raw && ctx.loaded.with(|l| l.as_ref().is_some_and(|l| l.raw.is_none())) {
-            spawn_local(state::ensure_raw(ctx));
-        }
-    });
+    effects::start(ctx);
     let dragging = RwSignal::new(false);
 
     let tab_button = move |tab: Tab, label: &'static str| {
@@ -330,7 +299,7 @@ fn link_field(ctx: Ctx) -> impl IntoView {
     let open = move || {
         let link = text.get_untracked();
         if !link.trim().is_empty() {
-            spawn_local(state::load_link(ctx, link));
+            spawn_local(loading::load_link(ctx, link));
         }
     };
     view! {
@@ -364,7 +333,7 @@ fn backend_setting(ctx: Ctx) -> impl IntoView {
         let shown = ctx.loaded.get_untracked().filter(|l| l.backend_asked != choice);
         if let (Some(loaded), Some(files), None) = (shown, client::shown_files(), ctx.busy.get_untracked()) {
             let demo = matches!(loaded.origin, state::Origin::Demo);
-            spawn_local(state::load(ctx, loaded.name.clone(), demo, files));
+            spawn_local(loading::load(ctx, loaded.name.clone(), demo, files));
         }
     };
     let chosen = move |choice: BackendChoice| move || ctx.backend.get() == choice;

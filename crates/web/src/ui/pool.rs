@@ -25,11 +25,12 @@ use headprint::analysis::circuits::{Grams, segment_rows};
 use headprint::analysis::{Mode, ModelFingerprint};
 use headprint::backend::{BackendChoice, BackendInfo};
 use headprint::model::ModelConfig;
+use headprint::worker::memory::pool_workers;
 use headprint::worker::pool::{GramSum, LayerHeads, PartQueue, backend_found, combine_induction};
 use headprint::worker::protocol::{
     Analysis, GramsData, InductionRun, ModelId, ModelInfo, ProbeSequence, Progress, Reply, Request, Role, Timing,
 };
-use headprint::worker::session::{PROBE_STAGE, default_sequence, fingerprint_stage, gram_stage, pool_workers};
+use headprint::worker::stages::{PROBE_STAGE, default_sequence, fingerprint_stage, gram_stage};
 
 /// What the page keeps of a model the pool holds, to split its later fingerprints.
 #[derive(Clone)]

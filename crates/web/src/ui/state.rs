@@ -1,13 +1,12 @@
-//! What the page holds for one loaded model (the worker's results; the weights stay in the
-//! worker), how a load goes, and the overview's metrics.
+//! What the page holds: the types of one loaded model (the worker's results; the weights stay in
+//! the worker) and of its settings, and the context of signals every view shares. Loading a model
+//! is `loading.rs`; what is computed only when asked for, `effects.rs`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use leptos::prelude::*;
 
-use super::client;
-use super::workers::{self, Failure, ModelSource};
+use super::workers;
 use headprint::analysis::composition::Composition;
 use headprint::analysis::{CompositionKind, HeadFingerprint, HeadId, Mode, ModelFingerprint};
 use headprint::backend::BackendChoice;
@@ -15,11 +14,10 @@ use headprint::compare::{ComparisonRow, INDUCTION_HEAD_THRESHOLD};
 use headprint::figures::metric::Metric;
 use headprint::probes::Suite;
 use headprint::probes::induction::HeadScores;
-use headprint::weights::remote::{HUB_ENDPOINT, ModelLink};
+use headprint::timeline::{Checkpoint, Timeline};
+use headprint::weights::remote::HUB_ENDPOINT;
 use headprint::worker::pool::backend_found;
-use headprint::worker::protocol::{
-    Analysis, InductionRun, LinkSource, ModelInfo, ProbeSequence, Progress, Reply, Request, Timing,
-};
+use headprint::worker::protocol::{InductionRun, ModelInfo, Progress, Timing};
 
 /// The model the page opens with (one of its own static files).
 pub const DEFAULT_MODEL_URL: &str = "models/nietzsche-char.safetensors";
@@ -153,7 +151,12 @@ impl Loaded {
     }
 
     /// A copy with more results (the page's signal holds an immutable `Arc<Loaded>`).
-    fn with(&self, raw: Option<ModelFingerprint>, text_run: Option<InductionRun>, timing: Option<Timing>) -> Loaded {
+    pub(super) fn with(
+        &self,
+        raw: Option<ModelFingerprint>,
+        text_run: Option<InductionRun>,
+        timing: Option<Timing>,
+    ) -> Loaded {
         Loaded {
             raw: raw.or_else(|| self.raw.clone()),
             text_run: text_run.or_else(|| self.text_run.clone()),
@@ -175,7 +178,7 @@ impl Loaded {
 
     /// A copy whose probes were rerun with the BOS switched (the held-out text run is dropped
     /// until asked for again).
-    fn rerun(&self, random_run: InductionRun, probe_bos: bool) -> Loaded {
+    pub(super) fn rerun(&self, random_run: InductionRun, probe_bos: bool) -> Loaded {
         Loaded {
             id: self.id,
             name: self.name.clone(),
@@ -352,7 +355,7 @@ pub struct Ctx {
     /// The repository and revisions the compare tab follows over training (`timeline=` and
     /// `revisions=` in a link), and the timeline once gathered.
     pub timeline_asked: RwSignal<Option<(String, Vec<String>)>>,
-    pub timeline: RwSignal<Option<Arc<super::timeline::Followed>>>,
+    pub timeline: RwSignal<Option<Arc<Followed>>>,
     /// The Circuits tab: the kind shown, what colours the map, the edges' ratio to the
     /// baseline, and the shown model's scores once computed (one mode at a time).
     pub circuit_kind: RwSignal<CompositionKind>,
@@ -380,7 +383,7 @@ impl Ctx {
         self.error.set(Some(ErrorLine { text, failed_load: false }));
     }
 
-    fn show_failed_load(&self, text: String) {
+    pub(super) fn show_failed_load(&self, text: String) {
         self.error.set(Some(ErrorLine { text, failed_load: true }));
     }
 }
@@ -424,319 +427,20 @@ impl Default for Ctx {
 
 pub const DEFAULT_PROMPT: &str = "(a(b)c) \"abc\" (a(b)c) \"abc\"";
 
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// A new name for a model the workers will hold.
-pub fn next_model_id() -> u64 {
-    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+/// A timeline with each revision's results (the grid and the spectrum read them).
+pub struct Followed {
+    pub timeline: Timeline,
+    pub checkpoints: Vec<Checkpoint>,
 }
 
-thread_local! {
-    /// Follow-up computations in flight, by model and kind: the effects that ask for them rerun
-    /// whenever the shown model's results change, and one request each is enough.
-    static IN_FLIGHT: std::cell::RefCell<std::collections::HashSet<(u64, &'static str)>> = Default::default();
-}
-
-/// Marks `(model, what)` as in flight until dropped; None when it already is.
-struct InFlight((u64, &'static str));
-
-impl InFlight {
-    fn start(model: u64, what: &'static str) -> Option<InFlight> {
-        IN_FLIGHT.with_borrow_mut(|set| set.insert((model, what))).then_some(InFlight((model, what)))
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        IN_FLIGHT.with_borrow_mut(|set| set.remove(&self.0));
-    }
-}
-
-/// Loads and analyses a model in the worker. On failure (or cancel) the page keeps what it had.
-pub async fn load(ctx: Ctx, label: String, demo: bool, files: ModelSource) {
-    ctx.busy.set(Some(format!("Loading {label}…")));
-    ctx.preview.set(None);
-    ctx.stalled.set(None);
-    ctx.loading.set(Some(label.clone()));
-    let id = next_model_id();
-    let names = files.names();
-    let prepend_bos = ctx.prepend_bos.get_untracked();
-    let backend = ctx.backend.get_untracked();
-    // Local files are identified for share links in a second worker once the analysis is shown:
-    // hashing the whole file beside the analysis would take a core from the pool and delay the
-    // grid, and nothing on screen needs the hash before then.
-    let identity = RwSignal::new(Identity::Pending);
-    let link = files.link.clone();
-    let fetched_before = workers::fetched();
-    let reply =
-        client::request(&Request::Load { model: id, names, analyse: true, prepend_bos, backend, link }, &files).await;
-    match reply {
-        Ok(Reply::Analysed(analysis)) => {
-            let Analysis { info, folded, induction, timings } = *analysis;
-            let origin = match (&files.link, &info.link) {
-                (Some(source), Some(opened)) => {
-                    let hub = (source.hub != HUB_ENDPOINT).then(|| source.hub.clone());
-                    Origin::Link { pinned: opened.pinned.clone(), hub, fetched: workers::fetched() - fetched_before }
-                }
-                _ if demo => Origin::Demo,
-                _ => Origin::Local { name: label.clone(), sha256: identity },
-            };
-            // A model by link is named by its pinned link: the commit it shows.
-            let label = match &origin {
-                Origin::Link { pinned, .. } => pinned.clone(),
-                _ => label,
-            };
-            let loaded = Loaded {
-                id,
-                name: label,
-                origin,
-                info,
-                folded,
-                raw: None,
-                random_run: induction,
-                text_run: None,
-                probe_bos: prepend_bos,
-                timings,
-                backend_asked: backend,
-            };
-            if matches!(loaded.origin, Origin::Local { .. }) {
-                leptos::task::spawn_local(identify_files(ctx, files.clone(), identity));
-            }
-            // Reloads (a restart, another backend) read the commit shown, not the branch.
-            let mut files = files;
-            if let (Origin::Link { pinned, .. }, Some(source)) = (&loaded.origin, files.link.as_mut()) {
-                source.link = pinned.clone();
-            }
-            show(ctx, loaded, files);
-        }
-        Ok(_) => ctx.show_failed_load(format!("Could not load {label}: the worker gave an unexpected answer")),
-        Err(message) => {
-            let kept = ctx.loaded.with_untracked(|l| l.as_ref().map(|l| l.name.clone()));
-            let tail = match kept {
-                Some(name) => format!(" (still showing {name})"),
-                None => String::new(),
-            };
-            if message == Failure::Cancelled {
-                ctx.show_error(format!("Cancelled: {label} was not loaded{tail}."));
-            } else {
-                ctx.show_failed_load(format!("Could not load {label}: {message}{tail}"));
-            }
-            // The worker holds nothing for a failed load; nothing to forget.
-        }
-    }
-    ctx.busy.set(None);
-    ctx.progress.set(None);
-    ctx.preview.set(None);
-    ctx.loading.set(None);
-}
-
-/// Opens a model by link (`hf:ORG/NAME[@REVISION]`, `url:FOLDER/`, an http(s) folder): each
-/// worker of the pool fetches the byte ranges it reads itself. A link that names no model is
-/// said on the error line and changes nothing.
-pub async fn load_link(ctx: Ctx, text: String) {
-    let text = text.trim().to_string();
-    if let Err(e) = ModelLink::parse(&text) {
-        ctx.show_error(format!("Could not open {text}: {e}"));
-        return;
-    }
-    let source = ModelSource::link(LinkSource { link: text.clone(), hub: ctx.hub.get_untracked(), offline: false });
-    load(ctx, text, false, source).await;
-}
-
-/// Makes a freshly analysed model the shown one.
-fn show(ctx: Ctx, loaded: Loaded, files: ModelSource) {
-    let config = &loaded.info.config;
-    let linked = ctx.linked_head.get_untracked().and_then(|name| HeadId::parse(&name, config).ok());
-    let keep = ctx.head.get_untracked();
-    let head = match linked {
-        Some(head) => head,
-        None if ctx.loaded.with_untracked(Option::is_none)
-            || keep.layer >= config.layers
-            || keep.head >= config.heads =>
-        {
-            loaded.best_copier()
-        }
-        None => keep,
-    };
-    if let Origin::Local { sha256, .. } = &loaded.origin
-        && let Identity::Known(hex) = sha256.get_untracked()
-    {
-        check_awaited(ctx, &hex);
-    }
-    if ctx.awaited.with_untracked(Option::is_none) {
-        ctx.linked_head.set(None);
-    }
-    if let Some(previous) = ctx.loaded.get_untracked() {
-        leptos::task::spawn_local(async move {
-            // Best effort: the worker only frees memory.
-            let _ = client::request(&Request::Forget { model: previous.id }, &ModelSource::default()).await;
-        });
-    }
-    client::set_shown(loaded.id, files, loaded.backend_asked);
-    let row = loaded.comparison(Sequence::UniformRandom);
-    ctx.compared.update(|rows| rows.push(row));
-    ctx.head.set(head);
-    ctx.loaded.set(Some(Arc::new(loaded)));
-    if ctx.error.with_untracked(|e| e.as_ref().is_some_and(|e| e.failed_load)) {
-        ctx.error.set(None);
-    }
-}
-
-/// Computes local files' SHA-256 in the hashing worker; a share link that waits for a file is
-/// checked once it is known (if its model is shown by then; else `show` checks it).
-async fn identify_files(ctx: Ctx, files: ModelSource, identity: RwSignal<Identity>) {
-    let result = workers::identify(&files).await;
-    identity.set(match result {
-        Ok(hex) => Identity::Known(hex),
-        Err(failure) => Identity::Failed(failure.to_string()),
-    });
-    let shown = ctx.loaded.with_untracked(|l| {
-        l.as_ref().is_some_and(|l| matches!(&l.origin, Origin::Local { sha256, .. } if *sha256 == identity))
-    });
-    if let (true, Identity::Known(hex)) = (shown, identity.get_untracked()) {
-        check_awaited(ctx, &hex);
-    }
-}
-
-/// A share link names a local file by its SHA-256's first digits: the shown file must match.
-fn check_awaited(ctx: Ctx, sha256: &str) {
-    let Some(awaited) = ctx.awaited.get_untracked() else { return };
-    if sha256.starts_with(&awaited.sha256_prefix) {
-        ctx.awaited.set(None);
-        ctx.linked_head.set(None);
-    } else {
-        ctx.show_error(format!(
-            "The link was made with {} (SHA-256 {}…), but this file's SHA-256 is {}…: it is not the same file.",
-            awaited.name,
-            awaited.sha256_prefix,
-            &sha256[..awaited.sha256_prefix.len().min(sha256.len())]
-        ));
-    }
-}
-
-/// Runs the induction probe on held-out text once per model (fetched from the page's own files).
-pub async fn ensure_text_run(ctx: Ctx) {
-    let Some(loaded) = ctx.loaded.get_untracked() else { return };
-    if loaded.text_run.is_some() {
-        return;
-    }
-    let Some(_in_flight) = InFlight::start(loaded.id, "text") else { return };
-    ctx.busy.set(Some("Running the induction probe on held-out text…".into()));
-    let run = match super::browser::fetch_text(HELD_OUT_TEXT_URL).await {
-        Ok(text) => {
-            let len = headprint::worker::session::probe_len(&loaded.info.config);
-            let count = headprint::probes::induction::DEFAULT_SEQUENCES;
-            let sequence = ProbeSequence::TextWindow { text, seed: 0, len, count };
-            let request = Request::Induction {
-                model: loaded.id,
-                sequence: sequence.clone(),
-                prepend_bos: loaded.probe_bos,
-                backend: loaded.probe_backend(),
-            };
-            let describe = || sequence.describe(loaded.info.bos.as_ref().filter(|_| loaded.probe_bos));
-            match client::request(&request, &ModelSource::default()).await {
-                Ok(Reply::Induction(run)) => run,
-                Ok(_) => InductionRun::failed(describe(), "unexpected answer".into()),
-                Err(e) => InductionRun::failed(describe(), e.to_string()),
-            }
-        }
-        Err(e) => InductionRun::failed("held-out text".into(), e),
-    };
-    ctx.busy.set(None);
-    attach(ctx, loaded.id, |l| l.with(None, Some(run), None));
-}
-
-/// Reruns the shown model's probe when the BOS switch changed since it ran (models without a
-/// BOS run the same either way), and replaces its row of the spectral-fingerprint study's table.
-pub async fn ensure_bos(ctx: Ctx) {
-    let prepend_bos = ctx.prepend_bos.get_untracked();
-    let Some(loaded) = ctx.loaded.get_untracked().filter(|l| l.probe_bos != prepend_bos) else { return };
-    if loaded.info.bos.is_none() {
-        attach(ctx, loaded.id, |l| Loaded {
-            text_run: l.text_run.clone(),
-            ..l.rerun(l.random_run.clone(), prepend_bos)
-        });
-        return;
-    }
-    let Some(_in_flight) = InFlight::start(loaded.id, "bos") else { return };
-    ctx.busy
-        .set(Some(format!("Running the induction probe {} the BOS…", if prepend_bos { "with" } else { "without" })));
-    let sequence = headprint::worker::session::default_sequence(&loaded.info.config);
-    let request = Request::Induction {
-        model: loaded.id,
-        sequence: sequence.clone(),
-        prepend_bos,
-        backend: loaded.probe_backend(),
-    };
-    let run = match client::request(&request, &ModelSource::default()).await {
-        Ok(Reply::Induction(run)) => run,
-        Ok(_) => InductionRun::failed(sequence.describe(None), "unexpected answer".into()),
-        Err(e) => InductionRun::failed(sequence.describe(None), e.to_string()),
-    };
-    ctx.busy.set(None);
-    attach(ctx, loaded.id, |l| l.rerun(run, prepend_bos));
-    if let Some(shown) = ctx.loaded.get_untracked().filter(|l| l.id == loaded.id) {
-        let row = shown.comparison(Sequence::UniformRandom);
-        ctx.compared.update(|rows| {
-            for existing in rows.iter_mut().filter(|r| r.id == row.id && r.sequence == row.sequence) {
-                *existing = row.clone();
-            }
-        });
-    }
-}
-
-/// Updates the shown model with more results, unless another model is shown by now.
-fn attach(ctx: Ctx, id: u64, update: impl FnOnce(&Loaded) -> Loaded) {
-    if let Some(loaded) = ctx.loaded.get_untracked().filter(|l| l.id == id) {
-        ctx.loaded.set(Some(Arc::new(update(&loaded))));
-    }
-}
-
-/// Computes raw mode's fingerprints once per model, when raw mode is first shown.
-pub async fn ensure_raw(ctx: Ctx) {
-    let Some(loaded) = ctx.loaded.get_untracked().filter(|l| l.raw.is_none()) else { return };
-    let Some(_in_flight) = InFlight::start(loaded.id, "raw") else { return };
-    ctx.busy.set(Some("Fingerprinting every head in raw mode…".into()));
-    let reply =
-        client::request(&Request::Fingerprint { model: loaded.id, mode: Mode::Raw }, &ModelSource::default()).await;
-    ctx.busy.set(None);
-    ctx.progress.set(None);
-    match reply {
-        Ok(Reply::Fingerprint { fingerprint, timing }) => {
-            attach(ctx, loaded.id, |l| l.with(Some(*fingerprint), None, Some(timing)))
-        }
-        Ok(_) => ctx.show_error("Raw mode: unexpected answer from the worker".into()),
-        Err(Failure::Cancelled) => ctx.mode.set(Mode::Folded),
-        Err(e) => ctx.show_error(format!("Raw mode could not be computed: {e}")),
-    }
-}
-
-/// Computes the shown model's composition scores in the current mode, once per model and mode
-/// (the Circuits tab asks when shown). Progress is the worker's, a layer at a time, and Cancel
-/// stops it; the answer, or why there is none, is kept until asked again.
-pub async fn ensure_composition(ctx: Ctx) {
-    let Some(loaded) = ctx.loaded.get_untracked() else { return };
-    let mode = ctx.mode.get_untracked();
-    if ctx.composition.with_untracked(|c| c.as_ref().is_some_and(|c| c.model == loaded.id && c.mode == mode)) {
-        return;
-    }
-    let what = match mode {
-        Mode::Folded => "composition folded",
-        Mode::Raw => "composition raw",
-    };
-    let Some(_in_flight) = InFlight::start(loaded.id, what) else { return };
-    let pairs = (loaded.info.config.layers * loaded.info.config.heads).pow(2);
-    ctx.busy.set(Some(format!("Computing composition scores ({}, {pairs} ordered pairs of heads)…", mode.name())));
-    let reply = client::request(&Request::Composition { model: loaded.id, mode }, &ModelSource::default()).await;
-    ctx.busy.set(None);
-    ctx.progress.set(None);
-    let result = match reply {
-        Ok(Reply::Composition(composition)) => Ok(Arc::new(*composition)),
-        Ok(_) => Err("unexpected answer from the worker".to_string()),
-        Err(Failure::Cancelled) => Err("Cancelled.".to_string()),
-        Err(e) => Err(e.to_string()),
-    };
-    if ctx.loaded.with_untracked(|l| l.as_ref().is_some_and(|l| l.id == loaded.id)) {
-        ctx.composition.set(Some(HeldComposition { model: loaded.id, mode, result }));
+impl Followed {
+    /// One head's value of `metric` at revision `index`; None where that revision failed or the
+    /// value is unknown.
+    pub fn value(&self, index: usize, metric: Metric, id: HeadId) -> Option<f64> {
+        let measured = self.checkpoints.get(index)?.outcome.as_ref().ok()?;
+        let head = measured.fingerprint.head(id)?;
+        let scores =
+            measured.induction.as_ref().and_then(|r| r.heads.iter().find(|s| s.layer == id.layer && s.head == id.head));
+        metric.value(head, scores)
     }
 }

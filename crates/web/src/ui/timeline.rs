@@ -10,7 +10,8 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use super::client;
-use super::state::{Ctx, next_model_id};
+use super::loading::next_model_id;
+use super::state::{Ctx, Followed};
 use super::workers::{Failure, ModelSource};
 use headprint::analysis::HeadId;
 use headprint::figures::metric::{ColourScale, Metric};
@@ -19,24 +20,6 @@ use headprint::repeats::{Repeats, identity};
 use headprint::timeline::{Checkpoint, Measured, Revision, Timeline};
 use headprint::weights::remote::ModelLink;
 use headprint::worker::protocol::{Analysis, LinkSource, Reply, Request};
-
-/// A timeline with each revision's results (the grid and the spectrum read them).
-pub struct Followed {
-    pub timeline: Timeline,
-    pub checkpoints: Vec<Checkpoint>,
-}
-
-impl Followed {
-    /// One head's value of `metric` at revision `index`; None where that revision failed or the
-    /// value is unknown.
-    fn value(&self, index: usize, metric: Metric, id: HeadId) -> Option<f64> {
-        let measured = self.checkpoints.get(index)?.outcome.as_ref().ok()?;
-        let head = measured.fingerprint.head(id)?;
-        let scores =
-            measured.induction.as_ref().and_then(|r| r.heads.iter().find(|s| s.layer == id.layer && s.head == id.head));
-        metric.value(head, scores)
-    }
-}
 
 /// Opens every revision of `repo` in turn, through the workers as a model by link is opened,
 /// and lines them up; a revision that fails keeps its reason on its row. Before a revision is

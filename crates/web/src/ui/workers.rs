@@ -13,8 +13,8 @@ use wasm_bindgen_futures::JsFuture;
 
 use serde::{Deserialize, Serialize};
 
+use crate::js::{field, js_message};
 use crate::stored;
-use crate::worker_host::{field, js_message};
 use headprint::worker::protocol::{LinkSource, Progress, Reply, Request};
 
 /// Why a request to the workers failed.
@@ -217,7 +217,7 @@ pub(super) fn set_reload(reload: fn()) {
 }
 
 /// How many workers the pool may run: one per logical core (`navigator.hardwareConcurrency`),
-/// at least two. Each model's share may be fewer (see `worker::session::pool_workers`).
+/// at least two. Each model's share may be fewer (see `worker::memory::pool_workers`).
 pub fn pool_size() -> usize {
     // Read by name: web-sys's `Navigator` binding is not worth a feature for one number.
     let navigator = field(&js_sys::global(), "navigator");
