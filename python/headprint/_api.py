@@ -11,11 +11,12 @@ import numpy as np
 import pandas as pd
 
 from . import _headprint, _progress
-from ._headprint import Error, Model
+from ._headprint import DEFAULT_LENGTH, DEFAULT_SEED, DEFAULT_SEQUENCES, Error, Model, head_name
 from ._readers import as_model, given_as
 
 CIRCUITS = ("ov", "qk", "ov_residual", "qk_token")
-INDUCTION_HEAD_THRESHOLD = 0.4
+# The core's, as the CLI's --threshold defaults to it.
+INDUCTION_HEAD_THRESHOLD: float = _headprint.INDUCTION_HEAD_THRESHOLD
 
 
 class NetworkNote(UserWarning):
@@ -92,7 +93,7 @@ def fingerprint(model: Any, *, raw: bool = False, backend: str = "auto") -> pd.D
     held, report = _fingerprint_json(model, raw, backend)
     rows = []
     for head in report["heads"]:
-        row = {"layer": head["layer"], "head": head["head"], "name": f"L{head['layer']}H{head['head']}"}
+        row = {"layer": head["layer"], "head": head["head"], "name": head_name(head["layer"], head["head"])}
         for circuit in CIRCUITS:
             _flatten(circuit, head[circuit], row)
         rows.append(row)
@@ -152,9 +153,9 @@ def _induction_report(
 def induction(
     model: Any,
     *,
-    length: int = 50,
-    sequences: int = 8,
-    seed: int = 0,
+    length: int = DEFAULT_LENGTH,
+    sequences: int = DEFAULT_SEQUENCES,
+    seed: int = DEFAULT_SEED,
     bos: bool = True,
     threshold: float = INDUCTION_HEAD_THRESHOLD,
     backend: str = "auto",
@@ -166,7 +167,7 @@ def induction(
     report = _induction_report(model, length, sequences, seed, bos, threshold, backend)
     rows = []
     for head in report["heads"]:
-        row = {"name": f"L{head['layer']}H{head['head']}"}
+        row = {"name": head_name(head["layer"], head["head"])}
         _flatten("", head, row)
         rows.append(row)
     frame = pd.DataFrame(rows).set_index(["layer", "head"])
@@ -199,9 +200,9 @@ def ov_logits(model: Any, head: str, *, top: int = 20, raw: bool = False) -> pd.
 def compare(
     *models: Any,
     raw: bool = False,
-    length: int = 50,
-    sequences: int = 8,
-    seed: int = 0,
+    length: int = DEFAULT_LENGTH,
+    sequences: int = DEFAULT_SEQUENCES,
+    seed: int = DEFAULT_SEED,
     bos: bool = True,
     threshold: float = INDUCTION_HEAD_THRESHOLD,
     backend: str = "auto",

@@ -2,6 +2,14 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+INDUCTION_HEAD_THRESHOLD: float
+DEFAULT_LENGTH: int
+DEFAULT_SEQUENCES: int
+DEFAULT_SEED: int
+DEFAULT_SVD_TOKENS: int
+
+def head_name(layer: int, head: int) -> str: ...
+
 class Error(ValueError):
     """What headprint could not do, in one line: a bad file, link or argument."""
 

@@ -9,6 +9,7 @@ mod model;
 mod running;
 mod sweep;
 
+use headprint::analysis::HeadId;
 use headprint::weights::{ByteSource, MemorySource, ModelFiles};
 use numpy::PyUntypedArray;
 use pyo3::create_exception;
@@ -88,9 +89,29 @@ fn configure_links(offline: bool, on_note: Py<PyAny>) {
     });
 }
 
+/// A head's name as every table writes it: `L5H1` (layer and head, zero-based).
+#[pyfunction]
+fn head_name(layer: usize, head: usize) -> String {
+    HeadId::new(layer, head).to_string()
+}
+
+/// The core's defaults, as module attributes the Python functions' signatures read: the CLI's
+/// flags default to the same constants.
+fn add_defaults(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    use headprint::probes::induction::{DEFAULT_LENGTH, DEFAULT_SEED, DEFAULT_SEQUENCES};
+    m.add("INDUCTION_HEAD_THRESHOLD", headprint::compare::INDUCTION_HEAD_THRESHOLD)?;
+    m.add("DEFAULT_LENGTH", DEFAULT_LENGTH)?;
+    m.add("DEFAULT_SEQUENCES", DEFAULT_SEQUENCES)?;
+    m.add("DEFAULT_SEED", DEFAULT_SEED)?;
+    m.add("DEFAULT_SVD_TOKENS", headprint::analysis::singular::DEFAULT_TOKENS)?;
+    Ok(())
+}
+
 #[pymodule]
 fn _headprint(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Error", m.py().get_type::<Error>())?;
+    add_defaults(m)?;
+    m.add_function(wrap_pyfunction!(head_name, m)?)?;
     m.add_class::<Model>()?;
     m.add_class::<between::Composition>()?;
     m.add_class::<between::CircuitSvd>()?;

@@ -156,18 +156,9 @@ impl Held {
     }
 }
 
-fn backend_choice(name: &str) -> Result<BackendChoice> {
-    match name {
-        "auto" => Ok(BackendChoice::Auto),
-        "gpu" => Ok(BackendChoice::Gpu),
-        "cpu" => Ok(BackendChoice::Cpu),
-        other => Err(Error::Invalid(format!("backend \"{other}\": choose \"auto\", \"gpu\" or \"cpu\""))),
-    }
-}
-
 /// The backend asked for, the GPU driver's harmless chatter kept off stderr while it opens.
 pub(crate) fn select(name: &str) -> Result<Backend> {
-    let choice = backend_choice(name)?;
+    let choice = BackendChoice::parse(name)?;
     headprint_native::driver::quietly(|| Backend::select(choice))
 }
 

@@ -22,6 +22,12 @@ use crate::{Error, Result};
 /// (docs/methods.md#5-probes-running-the-model).
 pub const DEFAULT_SEQUENCES: usize = 8;
 
+/// Length of each drawn first copy by default (TransformerLens's induction demo uses 50).
+pub const DEFAULT_LENGTH: usize = 50;
+
+/// Seed of the first drawn sequence by default; sequence i uses seed + i.
+pub const DEFAULT_SEED: u64 = 0;
+
 /// Where a first copy came from, so every score says which sequence it was measured on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
