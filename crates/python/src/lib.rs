@@ -1,15 +1,16 @@
 //! `headprint._headprint`, the Rust half of the Python package (`python/headprint/`): models
 //! opened by path or link, or made of the tensors a Python object holds, and the core's
 //! computations on them, off the interpreter's lock. The Python half turns the results into
-//! pandas and numpy and reads TransformerLens and transformers objects.
+//! pandas and numpy and reads TransformerLens and transformers objects. The core's reports cross
+//! as typed objects (`reports.rs`, `between.rs`), never as JSON text.
 
 mod arrays;
 mod between;
 mod model;
+mod reports;
 mod running;
 mod sweep;
 
-use headprint::analysis::HeadId;
 use headprint::weights::{ByteSource, MemorySource, ModelFiles};
 use numpy::PyUntypedArray;
 use pyo3::create_exception;
@@ -89,12 +90,6 @@ fn configure_links(offline: bool, on_note: Py<PyAny>) {
     });
 }
 
-/// A head's name as every table writes it: `L5H1` (layer and head, zero-based).
-#[pyfunction]
-fn head_name(layer: usize, head: usize) -> String {
-    HeadId::new(layer, head).to_string()
-}
-
 /// The core's defaults, as module attributes the Python functions' signatures read: the CLI's
 /// flags default to the same constants.
 fn add_defaults(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -111,8 +106,16 @@ fn add_defaults(m: &Bound<'_, PyModule>) -> PyResult<()> {
 fn _headprint(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Error", m.py().get_type::<Error>())?;
     add_defaults(m)?;
-    m.add_function(wrap_pyfunction!(head_name, m)?)?;
     m.add_class::<Model>()?;
+    m.add_class::<reports::FingerprintReport>()?;
+    m.add_class::<reports::HeadFingerprint>()?;
+    m.add_class::<reports::Spectrum>()?;
+    m.add_class::<reports::InductionReport>()?;
+    m.add_class::<reports::HeadScores>()?;
+    m.add_class::<reports::HeadSpread>()?;
+    m.add_class::<reports::Spread>()?;
+    m.add_class::<reports::Comparison>()?;
+    m.add_class::<reports::OvLogits>()?;
     m.add_class::<between::Composition>()?;
     m.add_class::<between::CircuitSvd>()?;
     m.add_class::<between::Direction>()?;
