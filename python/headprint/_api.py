@@ -1,9 +1,10 @@
 """The package's functions, re-exported by ``headprint/__init__.py``: the names imported here
-(numpy, pandas, json, typing's) stay out of ``dir(headprint)``."""
+(numpy, pandas, typing's) stay out of ``dir(headprint)``. The extension hands back the core's
+reports as typed objects (``_headprint.FingerprintReport``, ``InductionReport``, ``Comparison``,
+``OvLogits``); the tables are built from them here."""
 
 from __future__ import annotations
 
-import json
 import warnings
 from typing import Any, Iterable, Optional, Sequence, Union
 
@@ -11,11 +12,17 @@ import numpy as np
 import pandas as pd
 
 from . import _headprint, _progress
-from ._headprint import Error, Model
+from ._headprint import DEFAULT_LENGTH, DEFAULT_SEED, DEFAULT_SEQUENCES, Error, Model
 from ._readers import as_model, given_as
 
 CIRCUITS = ("ov", "qk", "ov_residual", "qk_token")
-INDUCTION_HEAD_THRESHOLD = 0.4
+# A circuit's scalars and a head's scores, in the order of the CLI's JSON keys (alphabetical),
+# which the tables' columns have always followed.
+_SPECTRUM_FIELDS = ("copying_score", "defective", "departure_from_normality", "eigenvector_condition", "error",
+                    "imaginary_fraction", "scale")
+_SCORES = ("copy_fidelity", "duplicate_token_score", "induction_score", "previous_token_score")
+# The core's, as the CLI's --threshold defaults to it.
+INDUCTION_HEAD_THRESHOLD: float = _headprint.INDUCTION_HEAD_THRESHOLD
 
 
 class NetworkNote(UserWarning):
@@ -39,15 +46,6 @@ def _run(call, *args):
         _progress.finish(report)
 
 
-def _flatten(prefix: str, value: Any, out: dict) -> None:
-    """Scalars of a JSON object, their path joined by ``_``; lists are left out."""
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            _flatten(f"{prefix}_{key}" if prefix else key, inner, out)
-    elif not isinstance(value, list):
-        out[prefix] = value
-
-
 def _as_stored(model: Any, raw: bool) -> bool:
     """Whether the weights are read as stored: asked for, or a HookedTransformer's, which are
     used as TransformerLens holds them (its own fold_ln, if any)."""
@@ -60,9 +58,9 @@ def _mode(model: Any, raw: bool) -> str:
     return "raw" if raw else "folded"
 
 
-def _fingerprint_json(model: Any, raw: bool, backend: str) -> tuple[Model, dict]:
+def _fingerprint_report(model: Any, raw: bool, backend: str):
     held = as_model(model)
-    return held, json.loads(_run(held.fingerprint_json, _as_stored(model, raw), backend))
+    return held, _run(held.fingerprint, _as_stored(model, raw), backend)
 
 
 class FingerprintFrame(pd.DataFrame):
@@ -89,20 +87,22 @@ def fingerprint(model: Any, *, raw: bool = False, backend: str = "auto") -> pd.D
     ``raw``: the weights as stored; by default LayerNorm is folded as TransformerLens's fold_ln
     does. A HookedTransformer's weights are always used as given. ``backend``: "auto", "gpu" or
     "cpu". ``df.attrs`` holds the model's facts, the mode and the backend."""
-    held, report = _fingerprint_json(model, raw, backend)
+    held, report = _fingerprint_report(model, raw, backend)
     rows = []
-    for head in report["heads"]:
-        row = {"layer": head["layer"], "head": head["head"], "name": f"L{head['layer']}H{head['head']}"}
+    for head in report.heads:
+        row = {"layer": head.layer, "head": head.head, "name": head.name}
         for circuit in CIRCUITS:
-            _flatten(circuit, head[circuit], row)
+            spectrum = getattr(head, circuit)
+            for field in _SPECTRUM_FIELDS:
+                row[f"{circuit}_{field}"] = getattr(spectrum, field)
         rows.append(row)
     frame = FingerprintFrame(pd.DataFrame(rows).set_index(["layer", "head"]))
     frame.attrs.update(
-        model=report["model"],
+        model=report.model,
         label=held.label,
         mode=_mode(model, raw),
-        backend=report["backend"],
-        model_link=report.get("model_link"),
+        backend=report.backend,
+        model_link=report.model_link,
     )
     title = f"{held.label}: OV copying score of every head ({frame.attrs['mode']})"
     frame._grid = held.grid_svg(_as_stored(model, raw), backend, title)
@@ -118,13 +118,7 @@ def eigenvalues(model: Any, circuit: str = "ov", *, raw: bool = False, backend: 
     held = as_model(model)
     # The residual-space circuits need no vocabulary Gram: they are read alone unless the whole
     # fingerprint is already held; the numbers are the fingerprint's either way.
-    report = json.loads(_run(held.circuit_json, circuit, _as_stored(model, raw), backend))
-    facts = report["model"]
-    out = np.full((facts["layers"], facts["heads"], facts["d_head"]), np.nan + 0j, dtype=np.complex128)
-    for head in report["heads"]:
-        values = [complex(re, im) for re, im in head[circuit]["eigenvalues"]]
-        out[head["layer"], head["head"], : len(values)] = values
-    return out
+    return _run(held.circuit, circuit, _as_stored(model, raw), backend).eigenvalues(circuit)
 
 
 def attention(
@@ -144,17 +138,17 @@ def attention(
 
 def _induction_report(
     model: Any, length: int, sequences: int, seed: int, bos: bool, threshold: float, backend: str
-) -> dict:
+):
     held = as_model(model)
-    return json.loads(_run(held.induction_json, length, sequences, seed, bos, threshold, backend))
+    return _run(held.induction, length, sequences, seed, bos, threshold, backend)
 
 
 def induction(
     model: Any,
     *,
-    length: int = 50,
-    sequences: int = 8,
-    seed: int = 0,
+    length: int = DEFAULT_LENGTH,
+    sequences: int = DEFAULT_SEQUENCES,
+    seed: int = DEFAULT_SEED,
     bos: bool = True,
     threshold: float = INDUCTION_HEAD_THRESHOLD,
     backend: str = "auto",
@@ -165,17 +159,30 @@ def induction(
     ``df.attrs`` holds the prefix-copy accuracy, the induction heads and the backend."""
     report = _induction_report(model, length, sequences, seed, bos, threshold, backend)
     rows = []
-    for head in report["heads"]:
-        row = {"name": f"L{head['layer']}H{head['head']}"}
-        _flatten("", head, row)
+    for head in report.heads:
+        row = {
+            "name": head.name,
+            "copy_fidelity": head.copy_fidelity,
+            "duplicate_token_score": head.duplicate_token_score,
+            "head": head.head,
+            "induction_score": head.induction_score,
+            "layer": head.layer,
+            "previous_token_score": head.previous_token_score,
+        }
+        spread = head.spread
+        if spread is not None:
+            for score in _SCORES:
+                of = getattr(spread, score)
+                for stat in ("max", "min", "std"):
+                    row[f"spread_{score}_{stat}"] = getattr(of, stat)
         rows.append(row)
     frame = pd.DataFrame(rows).set_index(["layer", "head"])
     frame.attrs.update(
-        prefix_copy_accuracy=report["prefix_copy_accuracy"],
-        induction_heads=report["induction_heads"],
-        threshold=report["threshold"],
-        bos_token=report["bos_token"],
-        backend=report["backend"],
+        prefix_copy_accuracy=report.prefix_copy_accuracy,
+        induction_heads=report.induction_heads,
+        threshold=report.threshold,
+        bos_token=report.bos_token,
+        backend=report.backend,
     )
     return frame
 
@@ -184,24 +191,24 @@ def ov_logits(model: Any, head: str, *, top: int = 20, raw: bool = False) -> pd.
     """One head's token-space OV circuit read as self-copy logits: the ``top`` tokens by the
     raw diagonal and by the diagonal normalised by each row's spread, side by side."""
     held = as_model(model)
-    report = json.loads(held.ov_logits_json(head, top, _as_stored(model, raw)))
+    report = held.ov_logits(head, top, _as_stored(model, raw))
     parts = {
-        (which, field): [entry[field] for entry in report[f"top_{which}"]]
+        (which, field): [entry[i] for entry in getattr(report, f"top_{which}")]
         for which in ("raw", "normalised")
-        for field in ("token", "id", "value")
+        for i, field in enumerate(("token", "id", "value"))
     }
     frame = pd.DataFrame(parts)
     frame.index.name = "rank"
-    frame.attrs.update(head=report["head"], mode=_mode(model, raw))
+    frame.attrs.update(head=report.head, mode=_mode(model, raw))
     return frame
 
 
 def compare(
     *models: Any,
     raw: bool = False,
-    length: int = 50,
-    sequences: int = 8,
-    seed: int = 0,
+    length: int = DEFAULT_LENGTH,
+    sequences: int = DEFAULT_SEQUENCES,
+    seed: int = DEFAULT_SEED,
     bos: bool = True,
     threshold: float = INDUCTION_HEAD_THRESHOLD,
     backend: str = "auto",
@@ -215,15 +222,12 @@ def compare(
     rows = []
     for given in models:
         held = as_model(given)
-        entry = json.loads(
-            _run(held.compare_json, _as_stored(given, raw), length, sequences, seed, bos, threshold, backend)
-        )
+        entry = _run(held.compare, _as_stored(given, raw), length, sequences, seed, bos, threshold, backend)
         row: dict = {"mode": _mode(given, raw)}
         for key in ("model", "parameters", "heads", "mean_qk_imaginary_fraction", "induction_heads",
-                    "prefix_copy_accuracy", "threshold", "sequence"):
-            row[key] = entry[key]
-        row["induction_head_names"] = entry["induction_head_names"]
-        for correlation in entry["spearman"]:
-            row[f"rho_{correlation['spectral'].replace('.', '_')}_{correlation['behavioural']}"] = correlation["rho"]
+                    "prefix_copy_accuracy", "threshold", "sequence", "induction_head_names"):
+            row[key] = getattr(entry, key)
+        for spectral, behavioural, rho, _ in entry.spearman:
+            row[f"rho_{spectral.replace('.', '_')}_{behavioural}"] = rho
         rows.append(row)
     return pd.DataFrame(rows).set_index("model")

@@ -10,7 +10,7 @@ import numpy as _np
 import pandas as _pd
 
 from ._api import _as_stored, _mode, _run
-from ._headprint import CircuitSvd, Error
+from ._headprint import DEFAULT_SVD_TOKENS, CircuitSvd, Error
 from ._readers import as_model
 
 KINDS = ("q", "k", "v")
@@ -64,7 +64,7 @@ class HeadSvd:
     null_tolerance: float
 
 
-def svd(model: Any, head: str, circuit: str = "ov", *, raw: bool = False, tokens: int = 10):
+def svd(model: Any, head: str, circuit: str = "ov", *, raw: bool = False, tokens: int = DEFAULT_SVD_TOKENS):
     """One head's singular directions (TransformerLens 3.9's ``decompose_head``): ``circuit``
     "ov" or "qk" gives that circuit's ``CircuitSvd``; "both" a ``HeadSvd`` with the two. Each
     block of directions is read out through the vocabulary, ``tokens`` at each end: a lone

@@ -112,9 +112,9 @@ def sweep(
     executor: Optional[Executor] = None,
     raw: bool = False,
     backend: str = "auto",
-    length: int = 50,
-    sequences: int = 8,
-    seed: int = 0,
+    length: int = _headprint.DEFAULT_LENGTH,
+    sequences: int = _headprint.DEFAULT_SEQUENCES,
+    seed: int = _headprint.DEFAULT_SEED,
     bos: bool = True,
 ) -> pd.DataFrame:
     """Many models and checkpoints, one unit each, as one table: the rows and columns of the

@@ -3,7 +3,9 @@
 
 use headprint::analysis::Mode;
 use headprint::backend::{Backend, BackendInfo};
-use headprint::compare::{BEHAVIOURAL_SCORES, ComparisonRow, Correlation, SPECTRAL_FEATURES, spearman_table};
+use headprint::compare::{
+    BEHAVIOURAL_SCORES, ComparedModel, ComparisonRow, Correlation, SPECTRAL_FEATURES, spearman_table,
+};
 use headprint::probes::induction::InductionReport;
 use headprint::tokens::Bos;
 use headprint::{Error, Result};
@@ -62,17 +64,17 @@ pub fn run(args: Args) -> Result<()> {
         let entries = models
             .iter()
             .map(|model| {
-                let mut value = to_json(&model.row)?;
-                if let Some(object) = value.as_object_mut() {
-                    object.insert("bos_token".into(), json!(model.bos));
-                    object.insert("induction_head_names".into(), json!(model.report.induction_heads(threshold)));
-                    object.insert("head_scores".into(), json!(model.report.heads));
-                    object.insert("spearman".into(), json!(model.spearman));
-                    object.insert("backend".into(), to_json(&model.fingerprint_backend)?);
-                    object.insert("probe_backend".into(), to_json(&model.probe_backend)?);
-                    if let Some(link) = &model.link {
-                        object.insert("model_link".into(), link.clone());
-                    }
+                let mut value = to_json(&ComparedModel {
+                    row: &model.row,
+                    bos_token: model.bos.as_ref(),
+                    induction_head_names: model.report.induction_heads(threshold),
+                    head_scores: &model.report.heads,
+                    spearman: &model.spearman,
+                    backend: &model.fingerprint_backend,
+                    probe_backend: &model.probe_backend,
+                })?;
+                if let (Some(object), Some(link)) = (value.as_object_mut(), &model.link) {
+                    object.insert("model_link".into(), link.clone());
                 }
                 Ok(value)
             })

@@ -19,7 +19,7 @@ use headprint::Result;
 use headprint::analysis::Mode;
 use headprint::backend::{Backend, BackendChoice, BackendInfo};
 use headprint::compare::INDUCTION_HEAD_THRESHOLD;
-use headprint::probes::induction::DEFAULT_SEQUENCES;
+use headprint::probes::induction::{DEFAULT_LENGTH, DEFAULT_SEED, DEFAULT_SEQUENCES};
 
 use headprint_native::driver;
 
@@ -60,10 +60,10 @@ pub struct BosArg {
 #[derive(Args)]
 pub struct SequenceArgs {
     /// Length of each drawn first copy.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = DEFAULT_LENGTH)]
     pub len: usize,
     /// Seed of the first sequence; sequence i uses seed + i.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = DEFAULT_SEED)]
     pub seed: u64,
     /// How many seeded sequences the scores average over.
     #[arg(long, default_value_t = DEFAULT_SEQUENCES, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]

@@ -2,6 +2,7 @@
 
 use headprint::analysis::HeadId;
 use headprint::backend::{Backend, block_on};
+use headprint::probes::induction::ProbeReport;
 use headprint::probes::suite::Attended;
 use headprint::probes::verdict_table;
 use headprint::{Error, Result};
@@ -9,7 +10,7 @@ use serde_json::json;
 
 use crate::commands::{BackendArgs, Common, SequenceArgs, backend_line, print_note};
 use crate::loaded::{Loaded, load, load_suite};
-use crate::print::{describe_bos, describe_sources, mean_spread, print_json, print_json_from, show, to_json};
+use crate::print::{describe_bos, describe_sources, mean_spread, print_json, print_json_from, show};
 use crate::progress;
 
 #[derive(clap::Args)]
@@ -101,15 +102,8 @@ fn induction(loaded: &Loaded, args: &Args, backend: &mut Backend) -> Result<()> 
     print_note(&backend);
     let heads = report.induction_heads(threshold);
     if args.common.json {
-        let mut value = to_json(&report)?;
-        if let Some(object) = value.as_object_mut() {
-            object.insert("backend".into(), to_json(&backend)?);
-            object.insert("prepend_bos".into(), json!(!args.sequence.bos.no_bos));
-            object.insert("bos_token".into(), json!(bos));
-            object.insert("threshold".into(), json!(threshold));
-            object.insert("induction_heads".into(), json!(heads));
-        }
-        return print_json_from(&value, loaded.link.as_ref());
+        let reported = ProbeReport::new(&report, &backend, !args.sequence.bos.no_bos, bos.as_ref(), threshold);
+        return print_json_from(&reported, loaded.link.as_ref());
     }
     println!(
         "{} repeated sequence(s) of {} tokens ({}); {}",

@@ -5,7 +5,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::{HeadFingerprint, ModelFingerprint};
+use crate::backend::BackendInfo;
 use crate::probes::induction::{HeadScores, InductionReport, RepeatSource, Spread};
+use crate::tokens::Bos;
 
 /// Induction score at or above which a head counts as an induction head
 /// (docs/methods.md#5-probes-running-the-model).
@@ -60,6 +62,21 @@ impl ComparisonRow {
             bos: induction.and_then(|r| r.bos),
         }
     }
+}
+
+/// One model's entry of `compare --json`: its row, and what the row was computed from (the
+/// BOS, the induction heads by name, every head's scores, the Spearman table, the backends).
+#[derive(Debug, Serialize)]
+pub struct ComparedModel<'a> {
+    #[serde(flatten)]
+    pub row: &'a ComparisonRow,
+    pub bos_token: Option<&'a Bos>,
+    pub induction_head_names: Vec<String>,
+    pub head_scores: &'a [HeadScores],
+    pub spearman: &'a [Correlation],
+    /// What computed the fingerprint, and what ran the probe.
+    pub backend: &'a BackendInfo,
+    pub probe_backend: &'a BackendInfo,
 }
 
 /// A head's value of one spectral feature.

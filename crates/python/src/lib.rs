@@ -1,11 +1,13 @@
 //! `headprint._headprint`, the Rust half of the Python package (`python/headprint/`): models
 //! opened by path or link, or made of the tensors a Python object holds, and the core's
 //! computations on them, off the interpreter's lock. The Python half turns the results into
-//! pandas and numpy and reads TransformerLens and transformers objects.
+//! pandas and numpy and reads TransformerLens and transformers objects. The core's reports cross
+//! as typed objects (`reports.rs`, `between.rs`), never as JSON text.
 
 mod arrays;
 mod between;
 mod model;
+mod reports;
 mod running;
 mod sweep;
 
@@ -88,10 +90,32 @@ fn configure_links(offline: bool, on_note: Py<PyAny>) {
     });
 }
 
+/// The core's defaults, as module attributes the Python functions' signatures read: the CLI's
+/// flags default to the same constants.
+fn add_defaults(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    use headprint::probes::induction::{DEFAULT_LENGTH, DEFAULT_SEED, DEFAULT_SEQUENCES};
+    m.add("INDUCTION_HEAD_THRESHOLD", headprint::compare::INDUCTION_HEAD_THRESHOLD)?;
+    m.add("DEFAULT_LENGTH", DEFAULT_LENGTH)?;
+    m.add("DEFAULT_SEQUENCES", DEFAULT_SEQUENCES)?;
+    m.add("DEFAULT_SEED", DEFAULT_SEED)?;
+    m.add("DEFAULT_SVD_TOKENS", headprint::analysis::singular::DEFAULT_TOKENS)?;
+    Ok(())
+}
+
 #[pymodule]
 fn _headprint(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Error", m.py().get_type::<Error>())?;
+    add_defaults(m)?;
     m.add_class::<Model>()?;
+    m.add_class::<reports::FingerprintReport>()?;
+    m.add_class::<reports::HeadFingerprint>()?;
+    m.add_class::<reports::Spectrum>()?;
+    m.add_class::<reports::InductionReport>()?;
+    m.add_class::<reports::HeadScores>()?;
+    m.add_class::<reports::HeadSpread>()?;
+    m.add_class::<reports::Spread>()?;
+    m.add_class::<reports::Comparison>()?;
+    m.add_class::<reports::OvLogits>()?;
     m.add_class::<between::Composition>()?;
     m.add_class::<between::CircuitSvd>()?;
     m.add_class::<between::Direction>()?;

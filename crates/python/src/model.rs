@@ -7,24 +7,25 @@ use std::sync::{Arc, Mutex};
 
 use headprint::analysis::circuits::HeadWeights;
 use headprint::analysis::composition::{Composition, composition};
-use headprint::analysis::ov_logits::top_k;
 use headprint::analysis::singular::head_svd;
 use headprint::analysis::{
-    Factored, Fingerprint, FingerprintStage, HeadId, Mode, ModelFingerprint, OvTokenLogits, fingerprint_stream_watched,
+    Factored, Fingerprint, FingerprintStage, HeadFingerprint, HeadId, Mode, ModelFingerprint, ModelSummary,
+    OvTokenLogits, fingerprint_stream_watched,
 };
-use headprint::backend::{Backend, BackendChoice, block_on};
+use headprint::backend::{Backend, BackendChoice, BackendInfo, block_on};
 use headprint::compare::{ComparisonRow, spearman_table};
 use headprint::model::{LoadParts, ModelStream, Weights};
 use headprint::parallel::map_each;
 use headprint::probes::attention_patterns;
-use headprint::probes::induction::{InductionReport, induction_probe_with_progress, random_first_copies};
+use headprint::probes::induction::{induction_probe_with_progress, random_first_copies};
 use headprint::tokens::{Bos, Tokenizer, choose_bos, with_bos};
 use headprint::weights::{ByteSource, ModelFiles};
 use headprint::{Error, Result};
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use crate::reports::{Comparison, FingerprintReport, InductionReport, OvLogits, listed};
 use crate::running::{StopFlag, Stoppable, off_the_lock};
 
 /// What a probe's sequences are: the same arguments give the same report.
@@ -37,10 +38,10 @@ struct ProbeKey {
 }
 
 /// An induction probe's report, the BOS its sequences began with, and the backend that ran it.
-struct Probed {
-    report: InductionReport,
-    bos: Option<Bos>,
-    backend: Value,
+pub struct Probed {
+    pub report: headprint::probes::induction::InductionReport,
+    pub bos: Option<Bos>,
+    pub backend: BackendInfo,
 }
 
 struct Held {
@@ -50,8 +51,9 @@ struct Held {
     label: String,
     stop: StopFlag,
     fingerprints: Mutex<HashMap<(bool, String), Arc<ModelFingerprint>>>,
-    /// The residual-space circuits alone, by mode (`raw`), as JSON in the fingerprint's shape.
-    residual: Mutex<HashMap<bool, Arc<Value>>>,
+    /// The residual-space circuits alone, by mode (`raw`), in the fingerprint's shape (the
+    /// token-space circuits marked not computed).
+    residual: Mutex<HashMap<bool, Arc<ModelFingerprint>>>,
     probes: Mutex<HashMap<(ProbeKey, String), Arc<Probed>>>,
     /// Composition scores by mode (`raw`) and backend: the three kinds come from one report.
     compositions: Mutex<HashMap<(bool, String), Arc<Composition>>>,
@@ -64,20 +66,6 @@ impl Held {
 
     fn bos(&self, model: &ModelStream, wanted: bool) -> Option<Bos> {
         if wanted { choose_bos(model, &self.tokenizer) } else { None }
-    }
-
-    /// A report as the CLI prints it: `value` with the `extra` keys and, for a model by link,
-    /// its `model_link`.
-    fn reported(&self, mut value: Value, extra: Vec<(&str, Value)>) -> String {
-        if let Some(object) = value.as_object_mut() {
-            for (key, entry) in extra {
-                object.insert(key.into(), entry);
-            }
-            if let Some(link) = &self.link {
-                object.insert("model_link".into(), link.clone());
-            }
-        }
-        text(&value)
     }
 
     /// The fingerprint in `raw` or folded mode on `backend`, computed unless already held.
@@ -103,9 +91,9 @@ impl Held {
     }
 
     /// Every head's residual-space circuits (`qk`, `ov_residual`) without the vocabulary's
-    /// Grams, in the fingerprint's JSON shape: a full fingerprint computes them the same way (from
+    /// Grams, in the fingerprint's shape: a full fingerprint computes them the same way (from
     /// `HeadWeights`, on the CPU), so these are its numbers, bit for bit, at a fraction of its work.
-    fn residual_circuits(&self, raw: bool, progress: &crate::running::Progress) -> Result<Arc<Value>> {
+    fn residual_circuits(&self, raw: bool, progress: &crate::running::Progress) -> Result<Arc<ModelFingerprint>> {
         if let Some(done) = self.residual.lock().unwrap_or_else(|e| e.into_inner()).get(&raw) {
             return Ok(done.clone());
         }
@@ -122,12 +110,17 @@ impl Held {
                 (spectrum(weights.qk()), spectrum(weights.ov_residual()))
             });
             for (head, (qk, ov_residual)) in circuits.into_iter().enumerate() {
-                heads.push(json!({"layer": l, "head": head, "qk": qk, "ov_residual": ov_residual}));
+                let skipped = || Fingerprint::failed("not computed: the residual-space circuits alone".into());
+                heads.push(HeadFingerprint { layer: l, head, qk, qk_token: skipped(), ov: skipped(), ov_residual });
             }
             progress.set("heads", (l + 1) * config.heads, config.layers * config.heads);
         }
-        let summary = headprint::analysis::ModelSummary::from_config(config, model.parameter_count);
-        let done = Arc::new(json!({"model": summary, "mode": mode.name(), "heads": heads}));
+        let done = Arc::new(ModelFingerprint {
+            model: ModelSummary::from_config(config, model.parameter_count),
+            mode: mode.name().into(),
+            backend: BackendInfo::default(),
+            heads,
+        });
         self.residual.lock().unwrap_or_else(|e| e.into_inner()).insert(raw, done.clone());
         Ok(done)
     }
@@ -149,34 +142,20 @@ impl Held {
             })
             .await
         }))?;
-        let backend = to_json(&computing.forward_info())?;
-        let done = Arc::new(Probed { report, bos, backend });
+        let done = Arc::new(Probed { report, bos, backend: computing.forward_info() });
         self.probes.lock().unwrap_or_else(|e| e.into_inner()).insert(cache_key, done.clone());
         Ok(done)
     }
 }
 
-fn backend_choice(name: &str) -> Result<BackendChoice> {
-    match name {
-        "auto" => Ok(BackendChoice::Auto),
-        "gpu" => Ok(BackendChoice::Gpu),
-        "cpu" => Ok(BackendChoice::Cpu),
-        other => Err(Error::Invalid(format!("backend \"{other}\": choose \"auto\", \"gpu\" or \"cpu\""))),
-    }
-}
-
 /// The backend asked for, the GPU driver's harmless chatter kept off stderr while it opens.
 pub(crate) fn select(name: &str) -> Result<Backend> {
-    let choice = backend_choice(name)?;
+    let choice = BackendChoice::parse(name)?;
     headprint_native::driver::quietly(|| Backend::select(choice))
 }
 
 fn to_json(value: &impl serde::Serialize) -> Result<Value> {
     serde_json::to_value(value).map_err(|e| Error::Internal(e.to_string()))
-}
-
-fn text(value: &Value) -> String {
-    value.to_string()
 }
 
 /// A model that headprint has opened. Made by `headprint.load`; every function takes it.
@@ -217,52 +196,50 @@ impl Model {
         self.held.label.clone()
     }
 
-    /// Every head's fingerprint: the CLI's `fingerprint --json`, as a JSON string.
+    /// Every head's fingerprint: the CLI's `fingerprint --json`.
     #[pyo3(signature = (raw, backend, progress=None))]
-    fn fingerprint_json(
+    fn fingerprint(
         &self,
         py: Python<'_>,
         raw: bool,
         backend: String,
         progress: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<String> {
+    ) -> PyResult<FingerprintReport> {
         let held = self.held.clone();
-        off_the_lock(py, &self.held.stop, progress, move |shown| {
-            let report = held.fingerprint(raw, &backend, &shown)?;
-            Ok(held.reported(to_json(&*report)?, Vec::new()))
-        })
+        let report = off_the_lock(py, &self.held.stop, progress, move |shown| held.fingerprint(raw, &backend, &shown))?;
+        Ok(FingerprintReport::new(report, self.held.link.clone()))
     }
 
-    /// Every head's fingerprint of one circuit, in the fingerprint's JSON shape: from the
+    /// Every head's fingerprint of one circuit, in the fingerprint's shape: from the
     /// fingerprint held for (`raw`, `backend`) if there is one; for the residual-space circuits
     /// (`qk`, `ov_residual`) otherwise without the vocabulary's Grams; else from the whole
     /// fingerprint, computed here.
     #[pyo3(signature = (circuit, raw, backend, progress=None))]
-    fn circuit_json(
+    fn circuit(
         &self,
         py: Python<'_>,
         circuit: String,
         raw: bool,
         backend: String,
         progress: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<String> {
+    ) -> PyResult<FingerprintReport> {
         let held = self.held.clone();
-        off_the_lock(py, &self.held.stop, progress, move |shown| {
+        let report = off_the_lock(py, &self.held.stop, progress, move |shown| {
             let key = (raw, backend.clone());
             let whole = held.fingerprints.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
-            let report = match (whole, circuit.as_str()) {
-                (Some(whole), _) => to_json(&*whole)?,
-                (None, "qk" | "ov_residual") => (*held.residual_circuits(raw, &shown)?).clone(),
-                (None, _) => to_json(&*held.fingerprint(raw, &backend, &shown)?)?,
-            };
-            Ok(text(&report))
-        })
+            match (whole, circuit.as_str()) {
+                (Some(whole), _) => Ok(whole),
+                (None, "qk" | "ov_residual") => held.residual_circuits(raw, &shown),
+                (None, _) => held.fingerprint(raw, &backend, &shown),
+            }
+        })?;
+        Ok(FingerprintReport::new(report, self.held.link.clone()))
     }
 
-    /// The induction probe: the CLI's `probe --induction --json`, as a JSON string.
+    /// The induction probe: the CLI's `probe --induction --json`.
     #[pyo3(signature = (length, sequences, seed, bos, threshold, backend, progress=None))]
     #[allow(clippy::too_many_arguments)]
-    fn induction_json(
+    fn induction(
         &self,
         py: Python<'_>,
         length: usize,
@@ -272,21 +249,11 @@ impl Model {
         threshold: f64,
         backend: String,
         progress: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<String> {
+    ) -> PyResult<InductionReport> {
         let held = self.held.clone();
         let key = ProbeKey { length, sequences, seed, bos };
-        off_the_lock(py, &self.held.stop, progress, move |shown| {
-            let done = held.induction(key, &backend, &shown)?;
-            let Probed { report, bos: bos_token, backend: info } = &*done;
-            let extra = vec![
-                ("backend", info.clone()),
-                ("prepend_bos", json!(bos)),
-                ("bos_token", json!(bos_token)),
-                ("threshold", json!(threshold)),
-                ("induction_heads", json!(report.induction_heads(threshold))),
-            ];
-            Ok(held.reported(to_json(report)?, extra))
-        })
+        let done = off_the_lock(py, &self.held.stop, progress, move |shown| held.induction(key, &backend, &shown))?;
+        Ok(InductionReport::new(done, bos, threshold))
     }
 
     /// Attention patterns on `tokens` (ids) or `text`: (patterns [layers, heads, query, key],
@@ -314,7 +281,7 @@ impl Model {
             let mut computing = select(&backend)?;
             let computed =
                 block_on(computing.with_fallback(async |computing| attention_patterns(&model, &ids, computing).await))?;
-            let info = text(&to_json(&computing.forward_info())?);
+            let info = to_json(&computing.forward_info())?.to_string();
             let n = ids.len();
             let (layers, heads) = (computed.len(), computed.first().map_or(0, Vec::len));
             let mut flat = Vec::with_capacity(layers * heads * n * n);
@@ -329,35 +296,29 @@ impl Model {
     }
 
     /// One head's token-space OV circuit read as self-copy logits: the CLI's `ov-logits --json`
-    /// top lists, as a JSON string.
-    fn ov_logits_json(&self, py: Python<'_>, head: String, top: usize, raw: bool) -> PyResult<String> {
+    /// top lists.
+    fn ov_logits(&self, py: Python<'_>, head: String, top: usize, raw: bool) -> PyResult<OvLogits> {
         let held = self.held.clone();
         off_the_lock(py, &self.held.stop, None, move |_| {
             let model = held.stream()?;
             let id = HeadId::parse(&head, &model.config)?;
             let mode = if raw { Mode::Raw } else { Mode::Folded };
             let logits = OvTokenLogits::of_head(&model, id, mode)?;
-            let listed = |values: &[f64]| -> Vec<Value> {
-                top_k(values, top)
-                    .into_iter()
-                    .map(|i| json!({"token": held.tokenizer.token_text(i), "id": i, "value": values[i]}))
-                    .collect()
-            };
-            let value = json!({
-                "head": id.to_string(),
-                "mode": mode.name(),
-                "top_raw": listed(&logits.diagonal()),
-                "top_normalised": listed(&logits.normalised_diagonal()),
-            });
-            Ok(text(&value))
+            let text = |i| held.tokenizer.token_text(i);
+            Ok(OvLogits {
+                head: id.to_string(),
+                mode: mode.name().into(),
+                top_raw: listed(&logits.diagonal(), top, text),
+                top_normalised: listed(&logits.normalised_diagonal(), top, text),
+            })
         })
     }
 
     /// The study's table row of this model, from its fingerprint and induction probe (computed
-    /// here unless already held): the CLI's `compare --json` entry, as a JSON string.
+    /// here unless already held): the CLI's `compare --json` entry.
     #[pyo3(signature = (raw, length, sequences, seed, bos, threshold, backend, progress=None))]
     #[allow(clippy::too_many_arguments)]
-    fn compare_json(
+    fn compare(
         &self,
         py: Python<'_>,
         raw: bool,
@@ -368,24 +329,16 @@ impl Model {
         threshold: f64,
         backend: String,
         progress: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<String> {
+    ) -> PyResult<Comparison> {
         let held = self.held.clone();
         let key = ProbeKey { length, sequences, seed, bos };
         off_the_lock(py, &self.held.stop, progress, move |shown| {
             let fingerprint = held.fingerprint(raw, &backend, &shown)?;
             let done = held.induction(key, &backend, &shown)?;
-            let Probed { report, bos: bos_token, backend: info } = &*done;
+            let Probed { report, bos: bos_token, .. } = &*done;
             let sequence = headprint_native::describe::sequences(report, length, bos_token.as_ref());
             let row = ComparisonRow::new(&held.label, &fingerprint, Some(report), &sequence, threshold);
-            let extra = vec![
-                ("bos_token", json!(bos_token)),
-                ("induction_head_names", json!(report.induction_heads(threshold))),
-                ("head_scores", json!(report.heads)),
-                ("spearman", to_json(&spearman_table(&fingerprint, report))?),
-                ("backend", to_json(&fingerprint.backend)?),
-                ("probe_backend", info.clone()),
-            ];
-            Ok(held.reported(to_json(&row)?, extra))
+            Ok(Comparison::new(row, report.induction_heads(threshold), spearman_table(&fingerprint, report)))
         })
     }
 

@@ -12,15 +12,22 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::backend::Backend;
+use crate::analysis::HeadId;
+use crate::backend::{Backend, BackendInfo};
 use crate::forward::{self, ForwardOutput, HeadOutputs, Keep, Logits, Patterns};
 use crate::model::{NormKind, Weights};
-use crate::tokens::with_bos;
+use crate::tokens::{Bos, with_bos};
 use crate::{Error, Result};
 
 /// How many seeded sequences the scores average over by default
 /// (docs/methods.md#5-probes-running-the-model).
 pub const DEFAULT_SEQUENCES: usize = 8;
+
+/// Length of each drawn first copy by default (TransformerLens's induction demo uses 50).
+pub const DEFAULT_LENGTH: usize = 50;
+
+/// Seed of the first drawn sequence by default; sequence i uses seed + i.
+pub const DEFAULT_SEED: u64 = 0;
 
 /// Where a first copy came from, so every score says which sequence it was measured on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -124,13 +131,40 @@ pub struct InductionReport {
 }
 
 impl InductionReport {
-    /// Heads whose mean induction score reaches `threshold`, as L{layer}H{head}.
+    /// Heads whose mean induction score reaches `threshold`, named as `HeadId` writes them (L5H1).
     pub fn induction_heads(&self, threshold: f64) -> Vec<String> {
         self.heads
             .iter()
             .filter(|h| h.induction_score >= threshold)
-            .map(|h| format!("L{}H{}", h.layer, h.head))
+            .map(|h| HeadId::new(h.layer, h.head).to_string())
             .collect()
+    }
+}
+
+/// The induction probe as it is reported (`probe --induction --json`; Python's
+/// `headprint.induction` reads the same fields): the scores, what ran them, the BOS, and the
+/// heads at or above the threshold.
+#[derive(Debug, Serialize)]
+pub struct ProbeReport<'a> {
+    #[serde(flatten)]
+    pub scores: &'a InductionReport,
+    pub backend: &'a BackendInfo,
+    pub prepend_bos: bool,
+    pub bos_token: Option<&'a Bos>,
+    pub threshold: f64,
+    pub induction_heads: Vec<String>,
+}
+
+impl<'a> ProbeReport<'a> {
+    pub fn new(
+        scores: &'a InductionReport,
+        backend: &'a BackendInfo,
+        prepend_bos: bool,
+        bos_token: Option<&'a Bos>,
+        threshold: f64,
+    ) -> ProbeReport<'a> {
+        let induction_heads = scores.induction_heads(threshold);
+        ProbeReport { scores, backend, prepend_bos, bos_token, threshold, induction_heads }
     }
 }
 

@@ -4,11 +4,11 @@
 use super::protocol::ProbeSequence;
 use crate::analysis::Mode;
 use crate::model::ModelConfig;
-use crate::probes::induction::DEFAULT_SEQUENCES;
+use crate::probes::induction::{DEFAULT_LENGTH, DEFAULT_SEQUENCES};
 
 /// Longest first copy of the default induction probe (docs/methods.md#5-probes-running-the-model;
 /// TransformerLens uses 50).
-pub const INDUCTION_LEN: usize = 50;
+pub const INDUCTION_LEN: usize = DEFAULT_LENGTH;
 
 /// The length of each copy of an induction probe's sequence: at most half the context.
 pub fn probe_len(config: &ModelConfig) -> usize {
