@@ -15,9 +15,6 @@ import pandas as pd
 
 from . import _headprint
 
-BACKENDS = ("auto", "gpu", "cpu")
-
-
 def _task(spec: dict) -> dict:
     """One unit opened, measured and (with ``out``) written, in whatever process runs it:
     {"outcome", "note", "rows"}, the rows a dict of column name to list. Module-level, so that
@@ -141,8 +138,6 @@ def sweep(
     Bad arguments raise ``ValueError``."""
     links = [links] if isinstance(links, (str, os.PathLike)) else _names(links, "links")
     links = [os.fspath(link) for link in links]
-    if backend not in BACKENDS:
-        raise ValueError(f'backend "{backend}": choose "auto", "gpu" or "cpu"')
     if executor is not None and not isinstance(executor, Executor) and not hasattr(executor, "submit"):
         raise ValueError(f"executor must be a concurrent.futures.Executor, not {type(executor).__name__}")
     revisions = [str(r) for r in _names(revisions, "revisions")]
@@ -156,7 +151,7 @@ def sweep(
                 raise ValueError(f"{name} must be a whole number from {least}, not {value!r}")
         probe_args = (int(length), int(sequences), int(seed), bool(bos))
     folder = None if out is None else os.path.abspath(os.fspath(out))
-    plan = _headprint.sweep_plan(links, revisions, steps, folder, bool(raw), probe_args)
+    plan = _headprint.sweep_plan(links, revisions, steps, folder, bool(raw), probe_args, backend)
     units = plan.units()
 
     done: list = [None] * len(units)

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use headprint::analysis::Mode;
+use headprint::backend::BackendChoice;
 use headprint::sweep::{Kind, Table, Unit, UnitFacts, Values, sweep_columns, units};
 use headprint::weights::remote::Published;
 use headprint::{Error, Result};
@@ -98,9 +99,10 @@ impl SweepPlan {
 }
 
 /// Plans a sweep: its units (as `headprint sweep` expands them) and, with `out`, the files
-/// already written there.
+/// already written there. `backend` is checked here, by the core's parser, so that a bad one is
+/// refused before any unit is asked of the Hub.
 #[pyfunction]
-#[pyo3(signature = (links, revisions, steps, out, raw, probe))]
+#[pyo3(signature = (links, revisions, steps, out, raw, probe, backend))]
 pub fn sweep_plan(
     links: Vec<String>,
     revisions: Vec<String>,
@@ -108,7 +110,9 @@ pub fn sweep_plan(
     out: Option<PathBuf>,
     raw: bool,
     probe: ProbeArgs,
+    backend: &str,
 ) -> PyResult<SweepPlan> {
+    BackendChoice::parse(backend).map_err(error)?;
     let planned = units(&links, &revisions, &steps).map_err(error)?;
     let sweep = Sweep::new(out.as_deref(), settings_of(raw, probe)).map_err(error)?;
     Ok(SweepPlan {
