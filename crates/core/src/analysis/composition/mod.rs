@@ -5,27 +5,28 @@
 //! W_OV = W_V W_O and W_QK = W_Q W_K^T, the score of a writer h1 and a reader h2 is
 //! ‖W_OV¹ M²‖_F / (‖W_OV¹‖_F ‖M²‖_F), M² being W_QK² (Q), W_QK²ᵀ (K) or W_OV² (V).
 //!
-//! Every factor is kept d_model x d_head. With the thin QR W = Q R, ‖X W^T‖_F = ‖X R^T‖_F, so
-//! each head shrinks to one writer block `R_V W_O` (d_head x d_model) and three reader blocks,
-//! `W_Q R_K^T`, `W_K R_Q^T` and `W_V R_Oᵀ^T` (d_model x d_head), whose Frobenius norms are the
-//! circuits' norms; the numerator of a pair is the Frobenius norm of the writer block times the
-//! reader block. All pairs of two layers are then one (heads·d_head)² product, asked of a
-//! [`Backend`], and no d_model x d_model matrix is ever formed. QR rather than a Gram's square
-//! root keeps the condition of W, not its square.
+//! Two methods give the same numbers (to f64 rounding). The CPU natively counts each pair
+//! through the heads' d_model x d_model Grams, d_model²/2 multiply-adds a pair ([`grams`]), where
+//! that pays against d_head²·d_model (wide heads, narrow models); otherwise, on a GPU and in the
+//! tab, whole layers' factors are multiplied in a few large products ([`products`]). Neither
+//! forms W_OV or W_QK.
 
-use std::sync::Arc;
+// The tab's workers keep the layer products: their memory is counted before the work.
+#[cfg(not(target_arch = "wasm32"))]
+mod grams;
+mod products;
 
 use nalgebra::DMatrix;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use super::circuits::{HeadWeights, Mode};
+use super::circuits::Mode;
 use super::fingerprint::ModelSummary;
 use super::head::HeadId;
 use crate::Result;
-use crate::backend::{Backend, BackendInfo, Factor, block_on, moved_between};
-use crate::model::{LoadParts, Weights};
+use crate::backend::{Backend, BackendInfo, block_on, moved_between};
+use crate::model::Weights;
 
 /// Which side of a later head an earlier head's output is read by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -272,81 +273,9 @@ pub struct CompositionJson {
     pub top: Vec<CompositionEdge>,
 }
 
-/// One head's blocks, each scaled to unit Frobenius norm (a circuit of norm 0 stays 0, and so
-/// do its scores).
-struct HeadBlocks {
-    /// `R_V W_O`, d_head x d_model: the writer side of W_OV.
-    writer: DMatrix<f64>,
-    /// `W_Q R_K^T`, `W_K R_Q^T`, `W_V R_Oᵀ^T`: the reader sides, d_model x d_head each.
-    readers: [DMatrix<f64>; 3],
-}
-
-/// R of the thin QR of `w` (rows ≥ columns): `w^T w = R^T R`.
-fn r_factor(w: &DMatrix<f64>) -> DMatrix<f64> {
-    w.clone().qr().r()
-}
-
-fn unit(mut m: DMatrix<f64>) -> DMatrix<f64> {
-    let norm = m.norm();
-    if norm > 0.0 {
-        m /= norm;
-    }
-    m
-}
-
-impl HeadBlocks {
-    fn of(w_q: &DMatrix<f64>, w_k: &DMatrix<f64>, w_v: &DMatrix<f64>, w_o: &DMatrix<f64>) -> HeadBlocks {
-        let r_o = r_factor(&w_o.transpose());
-        HeadBlocks {
-            writer: unit(r_factor(w_v) * w_o),
-            readers: [
-                unit(w_q * r_factor(w_k).transpose()),
-                unit(w_k * r_factor(w_q).transpose()),
-                unit(w_v * r_o.transpose()),
-            ],
-        }
-    }
-}
-
-/// A layer's blocks side by side: the writers stacked (heads·d_head x d_model, shared so a GPU
-/// keeps it for the next product) and each kind's readers (d_model x heads·d_head).
-struct LayerBlocks {
-    writers: Arc<DMatrix<f64>>,
-    readers: DMatrix<f64>,
-}
-
-fn layer_blocks(heads: &[HeadBlocks], d_model: usize, d_head: usize) -> LayerBlocks {
-    let n = heads.len();
-    let mut writers = DMatrix::zeros(n * d_head, d_model);
-    let mut readers = DMatrix::zeros(d_model, 3 * n * d_head);
-    for (h, blocks) in heads.iter().enumerate() {
-        writers.rows_mut(h * d_head, d_head).copy_from(&blocks.writer);
-        for (kind, reader) in blocks.readers.iter().enumerate() {
-            readers.columns_mut((kind * n + h) * d_head, d_head).copy_from(reader);
-        }
-    }
-    LayerBlocks { writers: Arc::new(writers), readers }
-}
-
-/// The Frobenius norm of every d_head x d_head block of a layer pair's product (its rows the
-/// writers, its columns each kind's readers), into `scores`.
-fn add_block_norms(scores: &mut CompositionScores, product: &DMatrix<f64>, l1: usize, l2: usize, d_head: usize) {
-    let heads = scores.heads;
-    for kind in CompositionKind::ALL {
-        for h1 in 0..heads {
-            for h2 in 0..heads {
-                let block = product.view((h1 * d_head, (kind.index() * heads + h2) * d_head), (d_head, d_head));
-                let at = scores.index(HeadId::new(l1, h1), HeadId::new(l2, h2));
-                scores.values[kind.index()][at] = block.norm();
-            }
-        }
-    }
-}
-
-/// Every pair's composition scores of a model read a layer at a time: each layer's attention is
-/// read once (no MLP or vocabulary byte), its heads' blocks made, and its readers multiplied on
-/// `backend` by every earlier layer's writers, which are all that is kept between layers.
-/// `each(done, layers)` follows every layer.
+/// Every pair's composition scores of a model, reading each layer's attention (no MLP or
+/// vocabulary byte): on the CPU natively through the heads' Grams ([`grams`]), on a GPU and in
+/// the tab as layer products ([`products`]). `each(done, total)` follows the work.
 pub async fn composition_on(
     model: &(impl Weights + ?Sized),
     mode: Mode,
@@ -354,33 +283,20 @@ pub async fn composition_on(
     each: &mut dyn FnMut(usize, usize),
 ) -> Result<Composition> {
     let config = model.config();
-    let (layers, heads, d_model, d_head) = (config.layers, config.heads, config.d_model, config.d_head);
-    let mut scores = CompositionScores::zeros(layers, heads);
-    let mut writers: Vec<Arc<DMatrix<f64>>> = Vec::with_capacity(layers);
     let start = backend.bytes_moved();
-    for l2 in 0..layers {
-        let layer = model.layer(l2, LoadParts::Circuits)?;
-        let head_numbers: Vec<usize> = (0..heads).collect();
-        // The final norm alone crosses into the threads (the tab's weights are not `Sync`).
-        let ln_final = model.ln_final();
-        let blocks = crate::parallel::map_each(&head_numbers, |&h| {
-            let w = HeadWeights::new(config, &layer, ln_final, h, mode);
-            HeadBlocks::of(&w.w_q, &w.w_k, &w.w_v, &w.w_o)
-        });
-        drop(layer);
-        let LayerBlocks { writers: layer_writers, readers } = layer_blocks(&blocks, d_model, d_head);
-        for (l1, earlier) in writers.iter().enumerate() {
-            let product = backend.multiply(earlier, Factor::General, &readers).await?;
-            add_block_norms(&mut scores, &product, l1, l2, d_head);
-        }
-        writers.push(layer_writers);
-        each(l2 + 1, layers);
-    }
+    #[cfg(not(target_arch = "wasm32"))]
+    let scores = if !backend.is_gpu() && grams::pays(config, grams::PASS_BYTES) {
+        grams::scores(model, mode, grams::PASS_BYTES, each)?
+    } else {
+        products::scores(model, mode, backend, each).await?
+    };
+    #[cfg(target_arch = "wasm32")]
+    let scores = products::scores(model, mode, backend, each).await?;
     let mut info = backend.info();
     if let Some(moved) = moved_between(start, backend.bytes_moved()) {
         info.add_stage("composition", moved);
     }
-    let base = baseline(d_model, d_head);
+    let base = baseline(config.d_model, config.d_head);
     Ok(Composition {
         model: ModelSummary::from_config(config, model.parameter_count()),
         mode,
@@ -401,6 +317,19 @@ pub fn composition(
     block_on(backend.with_fallback(async |backend| composition_on(model, mode, backend, each).await))
 }
 
+/// R of the thin QR of `w` (rows ≥ columns): `w^T w = R^T R`.
+fn r_factor(w: &DMatrix<f64>) -> DMatrix<f64> {
+    w.clone().qr().r()
+}
+
+fn unit(mut m: DMatrix<f64>) -> DMatrix<f64> {
+    let norm = m.norm();
+    if norm > 0.0 {
+        m /= norm;
+    }
+    m
+}
+
 /// One standard normal value (Box–Muller; only the baseline draws them, so no distribution
 /// crate for it).
 fn normal(rng: &mut ChaCha8Rng) -> f64 {
@@ -419,24 +348,27 @@ fn gaussian(rng: &mut ChaCha8Rng, rows: usize, columns: usize) -> DMatrix<f64> {
 /// distribution (whatever the heads' width, as long as it is one width) and E[score²] is exactly
 /// 1/d_model (docs/methods.md#8-circuits-between-heads).
 pub fn baseline(d_model: usize, d_head: usize) -> Baseline {
-    let mut rng = ChaCha8Rng::seed_from_u64(BASELINE_SEED);
-    let mut draw = || {
-        // Both heads draw all four matrices, in this order, though only the writer's W_V, W_O and
-        // the reader's W_Q, W_K enter the score: the draws stay those of every head.
-        let mut head = || {
-            let (w_q, w_k, w_v) = (
-                gaussian(&mut rng, d_model, d_head),
-                gaussian(&mut rng, d_model, d_head),
-                gaussian(&mut rng, d_model, d_head),
-            );
-            (w_q, w_k, w_v, gaussian(&mut rng, d_head, d_model))
+    // Each sample's two heads draw all four matrices, W_Q, W_K, W_V (d_model x d_head) and W_O
+    // (d_head x d_model), one after the other from one seeded stream, though only the writer's
+    // W_V, W_O and the reader's W_Q, W_K enter the score: the stream is entered where each of
+    // those starts (a normal value is two f64 draws, four 32-bit words), so the samples are
+    // independent of each other's work and the draws stay those of every head.
+    let matrix_words = 4 * (d_model * d_head) as u128;
+    let draw = |sample: &usize| {
+        let first = 8 * *sample as u128;
+        let at = |matrix: u128, rows: usize, columns: usize| {
+            let mut rng = ChaCha8Rng::seed_from_u64(BASELINE_SEED);
+            rng.set_word_pos((first + matrix) * matrix_words);
+            gaussian(&mut rng, rows, columns)
         };
-        let ((_, _, w_v, w_o), (w_q, w_k, _, _)) = (head(), head());
+        let (w_v, w_o) = (at(2, d_model, d_head), at(3, d_head, d_model));
+        let (w_q, w_k) = (at(4, d_model, d_head), at(5, d_model, d_head));
         let writer = unit(r_factor(&w_v) * w_o);
         let reader = unit(w_q * r_factor(&w_k).transpose());
         (writer * reader).norm()
     };
-    let samples: Vec<f64> = (0..BASELINE_SAMPLES).map(|_| draw()).collect();
+    let numbers: Vec<usize> = (0..BASELINE_SAMPLES).collect();
+    let samples = crate::parallel::map_each(&numbers, draw);
     let mean = samples.iter().sum::<f64>() / samples.len() as f64;
     let variance = samples.iter().map(|s| (s - mean).powi(2)).sum::<f64>() / (samples.len() - 1) as f64;
     Baseline { mean, spread: variance.sqrt(), rms: (d_model as f64).recip().sqrt() }
