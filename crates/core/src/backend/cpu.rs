@@ -87,19 +87,31 @@ pub fn inner(a: DMatrixView<f64>, b: DMatrixView<f64>) -> DMatrix<f64> {
 }
 
 /// `c = a b` on this thread: for products that are many and small, each thread its own.
-#[cfg(not(target_arch = "wasm32"))]
 pub fn product_here(c: DMatrixViewMut<f64>, a: DMatrixView<f64>, b: DMatrixView<f64>) {
     assert!(a.ncols() == b.nrows() && c.nrows() == a.nrows() && c.ncols() == b.ncols(), "product_here: shapes");
+    #[cfg(not(target_arch = "wasm32"))]
     faer::linalg::matmul::matmul(faer_mut(c), faer::Accum::Replace, faer_ref(a), faer_ref(b), 1.0, faer::Par::Seq);
+    // In the tab every worker is one thread already.
+    #[cfg(target_arch = "wasm32")]
+    {
+        let mut c = c;
+        c.fill(0.0);
+        gemm(c, a, b);
+    }
 }
 
-/// `c += a^T b` on every core, reading `a^T` as a view: for products whose inner dimension
-/// is long and whose result is small (composition's Gram inner products).
-#[cfg(not(target_arch = "wasm32"))]
+/// `c += a^T b` on every core, reading `a^T` as a view natively: for products whose inner
+/// dimension is long and whose result is small (composition's Gram inner products).
 pub fn add_inner(c: DMatrixViewMut<f64>, a: DMatrixView<f64>, b: DMatrixView<f64>) {
     assert!(a.nrows() == b.nrows() && c.nrows() == a.ncols() && c.ncols() == b.ncols(), "add_inner: shapes");
-    let (a, b) = (faer_ref(a).transpose(), faer_ref(b));
-    faer::linalg::matmul::matmul(faer_mut(c), faer::Accum::Add, a, b, 1.0, faer::Par::rayon(0));
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let (a, b) = (faer_ref(a).transpose(), faer_ref(b));
+        faer::linalg::matmul::matmul(faer_mut(c), faer::Accum::Add, a, b, 1.0, faer::Par::rayon(0));
+    }
+    // The tab's kernel reads column-major operands only: `a^T` copied (a slice of the rows).
+    #[cfg(target_arch = "wasm32")]
+    gemm(c, a.transpose().as_view(), b);
 }
 
 /// `a^T a`, exactly symmetric (its lower triangle mirrored): natively only the lower triangle is

@@ -3,6 +3,7 @@
 //! workers the pool runs, and the one-line refusals, with the numbers, of what will not fit.
 
 use crate::Error;
+use crate::analysis::composition::{grams_held_bytes, through_grams};
 use crate::model::{ModelConfig, VOCAB_BLOCK};
 use crate::probes::induction::DEFAULT_SEQUENCES;
 
@@ -74,34 +75,53 @@ pub fn pool_workers(hardware: usize, lead_bytes: u64, helper_bytes: u64) -> usiz
 /// [`WORKER_BUDGET_BYTES`]): the pool does not multiply a large model's memory by the cores.
 pub const POOL_BUDGET_BYTES: u64 = 4 << 30;
 
-/// What the lead holds to compute composition scores, in bytes (f64 unless said): every
-/// layer's writer blocks (layers·heads·d_head x d_model, kept until the last layer), one layer's
-/// attention as read and its heads' weights and blocks (four d_model x d_head blocks a head),
-/// the layer's readers side by side (d_model x 3·heads·d_head), one layer pair's product
-/// (heads·d_head x 3·heads·d_head), and the scores twice (3 (layers·heads)², and the copy that
-/// travels to the page).
-pub fn estimated_composition_bytes(config: &ModelConfig) -> u64 {
+/// What the lead holds to compute composition scores, in bytes (f64 unless said), by the
+/// method the backend gets ([`through_grams`]): one layer's attention as read, the scores'
+/// copy that travels to the page (3 (layers·heads)²), and
+/// - through the Grams: [`grams_held_bytes`] (a pass's packed Grams, a layer's factors, the
+///   scores);
+/// - as layer products: every layer's writer blocks (layers·heads·d_head x d_model, kept until
+///   the last layer), its heads' weights and blocks (four d_model x d_head blocks a head), the
+///   layer's readers side by side (d_model x 3·heads·d_head), one layer pair's product
+///   (heads·d_head x 3·heads·d_head) and the scores.
+pub fn estimated_composition_bytes(config: &ModelConfig, on_gpu: bool) -> u64 {
     let [layers, heads, d_model, d_head] =
         [config.layers, config.heads, config.d_model, config.d_head].map(|v| v as u64);
-    let width = heads * d_head;
-    let writers = 8 * layers * width * d_model;
-    let blocks = 8 * 4 * width * d_model;
-    let readers = 8 * d_model * 3 * width;
-    let product = 8 * width * 3 * width;
-    let scores = 2 * 8 * 3 * (layers * heads).pow(2);
-    BASE_BYTES + writers + Sizes::of(config, true).attention + blocks + readers + product + scores
+    let scores = 8 * 3 * (layers * heads).pow(2);
+    let method = if through_grams(config, on_gpu) {
+        grams_held_bytes(config)
+    } else {
+        let width = heads * d_head;
+        let writers = 8 * layers * width * d_model;
+        let blocks = 8 * 4 * width * d_model;
+        let readers = 8 * d_model * 3 * width;
+        let product = 8 * width * 3 * width;
+        writers + blocks + readers + product + scores
+    };
+    BASE_BYTES + Sizes::of(config, true).attention + method + scores
+}
+
+/// What the method that `estimated_composition_bytes` counted keeps longest, as the refusal
+/// names it.
+fn composition_kept(config: &ModelConfig, on_gpu: bool) -> String {
+    if through_grams(config, on_gpu) {
+        let bytes = grams_held_bytes(config);
+        format!("keep the writers' Gram matrices ({}, f64)", gigabytes(bytes))
+    } else {
+        let writers = 8 * (config.layers * config.heads * config.d_head * config.d_model) as u64;
+        format!("keep every layer's writers ({}, f64)", gigabytes(writers))
+    }
 }
 
 /// The one-line refusal of composition scores the worker cannot hold, with the numbers.
-pub(super) fn composition_too_large(config: &ModelConfig, need: u64, held: u64) -> Error {
-    let writers = 8 * (config.layers * config.heads * config.d_head * config.d_model) as u64;
+pub(super) fn composition_too_large(config: &ModelConfig, on_gpu: bool, need: u64, held: u64) -> Error {
     Error::TooLargeForTab(format!(
-        "composition scores of this model ({} layers x {} heads, d_head {}, width {}) keep every layer's writers ({}, f64) and need about {} in the tab's analysis worker beside the {} it holds, over its budget of {} (wasm32 memory ends at 4.29 GB): the command line's `headprint composition` computes them with no such limit",
+        "composition scores of this model ({} layers x {} heads, d_head {}, width {}) {} and need about {} in the tab's analysis worker beside the {} it holds, over its budget of {} (wasm32 memory ends at 4.29 GB): the command line's `headprint composition` computes them with no such limit",
         config.layers,
         config.heads,
         config.d_head,
         config.d_model,
-        gigabytes(writers),
+        composition_kept(config, on_gpu),
         gigabytes(need),
         gigabytes(held),
         gigabytes(WORKER_BUDGET_BYTES),
@@ -213,12 +233,15 @@ mod tests {
     }
 
     #[test]
-    fn composition_keeps_every_layers_writers() {
+    fn composition_counts_what_its_method_keeps() {
         // GPT-2 Small: 12 x 12 x 64 x 768 f64 writers are 57 MB; the whole stays small.
         let mut gpt2 = config(MlpKind::Plain(Activation::GeluTanh));
         (gpt2.layers, gpt2.heads, gpt2.kv_heads, gpt2.d_model, gpt2.d_head) = (12, 12, 12, 768, 64);
-        let bytes = super::estimated_composition_bytes(&gpt2);
+        let bytes = super::estimated_composition_bytes(&gpt2, true);
         assert!(bytes > 8 * 12 * 12 * 64 * 768 && bytes < 300 << 20, "{bytes}");
+        // On the CPU through the Grams: the 132 writers' packed Grams, 312 MB, and a layer's.
+        let bytes = super::estimated_composition_bytes(&gpt2, false);
+        assert!(bytes > 8 * 144 * 768 * 769 / 2 && bytes < 600 << 20, "{bytes}");
     }
 
     #[test]

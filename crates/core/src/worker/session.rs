@@ -432,20 +432,20 @@ impl Session {
         Ok(Reply::Verdicts(held.verdicts(head, suite, prepend_bos, backend).await?))
     }
 
-    /// Every pair's composition scores of a model this worker holds, the layer pairs' products
-    /// on the backend its Grams were made on (this worker's GPU device, kept, or the CPU; a GPU
-    /// that fails reruns it all on the CPU), after checking that what it keeps fits beside the
-    /// models held.
+    /// Every pair's composition scores of a model this worker holds, on the backend its Grams
+    /// were made on (this worker's GPU device, kept, or the CPU; a GPU that fails reruns it all
+    /// on the CPU), after checking that what that backend's method keeps fits beside the models
+    /// held.
     async fn composition(&mut self, model: ModelId, mode: Mode, report: Reporter) -> Result<Reply> {
         let resident = self.resident_bytes();
         let held = held_in(&self.models, model)?;
-        let need = estimated_composition_bytes(&held.config);
-        if need + resident > WORKER_BUDGET_BYTES {
-            return Err(composition_too_large(&held.config, need, resident));
-        }
         let choice = held.grams.as_ref().map_or(BackendChoice::Cpu, |grams| backend_found(&grams.backend));
         let mut cpu = Backend::cpu();
         let backend = backend_for(&mut self.backend, &mut cpu, choice).await;
+        let need = estimated_composition_bytes(&held.config, backend.is_gpu());
+        if need + resident > WORKER_BUDGET_BYTES {
+            return Err(composition_too_large(&held.config, backend.is_gpu(), need, resident));
+        }
         let stream = held.stream()?;
         let stage = composition_stage(mode);
         report(Progress::new(stage.clone(), 0, held.config.layers as u64));

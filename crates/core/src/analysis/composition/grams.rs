@@ -151,6 +151,22 @@ fn pays_for(shape: [usize; 4], budget: u64) -> bool {
     5.0 * grams <= 2.0 * products
 }
 
+/// The most this method holds at once, in bytes (f64): a pass's packed Grams of the writers
+/// of every layer but the last and of one layer's readers, one layer's heads' factors (eight
+/// d_model x d_head a head) and a Gram panel per head, and the scores (3 (layers·heads)²).
+pub(super) fn held_bytes(config: &ModelConfig, budget: u64) -> u64 {
+    let [layers, heads, d_model, d_head] =
+        [config.layers, config.heads, config.d_model, config.d_head].map(|v| v as u64);
+    let widest = passes(config.d_model, config.layers.saturating_sub(1) * config.heads, budget)
+        .iter()
+        .map(|columns| (packed_before(columns.end) - packed_before(columns.start)) as u64)
+        .max()
+        .unwrap_or(0);
+    let grams = 8 * widest * (layers.saturating_sub(1) * heads + 3 * heads);
+    let factors = 8 * heads * (8 * d_model * d_head + d_model * PANEL as u64);
+    grams + factors + 8 * 3 * (layers * heads).pow(2)
+}
+
 /// Every pair's scores, keeping at most about `budget` bytes of the writers' packed Grams.
 /// `each(done, total)` follows every layer of every pass.
 pub(super) fn scores(

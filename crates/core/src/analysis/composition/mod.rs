@@ -5,14 +5,11 @@
 //! W_OV = W_V W_O and W_QK = W_Q W_K^T, the score of a writer h1 and a reader h2 is
 //! ‖W_OV¹ M²‖_F / (‖W_OV¹‖_F ‖M²‖_F), M² being W_QK² (Q), W_QK²ᵀ (K) or W_OV² (V).
 //!
-//! Two methods give the same numbers (to f64 rounding). The CPU natively counts each pair
-//! through the heads' d_model x d_model Grams, d_model²/2 multiply-adds a pair ([`grams`]), where
-//! that pays against d_head²·d_model (wide heads, narrow models); otherwise, on a GPU and in the
-//! tab, whole layers' factors are multiplied in a few large products ([`products`]). Neither
-//! forms W_OV or W_QK.
+//! Two methods give the same numbers (to f64 rounding). The CPU counts each pair through the
+//! heads' d_model x d_model Grams, d_model²/2 multiply-adds a pair ([`grams`]), where that pays
+//! against d_head²·d_model (wide heads, narrow models); otherwise, and on a GPU, whole layers'
+//! factors are multiplied in a few large products ([`products`]). Neither forms W_OV or W_QK.
 
-// The tab's workers keep the layer products: their memory is counted before the work.
-#[cfg(not(target_arch = "wasm32"))]
 mod grams;
 mod products;
 
@@ -26,7 +23,7 @@ use super::fingerprint::ModelSummary;
 use super::head::HeadId;
 use crate::Result;
 use crate::backend::{Backend, BackendInfo, block_on, moved_between};
-use crate::model::Weights;
+use crate::model::{ModelConfig, Weights};
 
 /// Which side of a later head an earlier head's output is read by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -274,8 +271,8 @@ pub struct CompositionJson {
 }
 
 /// Every pair's composition scores of a model, reading each layer's attention (no MLP or
-/// vocabulary byte): on the CPU natively through the heads' Grams ([`grams`]), on a GPU and in
-/// the tab as layer products ([`products`]). `each(done, total)` follows the work.
+/// vocabulary byte): through the heads' Grams or as layer products ([`through_grams`]).
+/// `each(done, total)` follows the work.
 pub async fn composition_on(
     model: &(impl Weights + ?Sized),
     mode: Mode,
@@ -284,14 +281,11 @@ pub async fn composition_on(
 ) -> Result<Composition> {
     let config = model.config();
     let start = backend.bytes_moved();
-    #[cfg(not(target_arch = "wasm32"))]
-    let scores = if !backend.is_gpu() && grams::pays(config, grams::PASS_BYTES) {
+    let scores = if through_grams(config, backend.is_gpu()) {
         grams::scores(model, mode, grams::PASS_BYTES, each)?
     } else {
         products::scores(model, mode, backend, each).await?
     };
-    #[cfg(target_arch = "wasm32")]
-    let scores = products::scores(model, mode, backend, each).await?;
     let mut info = backend.info();
     if let Some(moved) = moved_between(start, backend.bytes_moved()) {
         info.add_stage("composition", moved);
@@ -304,6 +298,17 @@ pub async fn composition_on(
         scores,
         baseline: [base; 3],
     })
+}
+
+/// Whether a model's scores are counted through the heads' Grams (on the CPU, where that pays)
+/// rather than as layer products.
+pub fn through_grams(config: &ModelConfig, on_gpu: bool) -> bool {
+    !on_gpu && grams::pays(config, grams::PASS_BYTES)
+}
+
+/// What the Gram count holds at most, in bytes: see [`grams::held_bytes`].
+pub fn grams_held_bytes(config: &ModelConfig) -> u64 {
+    grams::held_bytes(config, grams::PASS_BYTES)
 }
 
 /// [`composition_on`] where nothing awaits; a GPU that fails on the way is dropped and the
