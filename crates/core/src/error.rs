@@ -5,8 +5,32 @@ use thiserror::Error;
 
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum Error {
-    #[error("{0}")]
-    Io(String),
+    /// A byte range of a file that could not be read: past its end, changed since its header
+    /// was read, or refused by the browser.
+    #[error("{file}: {reason}")]
+    Unreadable { file: String, reason: String },
+    #[error("{file}: not UTF-8 text")]
+    NotText { file: String },
+    #[error("no .safetensors file among the files given")]
+    NoWeights,
+    #[error("model.safetensors.index.json: {reason}")]
+    BadIndex { reason: String },
+    #[error("model.safetensors.index.json has no weight_map")]
+    IndexWithoutWeightMap,
+    #[error("shard `{shard}` named by the index is missing")]
+    ShardMissing { shard: String },
+    #[error("model.safetensors.index.json names a shard outside the model: {shard}")]
+    ShardOutsideModel { shard: String },
+    #[error("tensor `{tensor}` is in both {first} and {second}: give one model's files at a time")]
+    TensorInTwoFiles { tensor: String, first: String, second: String },
+    #[error("{file}: larger than {limit} bytes, too large for a model's small file")]
+    SmallFileTooLarge { file: String, limit: u64 },
+    /// The caller asked the work to stop (Python's Ctrl-C).
+    #[error("stopped by Ctrl-C")]
+    Interrupted,
+    /// An environment variable that headprint reads holds something it cannot use.
+    #[error("{name} must be {expected}, not `{value}`")]
+    BadSetting { name: String, expected: String, value: String },
     #[error("{file}: not a safetensors file ({reason})")]
     NotSafetensors { file: String, reason: String },
     #[error("{file}: truncated: the header says {expected} bytes, the file has {actual}")]

@@ -68,9 +68,11 @@ fn read_timeout() -> Result<f64> {
     // More than an hour is most likely milliseconds meant as seconds.
     match text.trim().parse::<f64>() {
         Ok(seconds) if seconds.is_finite() && seconds > 0.0 && seconds <= 3600.0 => Ok(seconds),
-        _ => Err(headprint::Error::Io(format!(
-            "HEADPRINT_READ_TIMEOUT must be a number of seconds above 0 and at most 3600, not `{text}`"
-        ))),
+        _ => Err(headprint::Error::BadSetting {
+            name: "HEADPRINT_READ_TIMEOUT".into(),
+            expected: "a number of seconds above 0 and at most 3600".into(),
+            value: text,
+        }),
     }
 }
 

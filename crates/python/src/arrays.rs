@@ -119,7 +119,7 @@ impl ByteSource for HeldTensors {
     fn read_range(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
         let end = offset + len as u64;
         if end > self.len {
-            return Err(Error::Io(format!("{}: read past the end", self.name)));
+            return Err(Error::Unreadable { file: self.name.clone(), reason: "read past the end".into() });
         }
         let mut out = Vec::with_capacity(len);
         let header_end = self.header.len() as u64;

@@ -45,7 +45,7 @@ impl ByteSource for Stoppable {
     }
     fn read_range(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
         if self.stop.raised() {
-            return Err(Error::Io("stopped by Ctrl-C".into()));
+            return Err(Error::Interrupted);
         }
         self.inner.read_range(offset, len)
     }

@@ -46,10 +46,15 @@ impl ByteSource for BlobSource {
         self.blob.size() as u64
     }
     fn read_range(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
-        let bytes = read_blob(&self.blob, offset, offset + len as u64)
-            .map_err(|e| Error::Io(format!("{}: cannot read the file ({})", self.name, js_message(&e))))?;
+        let bytes = read_blob(&self.blob, offset, offset + len as u64).map_err(|e| Error::Unreadable {
+            file: self.name.clone(),
+            reason: format!("cannot read the file ({})", js_message(&e)),
+        })?;
         if bytes.len() != len {
-            return Err(Error::Io(format!("{}: the file changed or is shorter than its header says", self.name)));
+            return Err(Error::Unreadable {
+                file: self.name.clone(),
+                reason: "the file changed or is shorter than its header says".into(),
+            });
         }
         Ok(bytes)
     }

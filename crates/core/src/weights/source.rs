@@ -40,11 +40,12 @@ impl ByteSource for MemorySource {
         self.bytes.len() as u64
     }
     fn read_range(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
-        let start = usize::try_from(offset).map_err(|_| Error::Io(format!("{}: offset too large", self.name)))?;
+        let unreadable = |reason: &str| Error::Unreadable { file: self.name.clone(), reason: reason.into() };
+        let start = usize::try_from(offset).map_err(|_| unreadable("offset too large"))?;
         self.bytes
             .get(start..start.saturating_add(len))
             .map(<[u8]>::to_vec)
-            .ok_or_else(|| Error::Io(format!("{}: read past the end", self.name)))
+            .ok_or_else(|| unreadable("read past the end"))
     }
 }
 

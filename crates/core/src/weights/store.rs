@@ -24,7 +24,7 @@ impl ModelFiles {
             let base = name.rsplit(['/', '\\']).next().unwrap_or(&name).to_string();
             let read_text = |source: &dyn ByteSource| -> Result<String> {
                 let bytes = source.read_range(0, source.len() as usize)?;
-                String::from_utf8(bytes).map_err(|_| Error::Io(format!("{base}: not UTF-8 text")))
+                String::from_utf8(bytes).map_err(|_| Error::NotText { file: base.to_string() })
             };
             if base == "config.json" {
                 model.config_json = Some(read_text(source.as_ref())?);
@@ -38,7 +38,7 @@ impl ModelFiles {
             // Anything else in a folder (README, tokenizer_config.json, ...) is not needed.
         }
         if model.weights.is_empty() {
-            return Err(Error::Io("no .safetensors file among the files given".into()));
+            return Err(Error::NoWeights);
         }
         Ok(model)
     }
@@ -96,7 +96,7 @@ impl<'a> TensorStore<'a> {
             for shard in names {
                 let present = opened.iter().any(|f| f.name().rsplit(['/', '\\']).next() == Some(shard.as_str()));
                 if !present {
-                    return Err(Error::Io(format!("shard `{shard}` named by the index is missing")));
+                    return Err(Error::ShardMissing { shard: shard.clone() });
                 }
             }
         }
@@ -105,11 +105,11 @@ impl<'a> TensorStore<'a> {
             for name in file.entries().keys() {
                 if let Some(&first) = location.get(name) {
                     let first: &SafetensorsFile = &opened[first];
-                    return Err(Error::Io(format!(
-                        "tensor `{name}` is in both {} and {}: give one model's files at a time",
-                        first.name(),
-                        file.name()
-                    )));
+                    return Err(Error::TensorInTwoFiles {
+                        tensor: name.clone(),
+                        first: first.name().to_string(),
+                        second: file.name().to_string(),
+                    });
                 }
                 location.insert(name.clone(), file_index);
             }
@@ -160,12 +160,8 @@ impl<'a> TensorStore<'a> {
 }
 
 pub(crate) fn shards_named_by_index(text: &str) -> Result<Vec<String>> {
-    let index: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| Error::Io(format!("model.safetensors.index.json: {e}")))?;
-    let map = index
-        .get("weight_map")
-        .and_then(|m| m.as_object())
-        .ok_or_else(|| Error::Io("model.safetensors.index.json has no weight_map".into()))?;
+    let index: serde_json::Value = serde_json::from_str(text).map_err(|e| Error::BadIndex { reason: e.to_string() })?;
+    let map = index.get("weight_map").and_then(|m| m.as_object()).ok_or(Error::IndexWithoutWeightMap)?;
     let mut shards: Vec<String> = map.values().filter_map(|v| v.as_str().map(str::to_string)).collect();
     shards.sort();
     shards.dedup();

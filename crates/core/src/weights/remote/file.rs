@@ -363,7 +363,7 @@ impl ByteSource for RemoteFile {
         let end = offset
             .checked_add(len as u64)
             .filter(|&end| end <= self.size)
-            .ok_or_else(|| Error::Io(format!("{}: read past the end", self.name)))?;
+            .ok_or_else(|| Error::Unreadable { file: self.name.clone(), reason: "read past the end".into() })?;
         // One fetch at a time per file: the Grams' threads read neighbouring rows, which the
         // first one's request usually brings.
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -408,7 +408,10 @@ impl ByteSource for RemoteFile {
         let fetched = self.fetch(&mut state, offset, end, &scratch);
         state.plan = plan;
         fetched?;
-        scratch.get(offset, len).ok_or_else(|| Error::Io(format!("{}: the fetched bytes were not kept", self.name)))
+        scratch.get(offset, len).ok_or_else(|| Error::Unreadable {
+            file: self.name.clone(),
+            reason: "the fetched bytes were not kept".into(),
+        })
     }
 
     fn will_read(&self, ranges: Vec<Range<u64>>) {

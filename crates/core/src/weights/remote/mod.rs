@@ -160,7 +160,7 @@ impl<'a> Opener<'a> {
         }
         let mut tally = Tally::default();
         let text = |path: &str, bytes: Option<Vec<u8>>| -> Result<Option<String>> {
-            bytes.map(|b| String::from_utf8(b).map_err(|_| Error::Io(format!("{path}: not UTF-8 text")))).transpose()
+            bytes.map(|b| String::from_utf8(b).map_err(|_| Error::NotText { file: path.to_string() })).transpose()
         };
         let config_json = match config_json {
             Some(bytes) => {
@@ -188,9 +188,7 @@ impl<'a> Opener<'a> {
                 };
                 for shard in crate::weights::store::shards_named_by_index(&index)? {
                     if shard.contains("..") || shard.starts_with('/') {
-                        return Err(Error::Io(format!(
-                            "model.safetensors.index.json names a shard outside the model: {shard}"
-                        )));
+                        return Err(Error::ShardOutsideModel { shard });
                     }
                     match self.large(&place, &shard, &mut tally)? {
                         Some(file) => weights.push(file),
@@ -296,9 +294,7 @@ impl<'a> Opener<'a> {
             }
             let length = followed.response.header("content-length").and_then(|l| l.trim().parse::<u64>().ok());
             if length.is_some_and(|l| l > SMALL_FILE_LIMIT) {
-                return Err(Error::Io(format!(
-                    "{what}: larger than {SMALL_FILE_LIMIT} bytes, too large for a model's small file"
-                )));
+                return Err(Error::SmallFileTooLarge { file: what.to_string(), limit: SMALL_FILE_LIMIT });
             }
             let read =
                 http::read_all(&mut followed.response, &self.client, SMALL_FILE_LIMIT).and_then(|bytes| match length {
