@@ -25,7 +25,7 @@ use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use serde_json::Value;
 
-use crate::reports::{Comparison, FingerprintReport, InductionReport, OvLogits, listed};
+use crate::reports::{AttentionPatterns, Comparison, FingerprintReport, InductionReport, OvLogits, listed};
 use crate::running::{StopFlag, Stoppable, off_the_lock};
 
 /// What a probe's sequences are: the same arguments give the same report.
@@ -149,10 +149,6 @@ pub(crate) fn select(name: &str) -> Result<Backend> {
     headprint_native::driver::quietly(|| Backend::select(choice))
 }
 
-fn to_json(value: &impl serde::Serialize) -> Result<Value> {
-    serde_json::to_value(value).map_err(|e| Error::Internal(e.to_string()))
-}
-
 /// A model that headprint has opened. Made by `headprint.load`; every function takes it.
 #[pyclass(module = "headprint", frozen)]
 pub struct Model {
@@ -249,18 +245,17 @@ impl Model {
         Ok(InductionReport::new(done, bos, threshold))
     }
 
-    /// Attention patterns on `tokens` (ids) or `text`: (patterns [layers, heads, query, key],
-    /// the ids run, the backend's JSON).
+    /// Attention patterns on `tokens` (ids) or `text`: the CLI's `attention --json`.
     #[pyo3(signature = (tokens, text_in, bos, backend, progress=None))]
-    fn attention<'py>(
+    fn attention(
         &self,
-        py: Python<'py>,
+        py: Python<'_>,
         tokens: Option<Vec<usize>>,
         text_in: Option<String>,
         bos: bool,
         backend: String,
-        progress: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<(Bound<'py, PyAny>, Vec<usize>, String)> {
+        progress: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<AttentionPatterns> {
         let held = self.held.clone();
         let (patterns, shape, ids, info) = off_the_lock(py, &self.held.stop, progress, move |_| {
             let ids = match (tokens, text_in) {
@@ -274,7 +269,6 @@ impl Model {
             let mut computing = select(&backend)?;
             let computed =
                 block_on(computing.with_fallback(async |computing| attention_patterns(&model, &ids, computing).await))?;
-            let info = to_json(&computing.forward_info())?.to_string();
             let n = ids.len();
             let (layers, heads) = (computed.len(), computed.first().map_or(0, Vec::len));
             let mut flat = Vec::with_capacity(layers * heads * n * n);
@@ -282,10 +276,10 @@ impl Model {
                 // nalgebra is column-major; the array is [query, key] row-major.
                 flat.extend(pattern.transpose().iter().copied());
             }
-            Ok((flat, [layers, heads, n, n], ids, info))
+            Ok((flat, [layers, heads, n, n], ids, computing.forward_info()))
         })?;
         let array = PyArray1::from_vec(py, patterns).reshape(shape)?;
-        Ok((array.into_any(), ids, info))
+        Ok(AttentionPatterns::new(array.into_any(), ids, info))
     }
 
     /// One head's token-space OV circuit read as self-copy logits: the CLI's `ov-logits --json`
