@@ -1,6 +1,6 @@
 //! A model's files opened with its tokenizer, as the CLI, Python, a sweep and the page's workers
-//! each hold one, and
-//! what they draw from it alike: the BOS and the induction probe's first copies.
+//! each hold one, and what they draw from it alike: the BOS and the induction probe's first
+//! copies.
 
 use std::path::Path;
 
