@@ -1,21 +1,18 @@
 //! A model named on the command line, opened with its tokenizer, and what the commands draw
 //! from it: the BOS, the probe's first copies, a suite.
 
-use headprint::model::ModelStream;
+use headprint::model::{CopySource, ModelStream, OpenedModel};
 use headprint::probes::Suite;
-use headprint::probes::induction::{FirstCopy, RepeatSource, random_first_copies, text_window_first_copies};
-use headprint::tokens::{Bos, Tokenizer, choose_bos, parse_ids};
-use headprint::weights::ModelFiles;
+use headprint::probes::induction::FirstCopy;
+use headprint::tokens::{Bos, parse_ids};
 use headprint::{Error, Result};
 
 use crate::commands::{BosArg, SequenceArgs};
 use crate::open::{self, LinkFacts};
 
-/// A model's files and tokenizer: its weights are read a layer at a time when a command
-/// needs them (`model()`), never held whole.
+/// A model named on the command line: its files and tokenizer, and where it came from.
 pub struct Loaded {
-    pub files: ModelFiles,
-    pub tokenizer: Tokenizer,
+    pub opened: OpenedModel,
     /// Where the model came from, when it was named by a link.
     pub link: Option<LinkFacts>,
     /// How tables name the model: the path, or the pinned link.
@@ -24,36 +21,36 @@ pub struct Loaded {
 
 /// Opens `model` (a path or a link) and its tokenizer.
 pub fn load(model: &str) -> Result<Loaded> {
-    let opened = open::open(model)?;
-    let files = opened.files;
-    let tokenizer = Tokenizer::for_model(&ModelStream::open(&files)?, files.tokenizer_json.as_deref())?;
-    Ok(Loaded { files, tokenizer, link: opened.link, label: opened.label })
+    let named = open::open(model)?;
+    Ok(Loaded { opened: OpenedModel::open(named.files)?, link: named.link, label: named.label })
 }
 
 impl Loaded {
     /// The weights, read from the files as they are asked for.
     pub fn model(&self) -> Result<ModelStream<'_>> {
-        ModelStream::open(&self.files)
+        self.opened.stream()
     }
 
-    /// The model's BOS unless switched off.
-    pub fn bos(&self, arg: &BosArg) -> Result<Option<Bos>> {
-        Ok(if arg.no_bos { None } else { choose_bos(&self.model()?, &self.tokenizer) })
+    /// The model's BOS unless switched off; `model` is this model's `model()`.
+    pub fn bos(&self, model: &ModelStream, arg: &BosArg) -> Option<Bos> {
+        self.opened.bos(model, !arg.no_bos)
     }
 
-    /// The probe's first copies: given ids (one sequence), text windows or random draws.
-    pub fn first_copies(&self, args: &SequenceArgs, given: Option<&str>) -> Result<Vec<FirstCopy>> {
-        match (given, &args.text_file) {
-            (Some(ids), _) => Ok(vec![FirstCopy { tokens: parse_ids(ids)?, source: RepeatSource::Given }]),
-            (None, Some(path)) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| Error::File { path: path.display().to_string(), reason: e.to_string() })?;
-                text_window_first_copies(&self.tokenizer.encode(&text)?, args.len, args.seed, args.sequences)
-            }
-            (None, None) => {
-                random_first_copies(&self.tokenizer.ordinary_ids(&self.model()?), args.len, args.seed, args.sequences)
-            }
-        }
+    /// The probe's first copies: given ids (one sequence), text windows or random draws;
+    /// `model` is this model's `model()`.
+    pub fn first_copies(
+        &self,
+        model: &ModelStream,
+        args: &SequenceArgs,
+        given: Option<&str>,
+    ) -> Result<Vec<FirstCopy>> {
+        let given = given.map(parse_ids).transpose()?;
+        let source = match (&given, &args.text_file) {
+            (Some(ids), _) => CopySource::Given(ids),
+            (None, Some(path)) => CopySource::TextFile(path),
+            (None, None) => CopySource::Random,
+        };
+        self.opened.first_copies(model, &source, args.len, args.seed, args.sequences)
     }
 }
 

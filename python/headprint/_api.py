@@ -1,7 +1,7 @@
 """The package's functions, re-exported by ``headprint/__init__.py``: the names imported here
 (numpy, pandas, typing's) stay out of ``dir(headprint)``. The extension hands back the core's
 reports as typed objects (``_headprint.FingerprintReport``, ``InductionReport``, ``Comparison``,
-``OvLogits``); the tables are built from them here."""
+``OvLogits``, ``AttentionPatterns``); the tables are built from them here."""
 
 from __future__ import annotations
 
@@ -132,8 +132,7 @@ def attention(
         ids, text = None, tokens
     else:
         ids, text = [int(t) for t in tokens], None
-    patterns, _, _ = _run(held.attention, ids, text, bos, backend)
-    return patterns
+    return _run(held.attention, ids, text, bos, backend).patterns
 
 
 def _induction_report(

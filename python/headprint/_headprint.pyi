@@ -29,7 +29,7 @@ class Model:
     def attention(
         self, tokens: Optional[list[int]], text_in: Optional[str], bos: bool, backend: str,
         progress: Optional[Callable[[str, int, int], None]] = ...,
-    ) -> tuple[np.ndarray, list[int], str]: ...
+    ) -> AttentionPatterns: ...
     def ov_logits(self, head: str, top: int, raw: bool) -> OvLogits: ...
     def compare(
         self, raw: bool, length: int, sequences: int, seed: int, bos: bool, threshold: float, backend: str,
@@ -166,6 +166,15 @@ class Comparison:
     def induction_head_names(self) -> list[str]: ...
     @property
     def spearman(self) -> list[tuple[str, str, Optional[float], int]]: ...
+
+class AttentionPatterns:
+    """Every head's attention pattern on one sequence, the ids it ran and what ran it."""
+
+    tokens: list[int]
+    @property
+    def patterns(self) -> np.ndarray: ...
+    @property
+    def backend(self) -> dict[str, Any]: ...
 
 class OvLogits:
     """One head's top self-copy logits: (token, id, value) by the raw and the normalised diagonal."""

@@ -30,12 +30,12 @@ pub fn run(args: Args) -> Result<()> {
     let loaded = load(&args.common.model)?;
     let ids = match (args.tokens, args.text) {
         (Some(ids), _) => parse_ids(&ids)?,
-        (None, Some(text)) => loaded.tokenizer.encode(&text)?,
+        (None, Some(text)) => loaded.opened.tokenizer.encode(&text)?,
         (None, None) => return Err(Error::BadTokens("give --tokens 3,1,4 or --text \"...\"".into())),
     };
-    let bos_token = loaded.bos(&args.bos)?;
-    let ids = with_bos(bos_token.as_ref().map(|b| b.id), &ids);
     let model = loaded.model()?;
+    let bos_token = loaded.bos(&model, &args.bos);
+    let ids = with_bos(bos_token.as_ref().map(|b| b.id), &ids);
     let mut backend = args.backend.open()?;
     let computed = block_on(backend.with_fallback(async |backend| attention_patterns(&model, &ids, backend).await))?;
     let backend = backend.forward_info();
@@ -58,7 +58,7 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     println!("{}", backend_line(&backend));
-    let labels: Vec<String> = ids.iter().map(|&i| loaded.tokenizer.token_text(i)).collect();
+    let labels: Vec<String> = ids.iter().map(|&i| loaded.opened.tokenizer.token_text(i)).collect();
     for (layer, heads) in patterns.iter().enumerate() {
         for (head, rows) in heads.iter().enumerate() {
             println!("L{layer}H{head}: top key per query");

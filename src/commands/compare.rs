@@ -148,8 +148,8 @@ fn compared(given: &str, args: &Args, mode: Mode, backend: &mut Backend) -> Resu
     let loaded = load(given).map_err(named)?;
     let model = loaded.model().map_err(named)?;
     let fingerprint = progress::fingerprint(&model, mode, backend).map_err(named)?;
-    let bos = loaded.bos(&args.sequence.bos).map_err(named)?;
-    let copies = loaded.first_copies(&args.sequence, None).map_err(named)?;
+    let bos = loaded.bos(&model, &args.sequence.bos);
+    let copies = loaded.first_copies(&model, &args.sequence, None).map_err(named)?;
     let report = progress::induction_probe(&model, &copies, bos.as_ref().map(|b| b.id), backend).map_err(named)?;
     let sequence = describe_sequences(&report, copies.first().map_or(0, |c| c.tokens.len()), bos.as_ref());
     let row = ComparisonRow::new(&loaded.label, &fingerprint, Some(&report), &sequence, args.sequence.threshold);

@@ -142,7 +142,7 @@ fn composition_chart(args: &Args, given: &str, mode: Mode) -> Result<Figure> {
 /// Every figure of one model.
 fn one_model_figure(args: &Args, given: &str, mode: Mode) -> Result<Figure> {
     let loaded = load(given)?;
-    let (model, tokenizer) = (&loaded.model()?, &loaded.tokenizer);
+    let (model, tokenizer) = (&loaded.model()?, &loaded.opened.tokenizer);
     let path = std::path::Path::new(given);
     let name = match loaded.link {
         Some(_) => loaded.label.clone(),
@@ -164,7 +164,7 @@ fn one_model_figure(args: &Args, given: &str, mode: Mode) -> Result<Figure> {
             .map(|h| h.id())
             .ok_or_else(|| Error::Invalid("no head's OV circuit could be read: give --head".into()))?,
     };
-    let bos = loaded.bos(&args.sequence.bos)?.map(|b| b.id);
+    let bos = loaded.bos(model, &args.sequence.bos).map(|b| b.id);
     Ok(match args.kind {
         Kind::Copying => Figure::Copying(copying::CopyingScores {
             layers: model.config.layers,
@@ -261,7 +261,7 @@ fn one_model_figure(args: &Args, given: &str, mode: Mode) -> Result<Figure> {
         Kind::Scatter => {
             let feature = by_name(&SPECTRAL_FEATURES, &args.x, "spectral feature")?;
             let score = by_name(&BEHAVIOURAL_SCORES, &args.y, "behavioural score")?;
-            let copies = loaded.first_copies(&args.sequence, None)?;
+            let copies = loaded.first_copies(model, &args.sequence, None)?;
             let report = progress::induction_probe(model, &copies, bos, &mut backend)?;
             let points: Vec<(String, f64, f64)> = fingerprinted()?
                 .heads

@@ -73,7 +73,7 @@ struct Row {
 
 pub fn run(args: Args) -> Result<()> {
     let loaded = load(&args.common.model)?;
-    let (model, tokenizer) = (&loaded.model()?, &loaded.tokenizer);
+    let (model, tokenizer) = (&loaded.model()?, &loaded.opened.tokenizer);
     let id = HeadId::parse(&args.head, &model.config)?;
     let mode = args.mode.mode();
     // One layer and blocks of W_E / W_U rows: no Grams needed for the token view.

@@ -49,8 +49,8 @@ pub fn run(args: Args) -> Result<()> {
 
 /// Where one head attends from each prompt's query, as a verdict table.
 fn suite_table(loaded: &Loaded, args: &Args, suite_name: &str, backend: &mut Backend) -> Result<()> {
-    let (model, tokenizer) = (&loaded.model()?, &loaded.tokenizer);
-    let bos = loaded.bos(&args.sequence.bos)?;
+    let (model, tokenizer) = (&loaded.model()?, &loaded.opened.tokenizer);
+    let bos = loaded.bos(model, &args.sequence.bos);
     let suite = load_suite(suite_name)?;
     let head_name =
         args.head.as_deref().or(suite.head.as_deref()).ok_or_else(|| Error::BadSuite("give --head L5H0".into()))?;
@@ -94,9 +94,9 @@ fn suite_table(loaded: &Loaded, args: &Args, suite_name: &str, backend: &mut Bac
 /// The induction probe's scores of every head, averaged over the drawn sequences.
 fn induction(loaded: &Loaded, args: &Args, backend: &mut Backend) -> Result<()> {
     let model = &loaded.model()?;
-    let bos = loaded.bos(&args.sequence.bos)?;
+    let bos = loaded.bos(model, &args.sequence.bos);
     let threshold = args.sequence.threshold;
-    let copies = loaded.first_copies(&args.sequence, args.tokens.as_deref())?;
+    let copies = loaded.first_copies(model, &args.sequence, args.tokens.as_deref())?;
     let report = progress::induction_probe(model, &copies, bos.as_ref().map(|b| b.id), backend)?;
     let backend = backend.forward_info();
     print_note(&backend);

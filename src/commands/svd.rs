@@ -28,7 +28,7 @@ pub fn run(args: Args) -> Result<()> {
     let model = loaded.model()?;
     let id = HeadId::parse(&args.head, &model.config)?;
     let mode = args.mode.mode();
-    let report = head_svd(&model, &loaded.tokenizer, id, mode, args.tokens)?;
+    let report = head_svd(&model, &loaded.opened.tokenizer, id, mode, args.tokens)?;
     if args.common.json {
         return print_json_from(&report, loaded.link.as_ref());
     }

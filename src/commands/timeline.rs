@@ -256,9 +256,9 @@ pub(crate) fn measure(
     let (induction, described) = match sequence {
         None => (None, String::new()),
         Some(args) => {
-            let bos = loaded.bos(&args.bos).map_err(named)?;
+            let bos = loaded.bos(&model, &args.bos);
             if copies.is_none() {
-                *copies = Some(loaded.first_copies(args, None).map_err(named)?);
+                *copies = Some(loaded.first_copies(&model, args, None).map_err(named)?);
             }
             let drawn = copies.as_deref().unwrap_or_default();
             let report =

@@ -13,13 +13,10 @@ use std::path::{Path, PathBuf};
 
 use headprint::analysis::{FingerprintStage, Mode, fingerprint_stream_watched};
 use headprint::backend::{Backend, BackendInfo, block_on};
-use headprint::model::ModelStream;
-use headprint::probes::induction::{
-    FirstCopy, induction_probe_with_progress, random_first_copies, text_window_first_copies,
-};
+use headprint::model::{CopySource, OpenedModel};
+use headprint::probes::induction::{FirstCopy, induction_probe_with_progress};
 use headprint::repeats::{Repeats, identity};
 use headprint::sweep::{Column, Table, Unit, UnitFacts, head_columns, head_table, unit_table};
-use headprint::tokens::{Tokenizer, choose_bos};
 use headprint::weights::remote::Published;
 use headprint::{Error, Result};
 
@@ -394,10 +391,8 @@ pub fn measure(
 ) -> Result<Measured> {
     let named = |e: Error| Error::Invalid(format!("{link}: {e}"));
     progress("opening", 0, 0);
-    let opened = crate::open::open(link).map_err(named)?;
-    let files = opened.files;
-    let model = ModelStream::open(&files).map_err(named)?;
-    let tokenizer = Tokenizer::for_model(&model, files.tokenizer_json.as_deref()).map_err(named)?;
+    let opened = OpenedModel::open(crate::open::open(link).map_err(named)?.files).map_err(named)?;
+    let model = opened.stream().map_err(named)?;
     let fingerprint = fingerprint_stream_watched(&model, settings.mode, backend, &mut |stage, done, total| {
         progress(if stage == FingerprintStage::Grams { "Grams" } else { "heads" }, done, total)
     })
@@ -405,9 +400,11 @@ pub fn measure(
     let induction = match &settings.probe {
         None => None,
         Some(probe) => {
-            let bos = if probe.bos { choose_bos(&model, &tokenizer) } else { None };
+            let bos = opened.bos(&model, probe.bos);
             if copies.is_none() {
-                *copies = Some(first_copies(&model, &tokenizer, probe).map_err(named)?);
+                let source = probe.text_file.as_deref().map_or(CopySource::Random, CopySource::TextFile);
+                let drawn = opened.first_copies(&model, &source, probe.len, probe.seed, probe.sequences);
+                *copies = Some(drawn.map_err(named)?);
             }
             let drawn = copies.as_deref().unwrap_or_default();
             let bos = bos.as_ref().map(|b| b.id);
@@ -422,18 +419,6 @@ pub fn measure(
         }
     };
     Ok(Measured { heads: head_table(&fingerprint, induction.as_ref()), backend: fingerprint.backend })
-}
-
-/// The probe's first copies: windows of the text file, or random draws from the vocabulary.
-pub fn first_copies(model: &ModelStream, tokenizer: &Tokenizer, probe: &ProbeSettings) -> Result<Vec<FirstCopy>> {
-    match &probe.text_file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| Error::File { path: path.display().to_string(), reason: e.to_string() })?;
-            text_window_first_copies(&tokenizer.encode(&text)?, probe.len, probe.seed, probe.sequences)
-        }
-        None => random_first_copies(&tokenizer.ordinary_ids(model), probe.len, probe.seed, probe.sequences),
-    }
 }
 
 #[cfg(test)]

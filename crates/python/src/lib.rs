@@ -116,6 +116,7 @@ fn _headprint(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<reports::Spread>()?;
     m.add_class::<reports::Comparison>()?;
     m.add_class::<reports::OvLogits>()?;
+    m.add_class::<reports::AttentionPatterns>()?;
     m.add_class::<between::Composition>()?;
     m.add_class::<between::CircuitSvd>()?;
     m.add_class::<between::Direction>()?;

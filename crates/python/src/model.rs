@@ -14,18 +14,18 @@ use headprint::analysis::{
 };
 use headprint::backend::{Backend, BackendChoice, BackendInfo, block_on};
 use headprint::compare::{ComparisonRow, spearman_table};
-use headprint::model::{LoadParts, ModelStream, Weights};
+use headprint::model::{CopySource, LoadParts, ModelStream, OpenedModel, Weights};
 use headprint::parallel::map_each;
 use headprint::probes::attention_patterns;
-use headprint::probes::induction::{induction_probe_with_progress, random_first_copies};
-use headprint::tokens::{Bos, Tokenizer, choose_bos, with_bos};
+use headprint::probes::induction::induction_probe_with_progress;
+use headprint::tokens::{Bos, with_bos};
 use headprint::weights::{ByteSource, ModelFiles};
 use headprint::{Error, Result};
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use serde_json::Value;
 
-use crate::reports::{Comparison, FingerprintReport, InductionReport, OvLogits, listed};
+use crate::reports::{AttentionPatterns, Comparison, FingerprintReport, InductionReport, OvLogits, listed};
 use crate::running::{StopFlag, Stoppable, off_the_lock};
 
 /// What a probe's sequences are: the same arguments give the same report.
@@ -45,8 +45,7 @@ pub struct Probed {
 }
 
 struct Held {
-    files: ModelFiles,
-    tokenizer: Tokenizer,
+    opened: OpenedModel,
     link: Option<Value>,
     label: String,
     stop: StopFlag,
@@ -61,11 +60,7 @@ struct Held {
 
 impl Held {
     fn stream(&self) -> Result<ModelStream<'_>> {
-        ModelStream::open(&self.files)
-    }
-
-    fn bos(&self, model: &ModelStream, wanted: bool) -> Option<Bos> {
-        if wanted { choose_bos(model, &self.tokenizer) } else { None }
+        self.opened.stream()
     }
 
     /// The fingerprint in `raw` or folded mode on `backend`, computed unless already held.
@@ -132,8 +127,8 @@ impl Held {
             return Ok(done.clone());
         }
         let model = self.stream()?;
-        let bos = self.bos(&model, key.bos);
-        let copies = random_first_copies(&self.tokenizer.ordinary_ids(&model), key.length, key.seed, key.sequences)?;
+        let bos = self.opened.bos(&model, key.bos);
+        let copies = self.opened.first_copies(&model, &CopySource::Random, key.length, key.seed, key.sequences)?;
         let mut computing = select(backend)?;
         let bos_id = bos.as_ref().map(|b| b.id);
         let report = block_on(computing.with_fallback(async |computing| {
@@ -154,10 +149,6 @@ pub(crate) fn select(name: &str) -> Result<Backend> {
     headprint_native::driver::quietly(|| Backend::select(choice))
 }
 
-fn to_json(value: &impl serde::Serialize) -> Result<Value> {
-    serde_json::to_value(value).map_err(|e| Error::Internal(e.to_string()))
-}
-
 /// A model that headprint has opened. Made by `headprint.load`; every function takes it.
 #[pyclass(module = "headprint", frozen)]
 pub struct Model {
@@ -172,10 +163,8 @@ impl Model {
             .into_iter()
             .map(|inner| Box::new(Stoppable { inner, stop: stop.clone() }) as Box<dyn ByteSource>)
             .collect();
-        let tokenizer = Tokenizer::for_model(&ModelStream::open(&files)?, files.tokenizer_json.as_deref())?;
         let held = Held {
-            files,
-            tokenizer,
+            opened: OpenedModel::open(files)?,
             link,
             label,
             stop,
@@ -256,32 +245,30 @@ impl Model {
         Ok(InductionReport::new(done, bos, threshold))
     }
 
-    /// Attention patterns on `tokens` (ids) or `text`: (patterns [layers, heads, query, key],
-    /// the ids run, the backend's JSON).
+    /// Attention patterns on `tokens` (ids) or `text`: the CLI's `attention --json`.
     #[pyo3(signature = (tokens, text_in, bos, backend, progress=None))]
-    fn attention<'py>(
+    fn attention(
         &self,
-        py: Python<'py>,
+        py: Python<'_>,
         tokens: Option<Vec<usize>>,
         text_in: Option<String>,
         bos: bool,
         backend: String,
-        progress: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<(Bound<'py, PyAny>, Vec<usize>, String)> {
+        progress: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<AttentionPatterns> {
         let held = self.held.clone();
         let (patterns, shape, ids, info) = off_the_lock(py, &self.held.stop, progress, move |_| {
             let ids = match (tokens, text_in) {
                 (Some(ids), _) => ids,
-                (None, Some(text)) => held.tokenizer.encode(&text)?,
+                (None, Some(text)) => held.opened.tokenizer.encode(&text)?,
                 (None, None) => return Err(Error::BadTokens("give token ids or a string".into())),
             };
             let model = held.stream()?;
-            let bos_id = held.bos(&model, bos).map(|b| b.id);
+            let bos_id = held.opened.bos(&model, bos).map(|b| b.id);
             let ids = with_bos(bos_id, &ids);
             let mut computing = select(&backend)?;
             let computed =
                 block_on(computing.with_fallback(async |computing| attention_patterns(&model, &ids, computing).await))?;
-            let info = to_json(&computing.forward_info())?.to_string();
             let n = ids.len();
             let (layers, heads) = (computed.len(), computed.first().map_or(0, Vec::len));
             let mut flat = Vec::with_capacity(layers * heads * n * n);
@@ -289,10 +276,10 @@ impl Model {
                 // nalgebra is column-major; the array is [query, key] row-major.
                 flat.extend(pattern.transpose().iter().copied());
             }
-            Ok((flat, [layers, heads, n, n], ids, info))
+            Ok((flat, [layers, heads, n, n], ids, computing.forward_info()))
         })?;
         let array = PyArray1::from_vec(py, patterns).reshape(shape)?;
-        Ok((array.into_any(), ids, info))
+        Ok(AttentionPatterns::new(array.into_any(), ids, info))
     }
 
     /// One head's token-space OV circuit read as self-copy logits: the CLI's `ov-logits --json`
@@ -304,7 +291,7 @@ impl Model {
             let id = HeadId::parse(&head, &model.config)?;
             let mode = if raw { Mode::Raw } else { Mode::Folded };
             let logits = OvTokenLogits::of_head(&model, id, mode)?;
-            let text = |i| held.tokenizer.token_text(i);
+            let text = |i| held.opened.tokenizer.token_text(i);
             Ok(OvLogits {
                 head: id.to_string(),
                 mode: mode.name().into(),
@@ -402,7 +389,7 @@ impl Model {
             let model = held.stream()?;
             let id = HeadId::parse(&head, &model.config)?;
             let mode = if raw { Mode::Raw } else { Mode::Folded };
-            head_svd(&model, &held.tokenizer, id, mode, tokens)
+            head_svd(&model, &held.opened.tokenizer, id, mode, tokens)
         })?;
         Ok(crate::between::circuits(report))
     }

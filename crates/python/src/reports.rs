@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use headprint::analysis::{Fingerprint, HeadFingerprint as CoreHead, ModelFingerprint};
+use headprint::backend::BackendInfo;
 use headprint::compare::{ComparisonRow, Correlation};
 use headprint::probes::induction::{HeadScores as CoreScores, ProbeReport, Spread as CoreSpread};
 use numpy::{Complex64, PyArray1, PyArrayMethods};
@@ -451,6 +452,39 @@ impl Comparison {
 
 /// A token of an OV-logits list: (token, id, value).
 type Logit = (String, usize, Option<f64>);
+
+/// Every head's attention pattern on one sequence, the ids it ran and what ran it: the CLI's
+/// `attention --json`.
+#[pyclass(module = "headprint", frozen)]
+pub struct AttentionPatterns {
+    /// float32 [layers, heads, query, key], made once so that each read shares it.
+    patterns: Py<PyAny>,
+    /// The ids run, the BOS first when there was one.
+    #[pyo3(get)]
+    tokens: Vec<usize>,
+    backend: BackendInfo,
+}
+
+impl AttentionPatterns {
+    pub fn new(patterns: Bound<'_, PyAny>, tokens: Vec<usize>, backend: BackendInfo) -> AttentionPatterns {
+        AttentionPatterns { patterns: patterns.unbind(), tokens, backend }
+    }
+}
+
+#[pymethods]
+impl AttentionPatterns {
+    /// float32 [layers, heads, query, key].
+    #[getter]
+    fn patterns<'py>(&self, py: Python<'py>) -> Bound<'py, PyAny> {
+        self.patterns.bind(py).clone()
+    }
+
+    /// What ran the forward pass.
+    #[getter]
+    fn backend<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        facts(py, &self.backend)
+    }
+}
 
 /// One head's token-space OV circuit read as self-copy logits: the top tokens by the raw
 /// diagonal and by the diagonal normalised by each row's spread.

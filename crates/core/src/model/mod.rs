@@ -4,9 +4,11 @@
 mod families;
 mod features;
 pub mod fold;
+mod opened;
 mod stream;
 
 pub use features::{Activation, Features, LayerAttention, MlpKind, NormSites, QkNorm};
+pub use opened::{CopySource, OpenedModel};
 pub use stream::{ModelStream, VOCAB_BLOCK, Weights};
 
 use std::ops::Range;

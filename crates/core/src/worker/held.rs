@@ -13,25 +13,21 @@ use crate::analysis::circuits::Grams;
 use crate::analysis::fingerprint::fingerprint_layers;
 use crate::analysis::{HeadId, Mode, ModelFingerprint};
 use crate::backend::Backend;
-use crate::model::{ModelConfig, ModelStream};
-use crate::probes::induction::{
-    SequenceScores, induction_cells, random_first_copies, score_sequences, text_window_first_copies,
-};
+use crate::model::{CopySource, ModelConfig, ModelStream, OpenedModel};
+use crate::probes::induction::{SequenceScores, induction_cells, score_sequences};
 use crate::probes::suite::VerdictRow;
 use crate::probes::{Suite, attention_patterns, verdict_table};
-use crate::tokens::{Bos, Tokenizer, with_bos};
-use crate::weights::ModelFiles;
+use crate::tokens::{Bos, with_bos};
 use crate::{Error, Result};
 
 /// A loaded model: its files (read by byte range whenever weights are needed, never held as
 /// f32 whole) and what every request needs that is small: the configuration, tokenizer, BOS and
 /// the d_model x d_model Grams.
 pub(super) struct Held {
-    pub(super) files: ModelFiles,
+    pub(super) opened: OpenedModel,
     /// A model by link as opened.
     pub(super) link: Option<PinnedLink>,
     pub(super) config: ModelConfig,
-    pub(super) tokenizer: Tokenizer,
     /// None between a pool's `Open` and its `SetGrams`.
     pub(super) grams: Option<Grams>,
     pub(super) bos: Option<Bos>,
@@ -43,7 +39,7 @@ impl Held {
     /// The model's weights, read from its files as they are asked for (opening reads only the
     /// headers, config.json and the final norm).
     pub(super) fn stream(&self) -> Result<ModelStream<'_>> {
-        ModelStream::open(&self.files)
+        self.opened.stream()
     }
 
     /// Bytes held between requests: the Grams, and the tokenizer counted as the pre-load estimate
@@ -51,12 +47,12 @@ impl Held {
     /// `File`s, outside wasm memory.
     pub(super) fn resident_bytes(&self) -> u64 {
         let grams = self.grams.as_ref().map_or(0, Grams::bytes);
-        grams + 8 * self.files.tokenizer_json.as_ref().map_or(0, |t| t.len() as u64)
+        grams + 8 * self.opened.files.tokenizer_json.as_ref().map_or(0, |t| t.len() as u64)
     }
 
     /// Text or, for models without a vocabulary, comma-separated ids.
     fn encode(&self, text: &str) -> Result<Vec<usize>> {
-        self.tokenizer.encode(text)
+        self.opened.tokenizer.encode(text)
     }
 
     pub(super) fn head(&self, head: HeadId) -> Result<HeadId> {
@@ -78,7 +74,7 @@ impl Held {
     }
 
     pub(super) fn scored(&self, values: &[f64], ids: Vec<usize>) -> Vec<Scored> {
-        ids.into_iter().map(|i| (self.tokenizer.token_text(i), values[i])).collect()
+        ids.into_iter().map(|i| (self.opened.tokenizer.token_text(i), values[i])).collect()
     }
 
     /// Every head in one mode, a layer read at a time, reporting each head as its layer is done
@@ -155,14 +151,11 @@ impl Held {
             return Err(Error::Worker(format!("no share {share} of {shares} of the induction probe")));
         }
         let model = self.stream()?;
-        let copies = match sequence {
-            ProbeSequence::UniformRandom { seed, len, count } => {
-                random_first_copies(&self.tokenizer.ordinary_ids(&model), *len, *seed, *count)?
-            }
-            ProbeSequence::TextWindow { text, seed, len, count } => {
-                text_window_first_copies(&self.encode(text)?, *len, *seed, *count)?
-            }
+        let (source, len, seed, count) = match sequence {
+            ProbeSequence::UniformRandom { seed, len, count } => (CopySource::Random, len, seed, count),
+            ProbeSequence::TextWindow { text, seed, len, count } => (CopySource::Text(text), len, seed, count),
         };
+        let copies = self.opened.first_copies(&model, &source, *len, *seed, *count)?;
         let mine = &copies[share * copies.len() / shares..(share + 1) * copies.len() / shares];
         if mine.is_empty() {
             return Ok(Vec::new());
@@ -192,7 +185,7 @@ impl Held {
         let matrix = &patterns[head.layer][head.head];
         let rows = (0..ids.len()).map(|q| (0..ids.len()).map(|k| matrix[(q, k)] as f64).collect()).collect();
         Ok(Pattern {
-            tokens: ids.iter().map(|&i| self.tokenizer.token_text(i)).collect(),
+            tokens: ids.iter().map(|&i| self.opened.tokenizer.token_text(i)).collect(),
             rows,
             marks: induction_cells(&ids),
         })
@@ -208,7 +201,9 @@ impl Held {
     ) -> Result<Vec<VerdictRow>> {
         let (head, bos, stream) = (self.head(head)?, self.bos(prepend_bos), self.stream()?);
         backend
-            .with_fallback(async |backend| verdict_table(&stream, &self.tokenizer, suite, head, bos, backend).await)
+            .with_fallback(async |backend| {
+                verdict_table(&stream, &self.opened.tokenizer, suite, head, bos, backend).await
+            })
             .await
     }
 }

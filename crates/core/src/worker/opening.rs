@@ -7,7 +7,7 @@ use super::memory::{
     LINK_BYTES_PER_FILE, WORKER_BUDGET_BYTES, estimated_helper_bytes, estimated_peak_bytes, too_large,
 };
 use super::protocol::{LinkSource, PinnedLink, Reply, Role};
-use crate::model::{ModelStream, Weights};
+use crate::model::{ModelStream, OpenedModel, Weights};
 use crate::tokens::{Tokenizer, choose_bos};
 use crate::weights::remote::{Client, LinkCache, ModelLink, NoCache, Opener, Patience, Transport};
 use crate::weights::{ByteSource, ModelFiles};
@@ -63,7 +63,8 @@ pub(super) fn open(
         let opening = Opening { tied: model.tied(), lead_bytes, helper_bytes };
         (model.config.clone(), model.parameter_count, model.facts().to_vec(), tokenizer, bos, opening)
     };
-    Ok((Held { files, link, config, tokenizer, grams: None, bos, parameters, facts }, opening))
+    let opened = OpenedModel { files, tokenizer };
+    Ok((Held { opened, link, config, grams: None, bos, parameters, facts }, opening))
 }
 
 /// A model by link: its small files fetched whole, its weights read by range as asked.

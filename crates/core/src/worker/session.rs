@@ -372,19 +372,19 @@ impl Session {
     /// `Pair`: the OV logit from one token to another.
     fn pair(&mut self, model: ModelId, mode: Mode, head: HeadId, from: &str, to: &str) -> Result<Reply> {
         let (held, logits) = self.logits(model, mode, head)?;
-        let (i, j) = (held.tokenizer.single(from)?, held.tokenizer.single(to)?);
+        let (i, j) = (held.opened.tokenizer.single(from)?, held.opened.tokenizer.single(to)?);
         let value = logits.entry(i, j)?;
-        Ok(Reply::Pair { from: held.tokenizer.token_text(i), to: held.tokenizer.token_text(j), value })
+        Ok(Reply::Pair { from: held.opened.tokenizer.token_text(i), to: held.opened.tokenizer.token_text(j), value })
     }
 
     /// `Row`: the tokens one token promotes and suppresses most.
     fn row(&mut self, model: ModelId, mode: Mode, head: HeadId, token: &str, top: usize) -> Result<Reply> {
         let (held, logits) = self.logits(model, mode, head)?;
-        let i = held.tokenizer.single(token)?;
+        let i = held.opened.tokenizer.single(token)?;
         let values = logits.row(i)?;
         let k = top.min(values.len());
         Ok(Reply::Row {
-            token: held.tokenizer.token_text(i),
+            token: held.opened.tokenizer.token_text(i),
             promotes: held.scored(&values, top_k(&values, k)),
             suppresses: held.scored(&values, bottom_k(&values, k)),
         })
@@ -396,7 +396,7 @@ impl Session {
         let tokens = top.map_or(MatrixTokens::All, MatrixTokens::Top);
         let matrix = logits.matrix(tokens)?;
         Ok(Reply::OvMatrix {
-            tokens: matrix.tokens.iter().map(|&i| held.tokenizer.token_text(i)).collect(),
+            tokens: matrix.tokens.iter().map(|&i| held.opened.tokenizer.token_text(i)).collect(),
             ids: matrix.tokens,
             values: matrix.values,
         })
@@ -464,7 +464,7 @@ impl Session {
     fn svd(&self, model: ModelId, head: HeadId, mode: Mode, tokens: usize) -> Result<Reply> {
         let held = self.held(model)?;
         let head = held.head(head)?;
-        Ok(Reply::Svd(Box::new(head_svd(&held.stream()?, &held.tokenizer, head, mode, tokens)?)))
+        Ok(Reply::Svd(Box::new(head_svd(&held.stream()?, &held.opened.tokenizer, head, mode, tokens)?)))
     }
 }
 
