@@ -24,7 +24,7 @@ use crate::Result;
 use crate::analysis::circuits::{HeadWeights, Mode};
 use crate::analysis::head::HeadId;
 use crate::backend::cpu;
-use crate::model::{LoadParts, ModelConfig, Weights};
+use crate::model::{ModelConfig, Weights};
 
 /// What the writers' packed Grams may hold at once (f64); more, and the work is cut into passes.
 pub const PASS_BYTES: u64 = 512 << 20;
@@ -185,14 +185,7 @@ pub(super) fn scores(
         let mut writers: Vec<f64> = Vec::with_capacity(entries * layers.saturating_sub(1) * heads);
         let mut readers = vec![0.0; entries * 3 * heads];
         for l2 in 0..layers {
-            let layer = model.layer(l2, LoadParts::Circuits)?;
-            let head_numbers: Vec<usize> = (0..heads).collect();
-            // The final norm alone crosses into the threads (the tab's weights are not `Sync`).
-            let ln_final = model.ln_final();
-            let grams = crate::parallel::map_each(&head_numbers, |&h| {
-                HeadGrams::of(&HeadWeights::new(config, &layer, ln_final, h, mode))
-            });
-            drop(layer);
+            let grams = super::each_head(model, l2, mode, |w| HeadGrams::of(&w))?;
             for (h, head) in grams.iter().enumerate() {
                 traces[l2 * heads + h] = (head.writer.trace, head.readers.each_ref().map(|r| r.trace));
             }

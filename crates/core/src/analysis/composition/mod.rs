@@ -18,12 +18,12 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use super::circuits::Mode;
+use super::circuits::{HeadWeights, Mode};
 use super::fingerprint::ModelSummary;
 use super::head::HeadId;
 use crate::Result;
 use crate::backend::{Backend, BackendInfo, block_on, moved_between};
-use crate::model::{ModelConfig, Weights};
+use crate::model::{LoadParts, ModelConfig, Weights};
 
 /// Which side of a later head an earlier head's output is read by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -268,6 +268,22 @@ pub struct CompositionJson {
     pub scores: PerKind<Vec<Vec<Vec<Vec<f64>>>>>,
     pub baseline: PerKind<Baseline>,
     pub top: Vec<CompositionEdge>,
+}
+
+/// `each(weights)` of every head of layer `layer`, on every core: the layer's attention is read
+/// (no MLP or vocabulary byte) and dropped once every head's result is made.
+fn each_head<T: Send>(
+    model: &(impl Weights + ?Sized),
+    layer: usize,
+    mode: Mode,
+    each: impl Fn(HeadWeights) -> T + Sync + Send,
+) -> Result<Vec<T>> {
+    let config = model.config();
+    let weights = model.layer(layer, LoadParts::Circuits)?;
+    let head_numbers: Vec<usize> = (0..config.heads).collect();
+    // The final norm alone crosses into the threads (the tab's weights are not `Sync`).
+    let ln_final = model.ln_final();
+    Ok(crate::parallel::map_each(&head_numbers, |&h| each(HeadWeights::new(config, &weights, ln_final, h, mode))))
 }
 
 /// Every pair's composition scores of a model, reading each layer's attention (no MLP or

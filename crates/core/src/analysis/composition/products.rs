@@ -16,10 +16,10 @@ use nalgebra::DMatrix;
 
 use super::{CompositionKind, CompositionScores, r_factor, unit};
 use crate::Result;
-use crate::analysis::circuits::{HeadWeights, Mode};
+use crate::analysis::circuits::Mode;
 use crate::analysis::head::HeadId;
 use crate::backend::{Backend, Factor};
-use crate::model::{LoadParts, Weights};
+use crate::model::Weights;
 
 /// One head's blocks, each scaled to unit Frobenius norm (a circuit of norm 0 stays 0, and so
 /// do its scores).
@@ -94,15 +94,7 @@ pub(super) async fn scores(
     let mut scores = CompositionScores::zeros(layers, heads);
     let mut writers: Vec<Arc<DMatrix<f64>>> = Vec::with_capacity(layers);
     for l2 in 0..layers {
-        let layer = model.layer(l2, LoadParts::Circuits)?;
-        let head_numbers: Vec<usize> = (0..heads).collect();
-        // The final norm alone crosses into the threads (the tab's weights are not `Sync`).
-        let ln_final = model.ln_final();
-        let blocks = crate::parallel::map_each(&head_numbers, |&h| {
-            let w = HeadWeights::new(config, &layer, ln_final, h, mode);
-            HeadBlocks::of(&w.w_q, &w.w_k, &w.w_v, &w.w_o)
-        });
-        drop(layer);
+        let blocks = super::each_head(model, l2, mode, |w| HeadBlocks::of(&w.w_q, &w.w_k, &w.w_v, &w.w_o))?;
         let LayerBlocks { writers: layer_writers, readers } = layer_blocks(&blocks, d_model, d_head);
         for (l1, earlier) in writers.iter().enumerate() {
             let product = backend.multiply(earlier, Factor::General, &readers).await?;
